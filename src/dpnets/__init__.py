@@ -1,0 +1,3 @@
+"""dpnets: Deep Projection Networks for dynamical systems."""
+
+__version__ = "0.1.0"
