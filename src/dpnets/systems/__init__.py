@@ -1,0 +1,24 @@
+"""Reference dynamical systems with exactly known transfer operators.
+
+All simulators are seeded (``seed`` is passed to :func:`numpy.random.default_rng`) and return
+float64 arrays of shape ``(T, d)``, except :class:`MarkovChain`, which returns integer states
+of shape ``(T,)``.
+
+Classes
+-------
+LogisticMap
+    Noisy logistic map with trigonometric noise (finite-rank, non-normal transfer operator).
+OrnsteinUhlenbeck
+    Scalar Ornstein-Uhlenbeck process (Hermite eigenfunctions).
+MarkovChain
+    Finite-state Markov chain.
+LinearGaussian
+    Stable linear system with additive Gaussian noise.
+"""
+
+from .linear import LinearGaussian
+from .logistic import LogisticMap
+from .markov import MarkovChain
+from .ornstein_uhlenbeck import OrnsteinUhlenbeck
+
+__all__ = ["LinearGaussian", "LogisticMap", "MarkovChain", "OrnsteinUhlenbeck"]

@@ -1,0 +1,65 @@
+"""Paper experiments, each runnable as ``dpnets reproduce NAME``.
+
+Every experiment lives in its own module exposing::
+
+    run(*, quick: bool = False, seeds: int | None = None, out: str | Path = ...,
+        device: str | None = None, progress: bool = True) -> str
+
+which writes its figures and tables into ``out`` and returns the results table as markdown.
+The registry maps the command-line name to the module, imported lazily so that optional
+dependencies of one experiment never affect the others.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+__all__ = ["EXPERIMENTS", "available", "run_experiment"]
+
+#: name -> (module, one-line description)
+EXPERIMENTS: dict[str, tuple[str, str]] = {
+    "logistic-map": (
+        "dpnets.experiments.logistic_map",
+        "Noisy logistic map: spectral error and optimality gap (paper Table 1)",
+    ),
+    "langevin": (
+        "dpnets.experiments.langevin",
+        "Overdamped Langevin in a four-well potential: generator eigenvalues (paper Fig. 2)",
+    ),
+    "ordered-mnist": (
+        "dpnets.experiments.ordered_mnist",
+        "Ordered MNIST: forecasting accuracy of image encoders (paper Fig. 3, Table 3)",
+    ),
+    "fluid-flow": (
+        "dpnets.experiments.fluid_flow",
+        "Flow past a cylinder: forecasting error of a passive scalar (paper Fig. 3)",
+    ),
+    "alanine-dipeptide": (
+        "dpnets.experiments.alanine_dipeptide",
+        "Alanine dipeptide with a SchNet encoder: timescales and free energy (paper Table 2)",
+    ),
+}
+
+
+def available() -> dict[str, str]:
+    """Names of the experiments whose module is present, with their description."""
+    out = {}
+    for name, (module, desc) in EXPERIMENTS.items():
+        if importlib.util.find_spec(module) is not None:
+            out[name] = desc
+    return out
+
+
+def run_experiment(name: str, **kwargs: Any) -> str:
+    """Run experiment ``name``; keyword arguments go to its ``run`` function."""
+    if name not in EXPERIMENTS:
+        raise ValueError(f"unknown experiment {name!r}; expected one of {', '.join(EXPERIMENTS)}")
+    module_name = EXPERIMENTS[name][0]
+    if importlib.util.find_spec(module_name) is None:
+        raise NotImplementedError(f"experiment {name!r} is not implemented yet")
+    module = importlib.import_module(module_name)
+    kwargs.setdefault("out", Path("dpnets-out") / name)
+    return module.run(**kwargs)

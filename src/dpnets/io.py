@@ -1,0 +1,235 @@
+"""Saving and loading fitted models without executing code.
+
+A file is a ``torch.save`` of a plain dictionary ``{"format", "version", "kind", "config",
+"tensors"}``: ``config`` is a JSON string, ``tensors`` a flat ``name -> Tensor`` mapping. It
+is read back with ``torch.load(weights_only=True)``, which refuses arbitrary pickled objects.
+
+Encoders from :mod:`dpnets.nn` are rebuilt from their stored ``config``; for any other
+``torch.nn.Module`` pass an instance of the same architecture to :func:`load` (its weights are
+replaced), exactly as with a PyTorch ``state_dict``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from dpnets.nn.registry import build, describe
+
+__all__ = ["save", "load"]
+
+_FORMAT = "dpnets"
+_VERSION = 1
+
+
+def _dpnet_payload(model: Any, prefix: str, tensors: dict[str, torch.Tensor]) -> dict:
+    from dpnets.exceptions import check_is_fitted
+
+    check_is_fitted(model, "encoder_")
+    cfg = {
+        "score": model.score,
+        "gamma": float(model.gamma),
+        "lr": float(model.lr),
+        "batch_size": int(model.batch_size),
+        "epochs": int(model.epochs),
+        "val_fraction": float(model.val_fraction),
+        "optimizer": model.optimizer if isinstance(model.optimizer, str) else "adam",
+        "optimizer_kwargs": model.optimizer_kwargs,
+        "seed": model.seed,
+        "progress": bool(model.progress),
+    }
+    fitted = {
+        "history_": model.history_,
+        "best_epoch_": model.best_epoch_,
+        "state_shape_": list(model.state_shape_),
+        "n_features_": int(model.n_features_),
+        "lag_": model.lag_,
+        "n_train_": int(model.n_train_),
+    }
+    spec = {
+        "encoder": describe(model.encoder_),
+        "lagged_encoder": (
+            describe(model.lagged_encoder_) if model.lagged_encoder_ is not None else None
+        ),
+        "has_lagged_encoder": model.lagged_encoder_ is not None,
+    }
+    for k, v in model.encoder_.state_dict().items():
+        tensors[f"{prefix}encoder.{k}"] = v.detach().cpu()
+    if model.lagged_encoder_ is not None:
+        for k, v in model.lagged_encoder_.state_dict().items():
+            tensors[f"{prefix}lagged_encoder.{k}"] = v.detach().cpu()
+    return {"params": cfg, "fitted": fitted, "modules": spec}
+
+
+def _operator_payload(model: Any, tensors: dict[str, torch.Tensor]) -> dict:
+    from dpnets.exceptions import check_is_fitted
+    from dpnets.representation import DPNet
+
+    check_is_fitted(model, "operator_")
+    feats = model.features
+    if feats is None:
+        fkind, fcfg = "identity", None
+    elif isinstance(feats, DPNet):
+        fkind, fcfg = "dpnet", _dpnet_payload(feats, "features.", tensors)
+    else:
+        fkind, fcfg = "custom", None
+    for name in ("operator_", "cx_", "cxy_", "_cx_pinv", "features_x_", "state_coef_"):
+        tensors[name] = torch.from_numpy(np.ascontiguousarray(getattr(model, name)))
+    return {
+        "params": {"ridge": float(model.ridge), "rtol": model.rtol},
+        "fitted": {
+            "lag_": model.lag_,
+            "rank_": int(model.rank_),
+            "n_samples_": int(model.n_samples_),
+            "n_features_": int(model.n_features_),
+            "state_shape_": list(model.state_shape_),
+        },
+        "features": {"kind": fkind, "config": fcfg},
+    }
+
+
+def save(model: Any, path: str | os.PathLike) -> None:
+    """Save a fitted :class:`dpnets.DPNet` or :class:`dpnets.TransferOperator` to ``path``."""
+    from dpnets.operators import TransferOperator
+    from dpnets.representation import DPNet
+
+    tensors: dict[str, torch.Tensor] = {}
+    if isinstance(model, DPNet):
+        kind, cfg = "DPNet", _dpnet_payload(model, "", tensors)
+    elif isinstance(model, TransferOperator):
+        kind, cfg = "TransferOperator", _operator_payload(model, tensors)
+    else:
+        raise TypeError(f"cannot save objects of type {type(model).__name__}")
+    payload = {
+        "format": _FORMAT,
+        "version": _VERSION,
+        "kind": kind,
+        "config": json.dumps(cfg),
+        "tensors": tensors,
+    }
+    torch.save(payload, os.fspath(path))
+
+
+def _sub_state(tensors: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
+    return {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
+
+
+def _restore_module(
+    spec: dict | None, given: nn.Module | None, state: dict, what: str
+) -> nn.Module:
+    if given is not None:
+        module = given
+    elif spec is not None:
+        module = build(spec)
+    else:
+        raise ValueError(
+            f"the saved {what} is a custom torch module; pass an instance of the same "
+            f"architecture as load(path, {what}=...)"
+        )
+    module.load_state_dict(state, strict=True)
+    return module.eval()
+
+
+def _load_dpnet(
+    cfg: dict,
+    tensors: dict[str, torch.Tensor],
+    prefix: str,
+    encoder: nn.Module | None,
+    lagged_encoder: nn.Module | None,
+    device: str | torch.device,
+):
+    from dpnets.representation import DPNet
+
+    mods = cfg["modules"]
+    enc = _restore_module(
+        mods["encoder"], encoder, _sub_state(tensors, prefix + "encoder."), "encoder"
+    ).to(device)
+    lag_enc = None
+    if mods["has_lagged_encoder"]:
+        lag_enc = _restore_module(
+            mods["lagged_encoder"],
+            lagged_encoder,
+            _sub_state(tensors, prefix + "lagged_encoder."),
+            "lagged_encoder",
+        ).to(device)
+    model = DPNet(enc, lagged_encoder=lag_enc, device=device, **cfg["params"])
+    model.encoder_, model.lagged_encoder_ = enc, lag_enc
+    f = cfg["fitted"]
+    model.history_ = f["history_"]
+    model.best_epoch_ = f["best_epoch_"]
+    model.state_shape_ = tuple(f["state_shape_"])
+    model.n_features_ = f["n_features_"]
+    model.lag_ = f["lag_"]
+    model.n_train_ = f["n_train_"]
+    return model
+
+
+def load(
+    path: str | os.PathLike,
+    *,
+    encoder: nn.Module | None = None,
+    lagged_encoder: nn.Module | None = None,
+    features: Any = None,
+    device: str | torch.device = "cpu",
+) -> Any:
+    """Load a model saved with ``save``. Never unpickles arbitrary objects.
+
+    Parameters
+    ----------
+    path : str or PathLike
+    encoder, lagged_encoder : nn.Module, optional
+        Architectures for encoders that are not from :mod:`dpnets.nn`.
+    features : callable, optional
+        The feature map of a :class:`TransferOperator` fitted on a custom callable.
+    device : str or torch.device, default "cpu"
+
+    Returns
+    -------
+    DPNet or TransferOperator
+    """
+    from dpnets.linalg import eig_biorthogonal
+    from dpnets.operators import TransferOperator
+
+    payload = torch.load(os.fspath(path), map_location="cpu", weights_only=True)
+    if not isinstance(payload, dict) or payload.get("format") != _FORMAT:
+        raise ValueError(f"{path} is not a dpnets model file")
+    if payload.get("version") != _VERSION:
+        raise ValueError(f"unsupported dpnets file version {payload.get('version')}")
+    cfg = json.loads(payload["config"])
+    tensors = payload["tensors"]
+    if payload["kind"] == "DPNet":
+        return _load_dpnet(cfg, tensors, "", encoder, lagged_encoder, device)
+    if payload["kind"] == "TransferOperator":
+        fk = cfg["features"]["kind"]
+        if fk == "identity":
+            feats = None
+        elif fk == "dpnet":
+            feats = _load_dpnet(
+                cfg["features"]["config"], tensors, "features.", encoder, lagged_encoder, device
+            )
+        else:
+            if features is None:
+                raise ValueError(
+                    "this operator was fitted on a custom feature map; pass it as "
+                    "load(path, features=...)"
+                )
+            feats = features
+        op = TransferOperator(feats, **cfg["params"])
+        for name in ("operator_", "cx_", "cxy_", "_cx_pinv", "features_x_", "state_coef_"):
+            setattr(op, name, tensors[name].numpy())
+        f = cfg["fitted"]
+        op.lag_ = f["lag_"]
+        op.rank_ = f["rank_"]
+        op.n_samples_ = f["n_samples_"]
+        op.n_features_ = f["n_features_"]
+        op.state_shape_ = tuple(f["state_shape_"])
+        op.eigvals_, op.left_eigvecs_, op.right_eigvecs_ = eig_biorthogonal(
+            op.operator_, metric=op.cx_
+        )
+        return op
+    raise ValueError(f"unknown model kind {payload['kind']!r} in {path}")

@@ -1,0 +1,91 @@
+"""Multi-layer perceptron encoder."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from dpnets.nn.registry import register
+
+__all__ = ["MLP", "ACTIVATIONS"]
+
+#: Activation names accepted by :class:`MLP`.
+ACTIVATIONS: dict[str, type[nn.Module]] = {
+    "relu": nn.ReLU,
+    "leaky_relu": nn.LeakyReLU,
+    "celu": nn.CELU,
+    "elu": nn.ELU,
+    "gelu": nn.GELU,
+    "silu": nn.SiLU,
+    "tanh": nn.Tanh,
+    "softplus": nn.Softplus,
+}
+
+
+@register
+class MLP(nn.Module):
+    """Fully connected encoder ``R^in_dim -> R^out_dim``.
+
+    Inputs of shape ``(batch, *state_shape)`` are flattened to ``(batch, in_dim)``.
+
+    Parameters
+    ----------
+    in_dim : int
+        Flattened state dimension.
+    hidden : sequence of int
+        Widths of the hidden layers, e.g. ``(64, 128, 64)``.
+    out_dim : int
+        Feature dimension ``r``.
+    activation : str, default "leaky_relu"
+        One of :data:`ACTIVATIONS`.
+    bias : bool, default True
+        Use biases (the constant function can then be represented, which the projection
+        score rewards).
+    layer_norm : bool, default False
+        Insert a LayerNorm after each hidden linear layer.
+    """
+
+    def __init__(
+        self,
+        in_dim: int,
+        hidden: Sequence[int] = (64, 64),
+        out_dim: int = 8,
+        activation: str = "leaky_relu",
+        bias: bool = True,
+        layer_norm: bool = False,
+    ) -> None:
+        super().__init__()
+        if activation not in ACTIVATIONS:
+            raise ValueError(
+                f"unknown activation {activation!r}; expected one of {', '.join(ACTIVATIONS)}"
+            )
+        if in_dim < 1 or out_dim < 1 or any(h < 1 for h in hidden):
+            raise ValueError("in_dim, hidden widths and out_dim must be positive")
+        self.config = {
+            "in_dim": int(in_dim),
+            "hidden": [int(h) for h in hidden],
+            "out_dim": int(out_dim),
+            "activation": activation,
+            "bias": bool(bias),
+            "layer_norm": bool(layer_norm),
+        }
+        layers: list[nn.Module] = []
+        width = int(in_dim)
+        for h in hidden:
+            layers.append(nn.Linear(width, int(h), bias=bias))
+            if layer_norm:
+                layers.append(nn.LayerNorm(int(h)))
+            layers.append(ACTIVATIONS[activation]())
+            width = int(h)
+        layers.append(nn.Linear(width, int(out_dim), bias=bias))
+        self.net = nn.Sequential(*layers)
+        self.in_dim = int(in_dim)
+        self.out_dim = int(out_dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.reshape(x.shape[0], -1)
+        if x.shape[1] != self.in_dim:
+            raise ValueError(f"MLP expects {self.in_dim} input features, got {x.shape[1]}")
+        return self.net(x)

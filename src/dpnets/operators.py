@@ -1,0 +1,317 @@
+"""Operator regression on a feature map and the downstream tasks (paper Sec. 4, App. D).
+
+:class:`TransferOperator` fits the least-squares estimator ``T = (Cx + ridge I)^+ Cxy`` on
+features ``psi`` (Eq. 15 and App. D.2) and offers its eigen-decomposition (Eq. 16),
+eigenfunctions, multi-step forecasts through the modal decomposition (Eq. 17 and App. D.3),
+Koopman modes and implied timescales.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
+
+from dpnets.data import check_states, chunks, is_streaming, pairs, to_numpy
+from dpnets.exceptions import check_is_fitted
+from dpnets.linalg import eig_biorthogonal, sym_matrix_function
+
+__all__ = ["TransferOperator", "FeatureMap", "as_feature_map"]
+
+FeatureMap = Callable[[np.ndarray], np.ndarray]
+
+
+def as_feature_map(features: Any) -> FeatureMap:
+    """Normalise ``features`` to a function ``states -> float64 array (n, r)``.
+
+    ``None`` is the identity on flattened states (linear features: DMD). A fitted
+    :class:`dpnets.DPNet`, a ``torch.nn.Module`` or any callable returning numpy or torch
+    arrays is accepted.
+    """
+    if features is None:
+        return lambda x: np.asarray(x, dtype=np.float64).reshape(x.shape[0], -1)
+    if isinstance(features, torch.nn.Module):
+        module = features
+
+        def run_module(x: np.ndarray) -> np.ndarray:
+            p = next(module.parameters(), None)
+            device = p.device if p is not None else torch.device("cpu")
+            dtype = p.dtype if p is not None else torch.float32
+            module.eval()
+            out = []
+            with torch.no_grad():
+                for sl in chunks(x.shape[0], 8192):
+                    xb = torch.as_tensor(x[sl]).to(device)
+                    out.append(module(xb.to(dtype) if xb.is_floating_point() else xb).cpu())
+            return torch.cat(out).numpy()
+
+        return lambda x: _as_features(run_module(x), x.shape[0])
+    if hasattr(features, "transform") and callable(features.transform):
+        return lambda x: _as_features(features.transform(x), x.shape[0])
+    if callable(features):
+        return lambda x: _as_features(features(x), x.shape[0])
+    raise TypeError(
+        "features must be None, a fitted DPNet, a torch.nn.Module or a callable states -> (n, r)"
+    )
+
+
+def _as_features(phi: Any, n: int) -> np.ndarray:
+    phi = np.asarray(to_numpy(phi), dtype=np.float64)
+    if phi.ndim == 1:
+        phi = phi[:, None]
+    if phi.ndim != 2 or phi.shape[0] != n:
+        raise ValueError(f"feature map must return shape (n, r) = ({n}, r); got {phi.shape}")
+    if not np.all(np.isfinite(phi)):
+        raise ValueError("feature map returned NaN or inf values")
+    return phi
+
+
+class TransferOperator:
+    """Least-squares transfer operator on a feature map (paper Sec. 4, App. D).
+
+    Fits ``T = (Cx + ridge I)^+ Cxy`` with ``Cx = Phi_X^T Phi_X / n`` and
+    ``Cxy = Phi_X^T Phi_Y / n`` (the same feature map on both sides, App. D.3), so that
+    ``E[h(X_t) | X_0 = x] ~ psi(x)^T T^t z`` for ``h = psi^T z``.
+
+    Parameters
+    ----------
+    features : DPNet, nn.Module, callable or None
+        Feature map ``psi``: a fitted :class:`dpnets.DPNet`, any callable mapping states
+        ``(n, *state_shape)`` to ``(n, r)`` (numpy or torch), or ``None`` for the identity on
+        flattened states (DMD).
+    ridge : float, default 0.0
+        Tikhonov regularisation added to ``Cx``.
+    rtol : float, optional
+        Relative rank cut-off for the pseudo-inverse of ``Cx + ridge I``
+        (default ``r * eps``).
+
+    Attributes
+    ----------
+    operator_ : ndarray (r, r)
+        The estimator matrix ``T``.
+    cx_, cxy_ : ndarray (r, r)
+        Empirical covariances.
+    eigvals_ : ndarray (r,), complex
+        Eigenvalues, decreasing modulus.
+    left_eigvecs_, right_eigvecs_ : ndarray (r, r), complex
+        Biorthogonal (``L^H R = I``) eigenvectors; right eigenfunctions have unit empirical
+        norm ``r_i^H Cx r_i = 1``.
+    lag_ : int or None
+        Lag used to fit (None for pre-paired or streamed data).
+    n_samples_ : int
+    n_features_ : int
+    """
+
+    def __init__(self, features: Any = None, ridge: float = 0.0, rtol: float | None = None):
+        self.features = features
+        self.ridge = ridge
+        self.rtol = rtol
+
+    # ------------------------------------------------------------------ fitting
+    def fit(self, data: Any, lag: int = 1) -> TransferOperator:
+        """Estimate the operator from ``data`` (same forms as :meth:`dpnets.DPNet.fit`).
+
+        Returns
+        -------
+        self
+        """
+        if not self.ridge >= 0:
+            raise ValueError(f"ridge must be >= 0, got {self.ridge}")
+        fmap = as_feature_map(self.features)
+        if is_streaming(data):
+            phi_x, phi_y, y_flat, state_shape = self._stream(data, fmap)
+            self.lag_ = None
+        else:
+            p = pairs(data, lag)
+            phi_x = fmap(p.X)
+            phi_y = fmap(p.Y)
+            y_states = p.Y
+            y_flat = np.asarray(y_states, dtype=np.float64).reshape(len(p), -1)
+            state_shape = p.state_shape
+            self.lag_ = None if isinstance(data, tuple) else int(lag)
+        n, r = phi_x.shape
+        if phi_y.shape != phi_x.shape:
+            raise ValueError(f"features of X and Y differ in shape: {phi_x.shape}, {phi_y.shape}")
+        if n < r:
+            raise ValueError(f"fewer samples ({n}) than features (r={r}); provide more data")
+        cx = phi_x.T @ phi_x / n
+        cxy = phi_x.T @ phi_y / n
+        reg = cx + float(self.ridge) * np.eye(r)
+        cx_pinv, rank = sym_matrix_function(reg, -1.0, self.rtol)
+        self.operator_ = cx_pinv @ cxy
+        self.cx_, self.cxy_ = cx, cxy
+        self._cx_pinv = cx_pinv
+        self.rank_ = rank
+        self.n_samples_, self.n_features_ = n, r
+        self.state_shape_ = tuple(state_shape)
+        self.features_x_ = phi_x
+        # least-squares coefficients of the state at time lag on psi(X_0) (App. D.2)
+        self.state_coef_ = cx_pinv @ (phi_x.T @ y_flat) / n
+        self.eigvals_, self.left_eigvecs_, self.right_eigvecs_ = eig_biorthogonal(
+            self.operator_, metric=cx
+        )
+        return self
+
+    def _stream(self, data: Any, fmap: FeatureMap):
+        loader = data if isinstance(data, DataLoader) else DataLoader(data, batch_size=8192)
+        phx, phy, ys = [], [], []
+        for xb, yb in loader:
+            xb = check_states(xb, "X batch")
+            yb = check_states(yb, "Y batch")
+            phx.append(fmap(xb))
+            phy.append(fmap(yb))
+            ys.append(np.asarray(yb, dtype=np.float64).reshape(yb.shape[0], -1))
+            shape = yb.shape[1:]
+        return np.concatenate(phx), np.concatenate(phy), np.concatenate(ys), shape
+
+    # ------------------------------------------------------------------ spectra
+    def eig(self, vectors: bool = False) -> np.ndarray | tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Eigenvalues of the estimator (decreasing modulus; Eq. 16).
+
+        Parameters
+        ----------
+        vectors : bool, default False
+            Also return the biorthogonal left and right eigenvectors ``(vals, L, R)`` with
+            ``T R = R diag(vals)``, ``L^H T = diag(vals) L^H``, ``L^H R = I``.
+        """
+        check_is_fitted(self, "operator_")
+        if vectors:
+            return self.eigvals_, self.left_eigvecs_, self.right_eigvecs_
+        return self.eigvals_
+
+    def transform(self, X: Any) -> np.ndarray:
+        """Features ``psi(X)`` used by the estimator, float64 (n, r)."""
+        check_is_fitted(self, "operator_")
+        x = self._check_X(X)
+        return as_feature_map(self.features)(x)
+
+    def _check_X(self, X: Any) -> np.ndarray:
+        x = check_states(X, "X")
+        if tuple(x.shape[1:]) != self.state_shape_:
+            raise ValueError(
+                f"X has state shape {tuple(x.shape[1:])}; the operator was fitted on "
+                f"{self.state_shape_}"
+            )
+        return x
+
+    def eigenfunctions(self, X: Any, side: str = "right") -> np.ndarray:
+        """Eigenfunctions evaluated at states ``X`` (Eq. 16), complex (n, r).
+
+        ``side="right"``: ``phi_i(x) = psi(x)^T r_i`` (normalised to unit empirical norm);
+        ``side="left"``: ``xi_i(x) = l_i^H psi(x)``.
+        """
+        check_is_fitted(self, "operator_")
+        if side not in ("right", "left"):
+            raise ValueError(f"side must be 'right' or 'left', got {side!r}")
+        phi = self.transform(X)
+        if side == "right":
+            return phi @ self.right_eigvecs_
+        return phi @ self.left_eigvecs_.conj()
+
+    def _observable_coef(self, observable: Any) -> tuple[np.ndarray, tuple[int, ...]]:
+        """LS coefficients ``(Cx + ridge)^+ Phi_X^T F' / n`` of an observable (r, l)."""
+        if observable is None:
+            return self.state_coef_, self.state_shape_
+        f = check_states(observable, "observable")
+        if f.shape[0] != self.n_samples_:
+            raise ValueError(
+                f"observable must hold values on the {self.n_samples_} training targets, "
+                f"got {f.shape[0]} rows"
+            )
+        f_flat = np.asarray(f, dtype=np.float64).reshape(f.shape[0], -1)
+        coef = self._cx_pinv @ (self.features_x_.T @ f_flat) / self.n_samples_
+        return coef, tuple(f.shape[1:])
+
+    def predict(self, X: Any, t: int | Sequence[int] = 1, observable: Any = None) -> np.ndarray:
+        """Forecast ``E[f(X_t) | X_0 = x]`` through the modal decomposition (Eq. 17).
+
+        ``sum_i lambda_i^{t-1} (psi(x)^T r_i) (l_i^H (Cx + ridge)^+ Phi_X^T F' / n)``, which
+        equals ``psi(x)^T T^{t-1} D_f`` with ``D_f`` the least-squares coefficients of ``f``
+        on the training targets (App. D.3). If the eigenvector matrix is ill-conditioned
+        (a defective estimator), the matrix power is used instead.
+
+        Parameters
+        ----------
+        X : array (m, *state_shape)
+            Initial states.
+        t : int or sequence of int, default 1
+            Number of lag steps ahead (``t >= 1``).
+        observable : array (n_samples_, ...), optional
+            Values ``f(y_k)`` of the observable on the training targets, in the order of the
+            training pairs. Default: the state itself.
+
+        Returns
+        -------
+        ndarray
+            ``(m, *obs_shape)`` for an integer ``t``; ``(len(t), m, *obs_shape)`` otherwise.
+        """
+        check_is_fitted(self, "operator_")
+        ts = [t] if np.isscalar(t) else list(t)  # type: ignore[arg-type]
+        for s in ts:
+            if isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 1:
+                raise ValueError(f"t must be an integer >= 1, got {s!r}")
+        coef, obs_shape = self._observable_coef(observable)
+        phi = self.transform(X)
+        lam, left, right = self.eigvals_, self.left_eigvecs_, self.right_eigvecs_
+        out = []
+        if np.linalg.cond(right) < 1e8:
+            phi_r = phi @ right  # (m, r)
+            lc = left.conj().T @ coef  # (r, l)
+            for s in ts:
+                pred = (phi_r * lam ** (s - 1)) @ lc
+                out.append(pred.real)
+        else:  # defective: fall back to T^{t-1}
+            for s in ts:
+                out.append(phi @ np.linalg.matrix_power(self.operator_, int(s) - 1) @ coef)
+        shaped = [o.reshape(o.shape[0], *obs_shape) for o in out]
+        return shaped[0] if np.isscalar(t) else np.stack(shaped)
+
+    def modes(self, observable: Any = None) -> np.ndarray:
+        """Koopman modes ``m_i = l_i^H D_f / lambda_i`` (App. D.3), complex ``(r, *obs_shape)``.
+
+        With them ``E[f(X_t) | X_0 = x] ~ sum_i lambda_i^t phi_i(x) m_i`` where ``phi_i`` are the
+        right eigenfunctions. Modes of (numerically) zero eigenvalues are set to 0.
+        """
+        check_is_fitted(self, "operator_")
+        coef, obs_shape = self._observable_coef(observable)
+        lam = self.eigvals_
+        proj = self.left_eigvecs_.conj().T @ coef
+        small = np.abs(lam) <= np.finfo(np.float64).eps * max(1.0, np.abs(lam).max())
+        safe = np.where(small, 1.0, lam)
+        m = np.where(small[:, None], 0.0, proj / safe[:, None])
+        return m.reshape(m.shape[0], *obs_shape)
+
+    def implied_timescales(self, lag_time: float | None = None) -> np.ndarray:
+        """Implied timescales ``-lag_time / ln|lambda_i|`` from the eigenvalues.
+
+        Parameters
+        ----------
+        lag_time : float, optional
+            Physical time of one estimator step. Default: ``lag_`` (timescales in units of the
+            data's sampling step), or 1 for pre-paired data.
+
+        Returns
+        -------
+        ndarray (r,)
+            In the order of :meth:`eig`; ``inf`` for ``|lambda| >= 1``, ``0`` for ``lambda = 0``.
+        """
+        check_is_fitted(self, "operator_")
+        if lag_time is None:
+            lag_time = float(self.lag_ or 1)
+        mod = np.abs(self.eigvals_)
+        with np.errstate(divide="ignore"):
+            log = np.log(mod)
+        out = np.full(mod.shape, np.inf)
+        ok = log < 0
+        out[ok] = -float(lag_time) / log[ok]
+        return out
+
+    # ------------------------------------------------------------------ persistence
+    def save(self, path: str) -> None:
+        """Save to ``path`` (see :func:`dpnets.load`)."""
+        from dpnets.io import save
+
+        save(self, path)

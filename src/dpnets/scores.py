@@ -1,0 +1,352 @@
+"""DPNets score functionals and the matching torch losses.
+
+Functions (like ``torch.nn.functional``) take feature batches ``x = psi(X)`` and
+``y = psi'(X')`` of shape ``(n, r)`` and return a differentiable scalar score to be
+*maximised*. The ``nn.Module`` losses (like ``torch.nn``) return the *negative* score, to be
+minimised.
+
+Equation numbers refer to the ICLR 2024 paper (``shared/paper/dpnets-iclr2024.tex``):
+
+* covariances: Eq. (8) and the empirical version in Sec. 4;
+* metric distortion ``R(C) = tr(C^2 - C - ln C)``: Sec. 3;
+* projection score ``P^gamma``: Eq. (7);
+* relaxed score ``S^gamma``: Eq. (9);
+* Theorem 1 (Eq. 10): ``S^0 <= P^0 <= sum_{i<=r} sigma_i(T)^2``.
+
+Numerical choices
+-----------------
+* Covariances are computed in the input dtype (TF32 is switched off for them on GPU); all
+  spectral work on the ``r x r`` matrices happens in float64 and is cast back.
+* Pseudo-inverses come from a symmetric eigendecomposition with a relative rank cut-off
+  (:mod:`dpnets.linalg`), with a gradient that is finite at repeated eigenvalues.
+* ``ln C`` in the metric distortion uses eigenvalues clamped at ``rtol * max(1, lambda_max)``
+  so that ``R`` stays finite and differentiable for (near-)singular ``C``; the quadratic
+  part ``tr(C^2 - C)`` is computed exactly and still pushes small eigenvalues up.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import torch
+from torch import Tensor, nn
+
+from dpnets.linalg import default_rtol, torch_sym_inv_sqrt, torch_sym_pinv
+
+__all__ = [
+    "covariances",
+    "metric_distortion",
+    "projection_score",
+    "relaxed_score",
+    "vamp_score",
+    "projection_score_from_covariances",
+    "relaxed_score_from_covariances",
+    "ProjectionLoss",
+    "RelaxedLoss",
+    "VAMPLoss",
+    "SCORES",
+    "make_loss",
+]
+
+
+@contextlib.contextmanager
+def no_tf32(device: torch.device) -> Iterator[None]:
+    """Disable TF32 matmuls on CUDA for the duration of the block (covariance maths)."""
+    if device.type != "cuda":
+        yield
+        return
+    old = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = old
+
+
+def _check_pair(x: Tensor, y: Tensor) -> None:
+    if x.ndim != 2 or y.ndim != 2:
+        raise ValueError(
+            f"features must be 2-D (n, r); got shapes {tuple(x.shape)} and {tuple(y.shape)}"
+        )
+    if x.shape[0] != y.shape[0]:
+        raise ValueError(
+            f"x and y must have the same number of samples; got {x.shape[0]} and {y.shape[0]}"
+        )
+
+
+def covariances(
+    x: Tensor,
+    y: Tensor | None = None,
+    center: bool = False,
+    weights: Tensor | None = None,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Empirical covariances ``(Cx, Cy, Cxy)`` of two feature batches.
+
+    ``Cx = X^T X / n``, ``Cy = Y^T Y / n``, ``Cxy = X^T Y / n`` (paper Eq. 8 and Sec. 4),
+    uncentred by default as in the paper.
+
+    Parameters
+    ----------
+    x, y : Tensor of shape (n, r) and (n, r')
+        Features ``psi(X)`` and ``psi'(X')``. If ``y`` is None, ``y = x``.
+    center : bool, default False
+        Subtract each batch's (weighted) mean first.
+    weights : Tensor of shape (n,), optional
+        Non-negative sample weights; normalised to sum to one. Default: uniform ``1/n``.
+
+    Returns
+    -------
+    cx, cy, cxy : Tensor
+        Shapes (r, r), (r', r') and (r, r').
+    """
+    if y is None:
+        y = x
+    _check_pair(x, y)
+    n = x.shape[0]
+    if weights is not None:
+        w = weights.to(x.dtype).reshape(-1)
+        if w.shape[0] != n:
+            raise ValueError(f"weights has {w.shape[0]} entries for {n} samples")
+        w = w / w.sum()
+    with no_tf32(x.device):
+        if center:
+            if weights is None:
+                x = x - x.mean(0, keepdim=True)
+                y = y - y.mean(0, keepdim=True)
+            else:
+                x = x - (w[:, None] * x).sum(0, keepdim=True)
+                y = y - (w[:, None] * y).sum(0, keepdim=True)
+        if weights is None:
+            cx = x.T @ x / n
+            cy = y.T @ y / n
+            cxy = x.T @ y / n
+        else:
+            xw = x * w[:, None]
+            cx = xw.T @ x
+            cy = (y * w[:, None]).T @ y
+            cxy = xw.T @ y
+    return cx, cy, cxy
+
+
+def metric_distortion(c: Tensor, rtol: float | None = None) -> Tensor:
+    """Metric distortion loss ``R(C) = tr(C^2 - C - ln C)`` (paper Sec. 3).
+
+    ``R(C) >= 0`` with equality iff ``C = I``. Eigenvalues entering ``ln`` are clamped at
+    ``rtol * max(1, lambda_max)`` so that the value and gradient stay finite for singular
+    ``C``.
+
+    Parameters
+    ----------
+    c : Tensor of shape (r, r)
+        Symmetric positive semi-definite matrix.
+    rtol : float, optional
+        Relative clamp; default ``r * eps(dtype of c)``.
+    """
+    dtype = c.dtype
+    c64 = c.to(torch.float64)
+    c64 = 0.5 * (c64 + c64.T)
+    evals = torch.linalg.eigvalsh(c64)
+    if rtol is None:
+        rtol = default_rtol(c.shape[0], dtype)
+    floor = rtol * torch.clamp(evals[-1].detach(), min=1.0)
+    log_evals = torch.log(torch.where(evals > floor, evals, floor))
+    value = (c64 * c64).sum() - torch.trace(c64) - log_evals.sum()
+    return value.to(dtype)
+
+
+def _regulariser(cx: Tensor, cy: Tensor, gamma: float) -> Tensor | float:
+    if gamma == 0.0:
+        return 0.0
+    return gamma * (metric_distortion(cx) + metric_distortion(cy))
+
+
+def projection_score_from_covariances(
+    cx: Tensor, cy: Tensor, cxy: Tensor, gamma: float = 0.0, rtol: float | None = None
+) -> Tensor:
+    """``P^gamma`` (Eq. 7) from covariance matrices; see :func:`projection_score`."""
+    dtype = cxy.dtype
+    cx_pinv = torch_sym_pinv(cx.to(torch.float64), rtol)
+    cy_pinv = torch_sym_pinv(cy.to(torch.float64), rtol)
+    cxy64 = cxy.to(torch.float64)
+    # ||Cx^{+/2} Cxy Cy^{+/2}||_HS^2 = tr(Cx^+ Cxy Cy^+ Cxy^T)
+    score = torch.sum((cx_pinv @ cxy64) * (cxy64 @ cy_pinv))
+    return score.to(dtype) - _regulariser(cx, cy, gamma)
+
+
+def relaxed_score_from_covariances(
+    cx: Tensor, cy: Tensor, cxy: Tensor, gamma: float = 0.0
+) -> Tensor:
+    """``S^gamma`` (Eq. 9) from covariance matrices; see :func:`relaxed_score`."""
+    dtype = cxy.dtype
+    nx = torch.linalg.eigvalsh(0.5 * (cx + cx.T).to(torch.float64))[-1]
+    ny = torch.linalg.eigvalsh(0.5 * (cy + cy.T).to(torch.float64))[-1]
+    tiny = torch.finfo(dtype).tiny
+    denom = torch.clamp(nx * ny, min=tiny)
+    score = (cxy.to(torch.float64) ** 2).sum() / denom
+    return score.to(dtype) - _regulariser(cx, cy, gamma)
+
+
+def projection_score(
+    x: Tensor,
+    y: Tensor,
+    gamma: float = 0.0,
+    *,
+    weights: Tensor | None = None,
+    rtol: float | None = None,
+) -> Tensor:
+    """Projection score ``P^gamma`` (paper Eq. 7).
+
+    ``P^gamma = ||Cx^{+/2} Cxy Cy^{+/2}||_HS^2 - gamma (R(Cx) + R(Cy))`` with uncentred
+    covariances. Computed as ``tr(Cx^+ Cxy Cy^+ Cxy^T)``; the pseudo-inverses use a
+    symmetric eigendecomposition with relative cut-off ``rtol`` (default
+    ``r * eps(dtype)``). Cost ``O(n r^2 + r^3)``.
+
+    Parameters
+    ----------
+    x, y : Tensor of shape (n, r)
+        Features ``psi(X)`` and ``psi'(X')`` of paired samples.
+    gamma : float, default 0.0
+        Weight of the metric distortion penalty.
+    weights : Tensor of shape (n,), optional
+        Sample weights (see :func:`covariances`).
+    rtol : float, optional
+        Relative rank cut-off for the pseudo-inverses.
+
+    Returns
+    -------
+    Tensor
+        Scalar score, to be maximised.
+    """
+    cx, cy, cxy = covariances(x, y, weights=weights)
+    return projection_score_from_covariances(cx, cy, cxy, gamma, rtol)
+
+
+def relaxed_score(
+    x: Tensor, y: Tensor, gamma: float = 0.0, *, weights: Tensor | None = None
+) -> Tensor:
+    """Relaxed score ``S^gamma`` (paper Eq. 9).
+
+    ``S^gamma = ||Cxy||_HS^2 / (||Cx|| ||Cy||) - gamma (R(Cx) + R(Cy))``, where the
+    denominator holds operator norms. No matrix inversion: well conditioned by design.
+    Theorem 1: ``S^0 <= P^0``.
+
+    Parameters
+    ----------
+    x, y : Tensor of shape (n, r)
+        Features ``psi(X)`` and ``psi'(X')`` of paired samples.
+    gamma : float, default 0.0
+        Weight of the metric distortion penalty.
+    weights : Tensor of shape (n,), optional
+        Sample weights (see :func:`covariances`).
+    """
+    cx, cy, cxy = covariances(x, y, weights=weights)
+    return relaxed_score_from_covariances(cx, cy, cxy, gamma)
+
+
+def vamp_score(
+    x: Tensor,
+    y: Tensor,
+    p: int = 2,
+    gamma: float = 0.0,
+    *,
+    weights: Tensor | None = None,
+    rtol: float | None = None,
+) -> Tensor:
+    """VAMP-p score of VAMPNets (Mardt et al. 2018), ``p in {1, 2}``.
+
+    Convention (as in VAMPNets and deeptime): the features are centred, the Koopman matrix
+    ``K = Cx^{+/2} Cxy Cy^{+/2}`` is formed from the centred covariances, and ``1`` is added
+    for the constant function, which is always implicitly in the span::
+
+        VAMP-2 = 1 + ||K||_HS^2,     VAMP-1 = 1 + ||K||_*  (nuclear norm).
+
+    Hence ``vamp_score(x, y, 2) == projection_score([1, x], [1, y])`` with uncentred
+    features (tested). With ``gamma > 0`` the metric distortion of the *uncentred*
+    covariances is subtracted, as for the DPNets scores.
+
+    Parameters
+    ----------
+    x, y : Tensor of shape (n, r)
+    p : {1, 2}
+    gamma : float, default 0.0
+    weights : Tensor of shape (n,), optional
+    rtol : float, optional
+        Relative rank cut-off for the pseudo-inverses.
+    """
+    if p not in (1, 2):
+        raise ValueError(f"vamp_score supports p=1 or p=2, got p={p!r}")
+    cx, cy, cxy = covariances(x, y, center=True, weights=weights)
+    dtype = cxy.dtype
+    if p == 2:
+        core = projection_score_from_covariances(cx, cy, cxy, 0.0, rtol).to(torch.float64)
+    else:
+        k = (
+            torch_sym_inv_sqrt(cx.to(torch.float64), rtol)
+            @ cxy.to(torch.float64)
+            @ torch_sym_inv_sqrt(cy.to(torch.float64), rtol)
+        )
+        core = torch.linalg.svdvals(k).sum()
+    score = (1.0 + core).to(dtype)
+    if gamma != 0.0:
+        ux, uy, _ = covariances(x, y, weights=weights)
+        score = score - _regulariser(ux, uy, gamma)
+    return score
+
+
+# ------------------------------------------------------------------------------ modules
+
+
+class ProjectionLoss(nn.Module):
+    """Negative projection score ``-P^gamma`` (Eq. 7). See :func:`projection_score`."""
+
+    def __init__(self, gamma: float = 0.0, rtol: float | None = None) -> None:
+        super().__init__()
+        self.gamma = float(gamma)
+        self.rtol = rtol
+
+    def forward(self, x: Tensor, y: Tensor) -> Tensor:
+        return -projection_score(x, y, self.gamma, rtol=self.rtol)
+
+
+class RelaxedLoss(nn.Module):
+    """Negative relaxed score ``-S^gamma`` (Eq. 9). See :func:`relaxed_score`."""
+
+    def __init__(self, gamma: float = 0.0) -> None:
+        super().__init__()
+        self.gamma = float(gamma)
+
+    def forward(self, x: Tensor, y: Tensor) -> Tensor:
+        return -relaxed_score(x, y, self.gamma)
+
+
+class VAMPLoss(nn.Module):
+    """Negative VAMP-p score. See :func:`vamp_score`."""
+
+    def __init__(self, p: int = 2, gamma: float = 0.0, rtol: float | None = None) -> None:
+        super().__init__()
+        if p not in (1, 2):
+            raise ValueError(f"VAMPLoss supports p=1 or p=2, got p={p!r}")
+        self.p = p
+        self.gamma = float(gamma)
+        self.rtol = rtol
+
+    def forward(self, x: Tensor, y: Tensor) -> Tensor:
+        return -vamp_score(x, y, self.p, self.gamma, rtol=self.rtol)
+
+
+#: Score names accepted by :class:`dpnets.DPNet` and :func:`make_loss`.
+SCORES: tuple[str, ...] = ("projection", "relaxed", "vamp1", "vamp2")
+
+
+def make_loss(score: str, gamma: float = 0.0) -> nn.Module:
+    """Build the loss module for a score name in :data:`SCORES`."""
+    if score == "projection":
+        return ProjectionLoss(gamma)
+    if score == "relaxed":
+        return RelaxedLoss(gamma)
+    if score == "vamp1":
+        return VAMPLoss(1, gamma)
+    if score == "vamp2":
+        return VAMPLoss(2, gamma)
+    raise ValueError(f"unknown score {score!r}; expected one of {', '.join(SCORES)}")

@@ -1,0 +1,181 @@
+"""The one training loop, shared by DPNet, VAMPNets and the autoencoder baselines.
+
+It owns the optimiser, the epoch loop, the progress bar, the ``history_`` of train and
+validation scores, the non-finite-loss guard and the restore of the best validation epoch.
+Models supply three things: the modules to optimise, a function mapping a batch to a loss,
+and (optionally) a function returning a validation *score* (higher is better).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import warnings
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+__all__ = ["resolve_device", "make_optimizer", "progress_bar", "train", "TrainResult"]
+
+_OPTIMIZERS = {
+    "adam": torch.optim.Adam,
+    "adamw": torch.optim.AdamW,
+    "sgd": torch.optim.SGD,
+    "rmsprop": torch.optim.RMSprop,
+}
+
+
+def resolve_device(device: str | torch.device | None) -> torch.device:
+    """``None`` picks CUDA when available, else CPU."""
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def make_optimizer(
+    optimizer: str | type[torch.optim.Optimizer],
+    params: Iterable[Tensor],
+    lr: float,
+    kwargs: dict[str, Any] | None = None,
+) -> torch.optim.Optimizer:
+    """Build an optimiser from a name (``adam``, ``adamw``, ``sgd``, ``rmsprop``) or a class."""
+    if isinstance(optimizer, str):
+        try:
+            cls = _OPTIMIZERS[optimizer.lower()]
+        except KeyError:
+            raise ValueError(
+                f"unknown optimizer {optimizer!r}; expected one of {', '.join(_OPTIMIZERS)} "
+                "or a torch.optim.Optimizer subclass"
+            ) from None
+    else:
+        cls = optimizer
+    return cls(params, lr=lr, **(kwargs or {}))
+
+
+def progress_bar(iterable: Iterable, enabled: bool, desc: str, total: int | None = None):
+    """A tqdm bar when ``enabled`` and tqdm is installed (extra ``dpnets[progress]``)."""
+    if not enabled:
+        return iterable
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:  # pragma: no cover - optional dependency
+        return iterable
+    return tqdm(iterable, desc=desc, total=total, leave=False, dynamic_ncols=True)
+
+
+@dataclass
+class TrainResult:
+    """Outcome of :func:`train`."""
+
+    history: dict[str, list[float]] = field(default_factory=dict)
+    best_epoch: int | None = None
+
+
+def train(
+    modules: Sequence[nn.Module],
+    batch_loss: Callable[[Any], Tensor],
+    batches: Iterable[Any],
+    *,
+    epochs: int,
+    lr: float,
+    optimizer: str | type[torch.optim.Optimizer] = "adam",
+    optimizer_kwargs: dict[str, Any] | None = None,
+    val_score: Callable[[], float] | None = None,
+    progress: bool = True,
+    desc: str = "training",
+    callback: Callable[[int], None] | None = None,
+) -> TrainResult:
+    """Optimise ``modules`` by minimising ``batch_loss`` over ``batches`` for ``epochs``.
+
+    Parameters
+    ----------
+    modules : sequence of nn.Module
+        Everything whose parameters are trained (duplicates are ignored).
+    batch_loss : callable
+        Maps one item of ``batches`` to a scalar loss tensor.
+    batches : iterable
+        Re-iterated once per epoch.
+    epochs, lr, optimizer, optimizer_kwargs
+        Optimisation settings.
+    val_score : callable, optional
+        Returns a validation score (higher is better), evaluated after each epoch; the
+        modules are restored to the best-scoring epoch at the end.
+    progress : bool
+        Show a progress bar (needs tqdm).
+    callback : callable, optional
+        Called with the epoch index after each epoch (e.g. to record metrics).
+
+    Returns
+    -------
+    TrainResult
+        ``history["train_score"]`` is the mean of ``-loss`` over each epoch's batches,
+        ``history["val_score"]`` the validation score per epoch (when given).
+
+    Raises
+    ------
+    FloatingPointError
+        If a loss becomes NaN or inf.
+    """
+    if epochs < 1:
+        raise ValueError(f"epochs must be >= 1, got {epochs}")
+    params: list[Tensor] = []
+    seen: set[int] = set()
+    for m in modules:
+        for p in m.parameters():
+            if id(p) not in seen and p.requires_grad:
+                seen.add(id(p))
+                params.append(p)
+    if not params:
+        raise ValueError("no trainable parameters")
+    opt = make_optimizer(optimizer, params, lr, optimizer_kwargs)
+    history: dict[str, list[float]] = {"train_score": []}
+    if val_score is not None:
+        history["val_score"] = []
+    best = -math.inf
+    best_state: list[dict[str, Tensor]] | None = None
+    best_epoch: int | None = None
+    bar = progress_bar(range(epochs), progress, desc, total=epochs)
+    for epoch in bar:
+        for m in modules:
+            m.train()
+        total: Tensor | None = None  # accumulated on the device: no per-step sync
+        count = 0
+        for batch in batches:
+            opt.zero_grad(set_to_none=True)
+            loss = batch_loss(batch)
+            loss.backward()
+            opt.step()
+            total = loss.detach() if total is None else total + loss.detach()
+            count += 1
+        train_score = -float(total) / count if total is not None else math.nan
+        if not math.isfinite(train_score):
+            raise FloatingPointError(
+                f"the training loss became {train_score} at epoch {epoch}; lower the learning "
+                "rate, increase the batch size, or use score='relaxed'"
+            )
+        history["train_score"].append(train_score)
+        postfix = {"train": f"{train_score:.4g}"}
+        if val_score is not None:
+            for m in modules:
+                m.eval()
+            v = float(val_score())
+            history["val_score"].append(v)
+            postfix["val"] = f"{v:.4g}"
+            if math.isfinite(v) and v > best:
+                best, best_epoch = v, epoch
+                best_state = [copy.deepcopy(m.state_dict()) for m in modules]
+        if callback is not None:
+            callback(epoch)
+        if hasattr(bar, "set_postfix"):
+            bar.set_postfix(postfix)
+    if best_state is not None:
+        for m, s in zip(modules, best_state, strict=False):
+            m.load_state_dict(s)
+    elif val_score is not None:
+        warnings.warn("validation score was never finite; keeping the last epoch", stacklevel=2)
+    for m in modules:
+        m.eval()
+    return TrainResult(history=history, best_epoch=best_epoch)
