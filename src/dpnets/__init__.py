@@ -13,3 +13,7 @@ from dpnets.representation import DPNet
 __version__ = "0.1.0"
 
 __all__ = ["DPNet", "TransferOperator", "NotFittedError", "load", "nn", "scores", "__version__"]
+
+from dpnets.io import _register_core  # noqa: E402
+
+_register_core()

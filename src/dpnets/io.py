@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -21,10 +22,30 @@ from torch import nn
 
 from dpnets.nn.registry import build, describe
 
-__all__ = ["save", "load"]
+__all__ = ["save", "load", "register", "dump_features", "restore_features", "arrays_to_tensors"]
 
 _FORMAT = "dpnets"
 _VERSION = 1
+
+#: kind name -> (class, dump, restore). ``dump(model, tensors) -> config dict`` fills
+#: ``tensors``; ``restore(config, tensors, **load_kwargs) -> model``.
+_KINDS: dict[str, tuple[type, Callable[..., dict], Callable[..., Any]]] = {}
+
+
+def register(kind: str, cls: type, dump: Callable[..., dict], restore: Callable[..., Any]) -> None:
+    """Make ``cls`` saveable under ``kind``.
+
+    ``dump(model, tensors)`` returns a JSON-serialisable config and adds arrays/tensors to
+    the ``tensors`` dict; ``restore(config, tensors, **kwargs)`` rebuilds the fitted model
+    (``kwargs`` are :func:`load`'s keyword arguments).
+    """
+    _KINDS[kind] = (cls, dump, restore)
+
+
+def arrays_to_tensors(model: Any, names: Sequence[str], tensors: dict[str, torch.Tensor]) -> None:
+    """Store numpy attributes ``names`` of ``model`` as tensors."""
+    for name in names:
+        tensors[name] = torch.from_numpy(np.ascontiguousarray(getattr(model, name)))
 
 
 def _dpnet_payload(model: Any, prefix: str, tensors: dict[str, torch.Tensor]) -> dict:
@@ -66,20 +87,46 @@ def _dpnet_payload(model: Any, prefix: str, tensors: dict[str, torch.Tensor]) ->
     return {"params": cfg, "fitted": fitted, "modules": spec}
 
 
-def _operator_payload(model: Any, tensors: dict[str, torch.Tensor]) -> dict:
-    from dpnets.exceptions import check_is_fitted
+def dump_features(features: Any, tensors: dict[str, torch.Tensor]) -> dict:
+    """Config for a model's feature map: identity (None), a DPNet (stored), or custom."""
     from dpnets.representation import DPNet
 
+    if features is None:
+        return {"kind": "identity", "config": None}
+    if isinstance(features, DPNet):
+        return {"kind": "dpnet", "config": _dpnet_payload(features, "features.", tensors)}
+    return {"kind": "custom", "config": None}
+
+
+def restore_features(
+    cfg: dict,
+    tensors: dict[str, torch.Tensor],
+    *,
+    features: Any = None,
+    encoder: nn.Module | None = None,
+    lagged_encoder: nn.Module | None = None,
+    device: str | torch.device = "cpu",
+) -> Any:
+    """Inverse of :func:`dump_features`."""
+    if cfg["kind"] == "identity":
+        return None
+    if cfg["kind"] == "dpnet":
+        return _load_dpnet(cfg["config"], tensors, "features.", encoder, lagged_encoder, device)
+    if features is None:
+        raise ValueError(
+            "this model was fitted on a custom feature map; pass it as load(path, features=...)"
+        )
+    return features
+
+
+_OPERATOR_ARRAYS = ("operator_", "cx_", "cxy_", "_cx_pinv", "features_x_", "state_coef_")
+
+
+def _operator_payload(model: Any, tensors: dict[str, torch.Tensor]) -> dict:
+    from dpnets.exceptions import check_is_fitted
+
     check_is_fitted(model, "operator_")
-    feats = model.features
-    if feats is None:
-        fkind, fcfg = "identity", None
-    elif isinstance(feats, DPNet):
-        fkind, fcfg = "dpnet", _dpnet_payload(feats, "features.", tensors)
-    else:
-        fkind, fcfg = "custom", None
-    for name in ("operator_", "cx_", "cxy_", "_cx_pinv", "features_x_", "state_coef_"):
-        tensors[name] = torch.from_numpy(np.ascontiguousarray(getattr(model, name)))
+    arrays_to_tensors(model, _OPERATOR_ARRAYS, tensors)
     return {
         "params": {"ridge": float(model.ridge), "rtol": model.rtol},
         "fitted": {
@@ -89,22 +136,20 @@ def _operator_payload(model: Any, tensors: dict[str, torch.Tensor]) -> dict:
             "n_features_": int(model.n_features_),
             "state_shape_": list(model.state_shape_),
         },
-        "features": {"kind": fkind, "config": fcfg},
+        "features": dump_features(model.features, tensors),
     }
 
 
 def save(model: Any, path: str | os.PathLike) -> None:
-    """Save a fitted :class:`dpnets.DPNet` or :class:`dpnets.TransferOperator` to ``path``."""
-    from dpnets.operators import TransferOperator
-    from dpnets.representation import DPNet
+    """Save a fitted dpnets model (DPNet, TransferOperator, ...) to ``path``."""
+    import dpnets  # noqa: F401 - populates the registry
 
-    tensors: dict[str, torch.Tensor] = {}
-    if isinstance(model, DPNet):
-        kind, cfg = "DPNet", _dpnet_payload(model, "", tensors)
-    elif isinstance(model, TransferOperator):
-        kind, cfg = "TransferOperator", _operator_payload(model, tensors)
-    else:
+    matches = [(k, v[1]) for k, v in _KINDS.items() if type(model) is v[0]]
+    if not matches:
         raise TypeError(f"cannot save objects of type {type(model).__name__}")
+    kind, dump = matches[0]
+    tensors: dict[str, torch.Tensor] = {}
+    cfg = dump(model, tensors)
     payload = {
         "format": _FORMAT,
         "version": _VERSION,
@@ -169,6 +214,28 @@ def _load_dpnet(
     return model
 
 
+def _restore_dpnet(cfg: dict, tensors: dict[str, torch.Tensor], **kw: Any) -> Any:
+    return _load_dpnet(
+        cfg, tensors, "", kw.get("encoder"), kw.get("lagged_encoder"), kw.get("device", "cpu")
+    )
+
+
+def _restore_operator(cfg: dict, tensors: dict[str, torch.Tensor], **kw: Any) -> Any:
+    from dpnets.operators import TransferOperator
+
+    op = TransferOperator(restore_features(cfg["features"], tensors, **kw), **cfg["params"])
+    for name in _OPERATOR_ARRAYS:
+        setattr(op, name, tensors[name].numpy())
+    f = cfg["fitted"]
+    op.lag_ = f["lag_"]
+    op.rank_ = f["rank_"]
+    op.n_samples_ = f["n_samples_"]
+    op.n_features_ = f["n_features_"]
+    op.state_shape_ = tuple(f["state_shape_"])
+    op._set_spectrum()
+    return op
+
+
 def load(
     path: str | os.PathLike,
     *,
@@ -185,51 +252,38 @@ def load(
     encoder, lagged_encoder : nn.Module, optional
         Architectures for encoders that are not from :mod:`dpnets.nn`.
     features : callable, optional
-        The feature map of a :class:`TransferOperator` fitted on a custom callable.
+        The feature map of a model fitted on a custom callable.
     device : str or torch.device, default "cpu"
 
     Returns
     -------
-    DPNet or TransferOperator
+    The fitted model (DPNet, TransferOperator, ...).
     """
-    from dpnets.linalg import eig_biorthogonal
-    from dpnets.operators import TransferOperator
+    import dpnets  # noqa: F401 - populates the registry
 
     payload = torch.load(os.fspath(path), map_location="cpu", weights_only=True)
     if not isinstance(payload, dict) or payload.get("format") != _FORMAT:
         raise ValueError(f"{path} is not a dpnets model file")
     if payload.get("version") != _VERSION:
         raise ValueError(f"unsupported dpnets file version {payload.get('version')}")
+    kind = payload.get("kind")
+    if kind not in _KINDS:
+        raise ValueError(f"unknown model kind {kind!r} in {path}")
     cfg = json.loads(payload["config"])
-    tensors = payload["tensors"]
-    if payload["kind"] == "DPNet":
-        return _load_dpnet(cfg, tensors, "", encoder, lagged_encoder, device)
-    if payload["kind"] == "TransferOperator":
-        fk = cfg["features"]["kind"]
-        if fk == "identity":
-            feats = None
-        elif fk == "dpnet":
-            feats = _load_dpnet(
-                cfg["features"]["config"], tensors, "features.", encoder, lagged_encoder, device
-            )
-        else:
-            if features is None:
-                raise ValueError(
-                    "this operator was fitted on a custom feature map; pass it as "
-                    "load(path, features=...)"
-                )
-            feats = features
-        op = TransferOperator(feats, **cfg["params"])
-        for name in ("operator_", "cx_", "cxy_", "_cx_pinv", "features_x_", "state_coef_"):
-            setattr(op, name, tensors[name].numpy())
-        f = cfg["fitted"]
-        op.lag_ = f["lag_"]
-        op.rank_ = f["rank_"]
-        op.n_samples_ = f["n_samples_"]
-        op.n_features_ = f["n_features_"]
-        op.state_shape_ = tuple(f["state_shape_"])
-        op.eigvals_, op.left_eigvecs_, op.right_eigvecs_ = eig_biorthogonal(
-            op.operator_, metric=op.cx_
-        )
-        return op
-    raise ValueError(f"unknown model kind {payload['kind']!r} in {path}")
+    restore = _KINDS[kind][2]
+    return restore(
+        cfg,
+        payload["tensors"],
+        encoder=encoder,
+        lagged_encoder=lagged_encoder,
+        features=features,
+        device=device,
+    )
+
+
+def _register_core() -> None:
+    from dpnets.operators import TransferOperator
+    from dpnets.representation import DPNet
+
+    register("DPNet", DPNet, lambda m, t: _dpnet_payload(m, "", t), _restore_dpnet)
+    register("TransferOperator", TransferOperator, _operator_payload, _restore_operator)

@@ -8,7 +8,7 @@ Koopman modes and implied timescales.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -19,7 +19,7 @@ from dpnets.data import check_states, chunks, is_streaming, pairs, to_numpy
 from dpnets.exceptions import check_is_fitted
 from dpnets.linalg import eig_biorthogonal, sym_matrix_function
 
-__all__ = ["TransferOperator", "FeatureMap", "as_feature_map"]
+__all__ = ["SpectralModel", "TransferOperator", "FeatureMap", "as_feature_map"]
 
 FeatureMap = Callable[[np.ndarray], np.ndarray]
 
@@ -69,7 +69,146 @@ def _as_features(phi: Any, n: int) -> np.ndarray:
     return phi
 
 
-class TransferOperator:
+class SpectralModel:
+    """Shared downstream API of the linear models on a feature map.
+
+    Subclasses set, in ``fit``: ``operator_`` (r, r), ``cx_``, ``_cx_pinv``,
+    ``features_x_`` (training features), ``state_coef_`` (least-squares coefficients of the
+    state observable), ``n_samples_``, ``n_features_``, ``state_shape_``, and call
+    :meth:`_set_spectrum`. They implement :meth:`_time_factor` (the eigenvalue weight of
+    a forecast ``t`` steps or time units ahead), :meth:`_power` (the matrix counterpart, used
+    when the eigenvector matrix is ill-conditioned) and :meth:`implied_timescales`.
+    Coefficients of observables are always least squares on ``features_x_``:
+    ``(Cx + ridge I)^+ Phi_X^T F / n`` where ``F`` holds the observable's values on the
+    samples that :meth:`_observable_coef` documents per subclass.
+    """
+
+    features: Any
+
+    def _set_spectrum(self) -> None:
+        self.eigvals_, self.left_eigvecs_, self.right_eigvecs_ = eig_biorthogonal(
+            self.operator_, metric=self.cx_
+        )
+
+    # -- hooks
+    def _time_factor(self, t: float) -> np.ndarray:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _power(self, t: float) -> np.ndarray:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _check_time(self, t: Any) -> float:
+        if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or t < 1:
+            raise ValueError(f"t must be an integer >= 1, got {t!r}")
+        return int(t)
+
+    # -- shared
+    def eig(self, vectors: bool = False) -> np.ndarray | tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Eigenvalues of the estimator (decreasing modulus; Eq. 16).
+
+        Parameters
+        ----------
+        vectors : bool, default False
+            Also return the biorthogonal left and right eigenvectors ``(vals, L, R)`` with
+            ``T R = R diag(vals)``, ``L^H T = diag(vals) L^H``, ``L^H R = I``.
+        """
+        check_is_fitted(self, "operator_")
+        if vectors:
+            return self.eigvals_, self.left_eigvecs_, self.right_eigvecs_
+        return self.eigvals_
+
+    def transform(self, X: Any) -> np.ndarray:
+        """Features ``psi(X)`` used by the estimator, float64 (n, r)."""
+        check_is_fitted(self, "operator_")
+        x = self._check_X(X)
+        return as_feature_map(self.features)(x)
+
+    def _check_X(self, X: Any) -> np.ndarray:
+        x = check_states(X, "X")
+        if tuple(x.shape[1:]) != self.state_shape_:
+            raise ValueError(
+                f"X has state shape {tuple(x.shape[1:])}; the model was fitted on "
+                f"{self.state_shape_}"
+            )
+        return x
+
+    def eigenfunctions(self, X: Any, side: str = "right") -> np.ndarray:
+        """Eigenfunctions evaluated at states ``X`` (Eq. 16), complex (n, r).
+
+        ``side="right"``: ``phi_i(x) = psi(x)^T r_i`` (normalised to unit empirical norm);
+        ``side="left"``: ``xi_i(x) = l_i^H psi(x)``.
+        """
+        check_is_fitted(self, "operator_")
+        if side not in ("right", "left"):
+            raise ValueError(f"side must be 'right' or 'left', got {side!r}")
+        phi = self.transform(X)
+        if side == "right":
+            return phi @ self.right_eigvecs_
+        return phi @ self.left_eigvecs_.conj()
+
+    def _observable_coef(self, observable: Any) -> tuple[np.ndarray, tuple[int, ...]]:
+        """LS coefficients ``(Cx + ridge)^+ Phi_X^T F / n`` of an observable (r, l)."""
+        if observable is None:
+            return self.state_coef_, self.state_shape_
+        f = check_states(observable, "observable")
+        if f.shape[0] != self.n_samples_:
+            raise ValueError(
+                f"observable must hold one value per training sample ({self.n_samples_}), "
+                f"got {f.shape[0]} rows"
+            )
+        f_flat = np.asarray(f, dtype=np.float64).reshape(f.shape[0], -1)
+        coef = self._cx_pinv @ (self.features_x_.T @ f_flat) / self.n_samples_
+        return coef, tuple(f.shape[1:])
+
+    def predict(self, X: Any, t: Any = 1, observable: Any = None) -> np.ndarray:
+        """Forecast ``E[f(X_t) | X_0 = x]`` through the modal decomposition.
+
+        ``sum_i w_i(t) (psi(x)^T r_i) (l_i^H D_f)`` with ``D_f`` the least-squares
+        coefficients of the observable and ``w_i(t)`` the eigenvalue weight
+        (``lambda_i^{t-1}`` for a transfer operator, Eq. 17; ``exp(lambda_i t)`` for a
+        generator, App. E). If the eigenvector matrix is ill-conditioned (a defective
+        estimator), the matrix function is used instead.
+
+        Parameters
+        ----------
+        X : array (m, *state_shape)
+            Initial states.
+        t : scalar or sequence
+            Forecast horizon(s).
+        observable : array (n_samples_, ...), optional
+            Observable values on the training samples (see the class docstring). Default:
+            the state itself.
+
+        Returns
+        -------
+        ndarray
+            ``(m, *obs_shape)`` for a scalar ``t``; ``(len(t), m, *obs_shape)`` otherwise.
+        """
+        check_is_fitted(self, "operator_")
+        scalar = np.ndim(t) == 0
+        ts = [self._check_time(s) for s in ([t] if scalar else list(t))]
+        coef, obs_shape = self._observable_coef(observable)
+        phi = self.transform(X)
+        out = []
+        if np.linalg.cond(self.right_eigvecs_) < 1e8:
+            phi_r = phi @ self.right_eigvecs_  # (m, r)
+            lc = self.left_eigvecs_.conj().T @ coef  # (r, l)
+            for s in ts:
+                out.append(((phi_r * self._time_factor(s)) @ lc).real)
+        else:  # defective estimator: fall back to the matrix function
+            for s in ts:
+                out.append(phi @ self._power(s) @ coef)
+        shaped = [o.reshape(o.shape[0], *obs_shape) for o in out]
+        return shaped[0] if scalar else np.stack(shaped)
+
+    def save(self, path: str) -> None:
+        """Save to ``path`` (see :func:`dpnets.load`)."""
+        from dpnets.io import save
+
+        save(self, path)
+
+
+class TransferOperator(SpectralModel):
     """Least-squares transfer operator on a feature map (paper Sec. 4, App. D).
 
     Fits ``T = (Cx + ridge I)^+ Cxy`` with ``Cx = Phi_X^T Phi_X / n`` and
@@ -150,9 +289,7 @@ class TransferOperator:
         self.features_x_ = phi_x
         # least-squares coefficients of the state at time lag on psi(X_0) (App. D.2)
         self.state_coef_ = cx_pinv @ (phi_x.T @ y_flat) / n
-        self.eigvals_, self.left_eigvecs_, self.right_eigvecs_ = eig_biorthogonal(
-            self.operator_, metric=cx
-        )
+        self._set_spectrum()
         return self
 
     def _stream(self, data: Any, fmap: FeatureMap):
@@ -167,107 +304,11 @@ class TransferOperator:
             shape = yb.shape[1:]
         return np.concatenate(phx), np.concatenate(phy), np.concatenate(ys), shape
 
-    # ------------------------------------------------------------------ spectra
-    def eig(self, vectors: bool = False) -> np.ndarray | tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Eigenvalues of the estimator (decreasing modulus; Eq. 16).
+    def _time_factor(self, t: float) -> np.ndarray:
+        return self.eigvals_ ** (int(t) - 1)
 
-        Parameters
-        ----------
-        vectors : bool, default False
-            Also return the biorthogonal left and right eigenvectors ``(vals, L, R)`` with
-            ``T R = R diag(vals)``, ``L^H T = diag(vals) L^H``, ``L^H R = I``.
-        """
-        check_is_fitted(self, "operator_")
-        if vectors:
-            return self.eigvals_, self.left_eigvecs_, self.right_eigvecs_
-        return self.eigvals_
-
-    def transform(self, X: Any) -> np.ndarray:
-        """Features ``psi(X)`` used by the estimator, float64 (n, r)."""
-        check_is_fitted(self, "operator_")
-        x = self._check_X(X)
-        return as_feature_map(self.features)(x)
-
-    def _check_X(self, X: Any) -> np.ndarray:
-        x = check_states(X, "X")
-        if tuple(x.shape[1:]) != self.state_shape_:
-            raise ValueError(
-                f"X has state shape {tuple(x.shape[1:])}; the operator was fitted on "
-                f"{self.state_shape_}"
-            )
-        return x
-
-    def eigenfunctions(self, X: Any, side: str = "right") -> np.ndarray:
-        """Eigenfunctions evaluated at states ``X`` (Eq. 16), complex (n, r).
-
-        ``side="right"``: ``phi_i(x) = psi(x)^T r_i`` (normalised to unit empirical norm);
-        ``side="left"``: ``xi_i(x) = l_i^H psi(x)``.
-        """
-        check_is_fitted(self, "operator_")
-        if side not in ("right", "left"):
-            raise ValueError(f"side must be 'right' or 'left', got {side!r}")
-        phi = self.transform(X)
-        if side == "right":
-            return phi @ self.right_eigvecs_
-        return phi @ self.left_eigvecs_.conj()
-
-    def _observable_coef(self, observable: Any) -> tuple[np.ndarray, tuple[int, ...]]:
-        """LS coefficients ``(Cx + ridge)^+ Phi_X^T F' / n`` of an observable (r, l)."""
-        if observable is None:
-            return self.state_coef_, self.state_shape_
-        f = check_states(observable, "observable")
-        if f.shape[0] != self.n_samples_:
-            raise ValueError(
-                f"observable must hold values on the {self.n_samples_} training targets, "
-                f"got {f.shape[0]} rows"
-            )
-        f_flat = np.asarray(f, dtype=np.float64).reshape(f.shape[0], -1)
-        coef = self._cx_pinv @ (self.features_x_.T @ f_flat) / self.n_samples_
-        return coef, tuple(f.shape[1:])
-
-    def predict(self, X: Any, t: int | Sequence[int] = 1, observable: Any = None) -> np.ndarray:
-        """Forecast ``E[f(X_t) | X_0 = x]`` through the modal decomposition (Eq. 17).
-
-        ``sum_i lambda_i^{t-1} (psi(x)^T r_i) (l_i^H (Cx + ridge)^+ Phi_X^T F' / n)``, which
-        equals ``psi(x)^T T^{t-1} D_f`` with ``D_f`` the least-squares coefficients of ``f``
-        on the training targets (App. D.3). If the eigenvector matrix is ill-conditioned
-        (a defective estimator), the matrix power is used instead.
-
-        Parameters
-        ----------
-        X : array (m, *state_shape)
-            Initial states.
-        t : int or sequence of int, default 1
-            Number of lag steps ahead (``t >= 1``).
-        observable : array (n_samples_, ...), optional
-            Values ``f(y_k)`` of the observable on the training targets, in the order of the
-            training pairs. Default: the state itself.
-
-        Returns
-        -------
-        ndarray
-            ``(m, *obs_shape)`` for an integer ``t``; ``(len(t), m, *obs_shape)`` otherwise.
-        """
-        check_is_fitted(self, "operator_")
-        ts = [t] if np.isscalar(t) else list(t)  # type: ignore[arg-type]
-        for s in ts:
-            if isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 1:
-                raise ValueError(f"t must be an integer >= 1, got {s!r}")
-        coef, obs_shape = self._observable_coef(observable)
-        phi = self.transform(X)
-        lam, left, right = self.eigvals_, self.left_eigvecs_, self.right_eigvecs_
-        out = []
-        if np.linalg.cond(right) < 1e8:
-            phi_r = phi @ right  # (m, r)
-            lc = left.conj().T @ coef  # (r, l)
-            for s in ts:
-                pred = (phi_r * lam ** (s - 1)) @ lc
-                out.append(pred.real)
-        else:  # defective: fall back to T^{t-1}
-            for s in ts:
-                out.append(phi @ np.linalg.matrix_power(self.operator_, int(s) - 1) @ coef)
-        shaped = [o.reshape(o.shape[0], *obs_shape) for o in out]
-        return shaped[0] if np.isscalar(t) else np.stack(shaped)
+    def _power(self, t: float) -> np.ndarray:
+        return np.linalg.matrix_power(self.operator_, int(t) - 1)
 
     def modes(self, observable: Any = None) -> np.ndarray:
         """Koopman modes ``m_i = l_i^H D_f / lambda_i`` (App. D.3), complex ``(r, *obs_shape)``.
@@ -308,10 +349,3 @@ class TransferOperator:
         ok = log < 0
         out[ok] = -float(lag_time) / log[ok]
         return out
-
-    # ------------------------------------------------------------------ persistence
-    def save(self, path: str) -> None:
-        """Save to ``path`` (see :func:`dpnets.load`)."""
-        from dpnets.io import save
-
-        save(self, path)

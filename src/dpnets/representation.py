@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -143,7 +144,13 @@ class DPNet:
             raise ValueError(f"val_fraction must be in [0, 1), got {self.val_fraction}")
 
     # ------------------------------------------------------------------ fitting
-    def fit(self, data: Any, lag: int = 1) -> DPNet:
+    def fit(
+        self,
+        data: Any,
+        lag: int = 1,
+        *,
+        callback: Callable[[int, DPNet], None] | None = None,
+    ) -> DPNet:
         """Train the feature map on ``data``.
 
         Parameters
@@ -154,6 +161,9 @@ class DPNet:
             yielding ``(x, y)`` pairs (a DataLoader is used as is, without validation).
         lag : int, default 1
             Lag in steps between paired states (trajectory input only).
+        callback : callable, optional
+            ``callback(epoch, model)`` after every epoch, with ``model`` usable (e.g.
+            ``model.transform``) on the current weights — for learning curves of any metric.
 
         Returns
         -------
@@ -221,6 +231,17 @@ class DPNet:
                     return -float(loss_fn(torch.cat(fx), torch.cat(fy)))
 
         modules = [enc] if lag_enc is None else [enc, lag_enc]
+        # fitted state needed by transform() inside callbacks
+        self.encoder_, self.lagged_encoder_ = enc, lag_enc
+        self.state_shape_, self.n_features_ = tuple(state_shape), r
+        epoch_cb = None
+        if callback is not None:
+
+            def epoch_cb(epoch: int) -> None:
+                callback(epoch, self)
+                for m in modules:
+                    m.train()
+
         result = train(
             modules,
             batch_loss,
@@ -232,6 +253,7 @@ class DPNet:
             val_score=val_score,
             progress=self.progress,
             desc=f"DPNet[{self.score}]",
+            callback=epoch_cb,
         )
         self.encoder_ = enc
         self.lagged_encoder_ = lag_enc
