@@ -15,6 +15,8 @@ this module:
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 import scipy.linalg
 import torch
@@ -24,6 +26,11 @@ __all__ = [
     "sym_pinv",
     "sym_inv_sqrt",
     "sym_matrix_function",
+    "SymEig",
+    "torch_sym_eig",
+    "spectral_trace",
+    "spectral_power",
+    "max_eigval",
     "torch_sym_pinv",
     "torch_sym_inv_sqrt",
     "eig_biorthogonal",
@@ -148,55 +155,108 @@ def eig_biorthogonal(
 # ----------------------------------------------------------------------------- torch
 
 
-def _torch_spectral(a: torch.Tensor, power: float, rtol: float | None) -> torch.Tensor:
-    """``A^power`` on the range of symmetric PSD ``A`` with a stable first-order gradient.
+class SymEig(NamedTuple):
+    """Symmetric eigendecomposition of a (batch of) float64 matrices, for stable gradients.
 
-    The forward value comes from ``eigh`` on the detached matrix (in float64). The
-    gradient is the Fréchet derivative of the spectral function, written with divided
-    differences ``(f(s_i) - f(s_j)) / (s_i - s_j)`` in closed form, so it is finite even
-    for repeated eigenvalues (where ``eigh``'s own backward divides by zero). Directions
-    below the rank cut-off are held fixed (their divided differences are set to zero).
+    ``a`` is the symmetrised float64 input (it carries the autograd graph); ``s`` and ``u``
+    are its eigenvalues (ascending) and eigenvectors, computed without gradient. Spectral
+    functions built from it get their gradient from first-order perturbation theory
+    (``d s_i = u_i^T dA u_i`` and the Daleckii-Krein divided differences), never from
+    ``eigh``'s own backward, which divides by eigenvalue gaps and is NaN/inf at repeated
+    eigenvalues.
     """
-    if a.ndim != 2 or a.shape[0] != a.shape[1]:
-        raise ValueError(f"expected a square matrix, got shape {tuple(a.shape)}")
-    out_dtype = a.dtype
+
+    a: torch.Tensor
+    s: torch.Tensor
+    u: torch.Tensor
+
+
+def torch_sym_eig(a: torch.Tensor) -> SymEig:
+    """Decompose symmetric ``a`` of shape (..., r, r) once; see :class:`SymEig`."""
+    if a.ndim < 2 or a.shape[-1] != a.shape[-2]:
+        raise ValueError(f"expected square matrices, got shape {tuple(a.shape)}")
     a64 = a.to(torch.float64)
-    a64 = 0.5 * (a64 + a64.T)
+    a64 = 0.5 * (a64 + a64.transpose(-1, -2))
     with torch.no_grad():
         s, u = torch.linalg.eigh(a64.detach())
+    return SymEig(a64, s, u)
+
+
+def _delta(e: SymEig) -> torch.Tensor | None:
+    """``A - A.detach()``: zero-valued, carries the graph (None without gradient)."""
+    return e.a - e.a.detach() if e.a.requires_grad else None
+
+
+def _rot(e: SymEig, m: torch.Tensor) -> torch.Tensor:
+    """``U m U^T``."""
+    return e.u @ m @ e.u.transpose(-1, -2)
+
+
+def spectral_trace(e: SymEig, f, fprime) -> torch.Tensor:
+    """``tr f(A) = sum_i f(s_i)`` with gradient ``U diag(f'(s)) U^T``."""
+    with torch.no_grad():
+        value = f(e.s).sum(-1)
+    d = _delta(e)
+    if d is None:
+        return value
+    grad = _rot(e, torch.diag_embed(fprime(e.s)))
+    return value + (grad * d).sum((-1, -2))
+
+
+def max_eigval(e: SymEig) -> torch.Tensor:
+    """Largest eigenvalue (the operator norm of a PSD matrix) with gradient ``u u^T``."""
+    value = e.s[..., -1]
+    d = _delta(e)
+    if d is None:
+        return value
+    top = e.u[..., :, -1]
+    return value + torch.einsum("...i,...ij,...j->...", top, d, top)
+
+
+def spectral_power(e: SymEig, power: float, rtol: float | None = None) -> torch.Tensor:
+    """``A^power`` on the range of PSD ``A`` (power -1: pseudo-inverse, -1/2: inverse root).
+
+    Eigenvalues ``<= rtol * max(s)`` are treated as zero and those directions held fixed
+    in the gradient. The gradient uses divided differences in closed form, finite for
+    repeated eigenvalues.
+    """
+    with torch.no_grad():
+        s = e.s
         if rtol is None:
-            rtol = default_rtol(a.shape[0], out_dtype)
-        smax = s.max().clamp_min(0.0)
+            rtol = default_rtol(s.shape[-1], torch.float32)
+        smax = s[..., -1:].clamp_min(0.0)
         keep = s > rtol * smax
         s_safe = torch.where(keep, s, torch.ones_like(s))
         if power == -1.0:
             f = torch.where(keep, 1.0 / s_safe, torch.zeros_like(s))
-            # (1/si - 1/sj)/(si - sj) = -1/(si sj)
-            dd = -torch.outer(f, f)
+            dd = -f[..., :, None] * f[..., None, :]  # (1/si - 1/sj)/(si - sj)
         elif power == -0.5:
             rs = torch.sqrt(s_safe)
             f = torch.where(keep, 1.0 / rs, torch.zeros_like(s))
-            # (si^-1/2 - sj^-1/2)/(si - sj) = -1/(sqrt(si) sqrt(sj) (sqrt(si) + sqrt(sj)))
-            dd = -torch.outer(f, f) / (rs[:, None] + rs[None, :])
-            dd = dd * (keep[:, None] & keep[None, :])
-        else:  # pragma: no cover - internal use only
-            raise ValueError(f"unsupported power {power}")
-        value = (u * f) @ u.T
-    if a.requires_grad:
-        delta = a64 - a64.detach()  # zero-valued, carries the graph
-        value = value + u @ ((u.T @ delta @ u) * dd) @ u.T
-    return value.to(out_dtype)
+            dd = -(f[..., :, None] * f[..., None, :]) / (rs[..., :, None] + rs[..., None, :])
+        else:
+            raise ValueError(f"unsupported power {power}; use -1 or -0.5")
+        value = _rot(e, torch.diag_embed(f))
+    d = _delta(e)
+    if d is None:
+        return value
+    ut = e.u.transpose(-1, -2)
+    return value + _rot(e, (ut @ d @ e.u) * dd)
 
 
 def torch_sym_pinv(a: torch.Tensor, rtol: float | None = None) -> torch.Tensor:
-    """Differentiable pseudo-inverse of a symmetric PSD torch matrix.
+    """Differentiable pseudo-inverse of a symmetric PSD torch matrix (float64 inside).
 
     Value: ``U diag(1/s) U^T`` over eigenvalues ``s > rtol * max(s)``. Gradient:
-    ``-A^+ G A^+`` (exact where the rank is constant), finite for degenerate eigenvalues.
+    ``-A^+ G A^+`` (exact where the rank is constant), finite for repeated eigenvalues.
     """
-    return _torch_spectral(a, -1.0, rtol)
+    if rtol is None:
+        rtol = default_rtol(a.shape[-1], a.dtype)
+    return spectral_power(torch_sym_eig(a), -1.0, rtol).to(a.dtype)
 
 
 def torch_sym_inv_sqrt(a: torch.Tensor, rtol: float | None = None) -> torch.Tensor:
     """Differentiable pseudo-inverse square root ``A^{+/2}`` of a symmetric PSD matrix."""
-    return _torch_spectral(a, -0.5, rtol)
+    if rtol is None:
+        rtol = default_rtol(a.shape[-1], a.dtype)
+    return spectral_power(torch_sym_eig(a), -0.5, rtol).to(a.dtype)

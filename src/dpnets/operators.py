@@ -158,7 +158,8 @@ class SpectralModel:
             )
         f_flat = np.asarray(f, dtype=np.float64).reshape(f.shape[0], -1)
         coef = self._cx_pinv @ (self.features_x_.T @ f_flat) / self.n_samples_
-        return coef, tuple(f.shape[1:])
+        # a 1-D observable (one scalar per sample) gives 1-D forecasts
+        return coef, (() if np.ndim(observable) == 1 else tuple(f.shape[1:]))
 
     def predict(self, X: Any, t: Any = 1, observable: Any = None) -> np.ndarray:
         """Forecast ``E[f(X_t) | X_0 = x]`` through the modal decomposition.
@@ -349,3 +350,341 @@ class TransferOperator(SpectralModel):
         ok = log < 0
         out[ok] = -float(lag_time) / log[ok]
         return out
+
+
+# ---------------------------------------------------------------------------- generator
+# Continuous-time estimator (paper Sec. 3 "Generator learning", App. E).
+
+
+def _torch_features(features: Any, dtype: torch.dtype) -> tuple[Callable, torch.device]:
+    """A torch feature function on ``dtype`` inputs, and its device.
+
+    Modules (and a fitted DPNet's encoder) are copied and cast to ``dtype``, so that the
+    estimator's Itô derivatives are computed in float64 whatever the training precision.
+    """
+    import copy
+
+    from dpnets.representation import DPNet
+
+    if features is None:
+        return (lambda x: x.reshape(x.shape[0], -1)), torch.device("cpu")
+    if isinstance(features, DPNet):
+        check_is_fitted(features, "encoder_")
+        features = features.encoder_
+    if isinstance(features, torch.nn.Module):
+        module = copy.deepcopy(features)
+        p = next(module.parameters(), None)
+        device = p.device if p is not None else torch.device("cpu")
+        if p is not None and p.is_floating_point():
+            module = module.to(dtype)
+        module.eval()
+        return module, device
+    if callable(features):
+        return features, torch.device("cpu")
+    raise TypeError(
+        "Generator features must be None (identity), a fitted DPNet, a torch.nn.Module or a "
+        "torch callable states -> (n, r)"
+    )
+
+
+class Generator(SpectralModel):
+    r"""Least-squares estimator of the generator of an SDE on a feature map (App. E).
+
+    For ``dX = A(X) dt + B(X) dW`` (Eq. 11) and samples ``x_1..x_n`` of the invariant law,
+    fits ``L = (Cx + ridge I)^+ C_d`` with ``Cx = Phi^T Phi / n`` and
+    ``C_d = Phi^T dPhi / n``, where ``dPhi`` holds the Itô derivatives of the features
+    (Eqs. 12-13, :func:`dpnets.ito.ito_derivative`). Its eigen-decomposition (App. E) gives
+    the generator's eigenvalues ``lambda_i`` (rates, ``Re lambda <= 0``), eigenfunctions, the
+    implied timescales ``-1 / lambda_i`` and forecasts at any real time ``t >= 0``:
+    ``E[f(X_t) | X_0 = x] ~ sum_i exp(lambda_i t) phi_i(x) l_i^H D_f`` with
+    ``D_f = (Cx + ridge I)^+ Phi^T F / n`` the *equal-time* least-squares coefficients of the
+    observable (App. E, continuous-time KMD).
+
+    Parameters
+    ----------
+    features : DPNet, nn.Module, callable or None
+        Feature map ``psi`` as a differentiable torch function (twice, for ``form="ito"``):
+        a fitted :class:`dpnets.DPNet` (e.g. trained with ``score="generator"``), a
+        ``torch.nn.Module``, a callable on torch tensors, or ``None`` for linear features
+        (the flattened state). Modules are evaluated in ``dtype`` (a float64 copy).
+    sde : dpnets.ito.SDE, optional
+        The process; default: ``features.sde`` for a DPNet trained in generator mode.
+        Alternatively give ``drift`` and ``diffusion``.
+    drift, diffusion : optional
+        ``A`` and ``B`` as in :class:`dpnets.ito.SDE` (instead of ``sde``).
+    form : {"ito", "dirichlet"}, default "ito"
+        ``"ito"``: ``C_d = E[psi (L psi)^T]`` from second derivatives (any diffusion).
+        ``"dirichlet"``: ``C_d = -1/2 E[grad psi B B^T grad psi^T]``, first derivatives
+        only and symmetric; valid for reversible diffusions only (equal to ``"ito"`` in
+        expectation there).
+    symmetrize : bool, default False
+        Replace ``C_d`` by its symmetric part (for reversible processes: a self-adjoint
+        estimator with real spectrum; leave False otherwise).
+    ridge : float, default 0.0
+        Tikhonov regularisation added to ``Cx``.
+    rtol : float, optional
+        Relative rank cut-off of the pseudo-inverse (default ``r * eps``).
+    batch_size : int, default 8192
+        States per derivative evaluation.
+    dtype : torch.dtype, default torch.float64
+
+    Attributes
+    ----------
+    operator_ : ndarray (r, r)
+        ``L``.
+    cx_, cxd_ : ndarray (r, r)
+        ``Cx`` and ``C_d``.
+    eigvals_ : ndarray (r,), complex
+        Eigenvalues sorted by *decreasing real part* (``lambda_0 ~ 0`` first).
+    left_eigvecs_, right_eigvecs_ : ndarray (r, r), complex
+        Biorthogonal eigenvectors (right eigenfunctions with unit empirical norm).
+    partial_trace_ : float
+        ``tr((Cx + ridge I)^+ C_d)``, the generator score ``P_d^0`` of the features (Eq. 14).
+    rank_, n_samples_, n_features_, state_shape_
+
+    Notes
+    -----
+    If ``Cx`` is rank deficient, ``L`` has spurious zero eigenvalues (the null space of the
+    pseudo-inverse); check ``rank_ == n_features_``. A loaded model has ``sde=None``: it
+    predicts and decomposes, but needs an SDE to be refitted.
+
+    Examples
+    --------
+    >>> import numpy as np, torch
+    >>> from dpnets import Generator
+    >>> from dpnets.ito import SDE
+    >>> ou = SDE(lambda x: -x, 2**0.5, reversible=True)          # dX = -X dt + sqrt(2) dW
+    >>> psi = lambda x: torch.cat([x**0, x, x**2 - 1], dim=1)    # Hermite polynomials
+    >>> x = np.random.default_rng(0).standard_normal((1000, 1))
+    >>> np.round(Generator(psi, ou).fit(x).eig().real, 8) + 0.0
+    array([ 0., -1., -2.])
+    """
+
+    def __init__(
+        self,
+        features: Any = None,
+        sde: Any = None,
+        *,
+        drift: Callable | None = None,
+        diffusion: Any = None,
+        form: str = "ito",
+        symmetrize: bool = False,
+        ridge: float = 0.0,
+        rtol: float | None = None,
+        batch_size: int = 8192,
+        dtype: torch.dtype = torch.float64,
+    ) -> None:
+        self.features = features
+        self.sde = sde
+        self.drift = drift
+        self.diffusion = diffusion
+        self.form = form
+        self.symmetrize = symmetrize
+        self.ridge = ridge
+        self.rtol = rtol
+        self.batch_size = batch_size
+        self.dtype = dtype
+
+    # ------------------------------------------------------------------ helpers
+    def _resolve_sde(self):
+        from dpnets.ito import SDE
+
+        if self.sde is not None:
+            if self.drift is not None or self.diffusion is not None:
+                raise ValueError("give either sde or drift and diffusion, not both")
+            if not isinstance(self.sde, SDE):
+                raise TypeError(f"sde must be a dpnets.ito.SDE, got {type(self.sde).__name__}")
+            return self.sde
+        if self.drift is not None or self.diffusion is not None:
+            if self.drift is None or self.diffusion is None:
+                raise ValueError("drift and diffusion must be given together")
+            return SDE(self.drift, self.diffusion)
+        inherited = getattr(self.features, "sde", None)
+        if isinstance(inherited, SDE):
+            return inherited
+        raise ValueError(
+            "the SDE is unknown: pass sde=dpnets.ito.SDE(...) (or drift= and diffusion=)"
+        )
+
+    @staticmethod
+    def _check_samples(X: Any) -> np.ndarray:
+        if isinstance(X, tuple):
+            raise TypeError(
+                "Generator.fit takes samples of the invariant distribution, not (X, Y) pairs"
+            )
+        if isinstance(X, list):
+            if not X:
+                raise ValueError("empty list of trajectories")
+            X = np.concatenate([check_states(t, f"trajectory {k}") for k, t in enumerate(X)])
+        return check_states(X, "X")
+
+    def _evaluate(self, x: np.ndarray, what: str, sde: Any = None):
+        """Features (and derivatives) of states ``x`` in chunks, as float64 numpy."""
+        from dpnets.ito import diffusion_jacobian, ito_derivative
+
+        fn, device = _torch_features(self.features, self.dtype)
+        outs: list[list[np.ndarray]] = []
+        with torch.no_grad():
+            for sl in chunks(x.shape[0], int(self.batch_size)):
+                xb = torch.as_tensor(x[sl]).to(device=device, dtype=self.dtype)
+                if what == "features":
+                    res = (fn(xb),)
+                elif what == "ito":
+                    res = ito_derivative(fn, xb, sde)
+                else:
+                    res = diffusion_jacobian(fn, xb, sde)
+                outs.append([to_numpy(r).astype(np.float64) for r in res])
+        arrays = [np.concatenate(parts) for parts in zip(*outs, strict=True)]
+        phi = arrays[0]
+        if phi.ndim != 2 or phi.shape[0] != x.shape[0]:
+            raise ValueError(f"feature map must return shape (n, r); got {phi.shape}")
+        for a in arrays:
+            if not np.all(np.isfinite(a)):
+                raise ValueError("the feature map or its derivatives returned NaN or inf")
+        return arrays
+
+    # ------------------------------------------------------------------ fitting
+    def fit(self, X: Any) -> Generator:
+        """Estimate the generator from samples ``X`` of the invariant distribution.
+
+        Parameters
+        ----------
+        X : array (n, *state_shape) or list of arrays
+            States distributed according to the invariant law (e.g. a long trajectory, or
+            trajectories observed at irregular times); their order does not matter.
+
+        Returns
+        -------
+        self
+        """
+        if self.form not in ("ito", "dirichlet"):
+            raise ValueError(f"form must be 'ito' or 'dirichlet', got {self.form!r}")
+        if not self.ridge >= 0:
+            raise ValueError(f"ridge must be >= 0, got {self.ridge}")
+        if int(self.batch_size) < 1:
+            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+        sde = self._resolve_sde()
+        if self.form == "dirichlet" and not sde.reversible:
+            raise ValueError(
+                "form='dirichlet' needs a reversible SDE (SDE(..., reversible=True)); use "
+                "form='ito' otherwise"
+            )
+        x = self._check_samples(X)
+        phi, d = self._evaluate(x, self.form, sde)
+        n, r = phi.shape
+        if n < r:
+            raise ValueError(f"fewer samples ({n}) than features (r={r}); provide more data")
+        cx = phi.T @ phi / n
+        if self.form == "ito":
+            cxd = phi.T @ d / n
+        else:
+            cxd = -0.5 * np.einsum("nim,njm->ij", d, d) / n
+        if self.symmetrize:
+            cxd = 0.5 * (cxd + cxd.T)
+        reg = cx + float(self.ridge) * np.eye(r)
+        cx_pinv, rank = sym_matrix_function(reg, -1.0, self.rtol)
+        self.operator_ = cx_pinv @ cxd
+        self.cx_, self.cxd_ = cx, cxd
+        self._cx_pinv = cx_pinv
+        self.rank_ = rank
+        self.partial_trace_ = float(np.trace(self.operator_))
+        self.n_samples_, self.n_features_ = n, r
+        self.state_shape_ = tuple(x.shape[1:])
+        self.features_x_ = phi
+        # equal-time least-squares coefficients of the state (App. E)
+        self.state_coef_ = cx_pinv @ (phi.T @ np.asarray(x, dtype=np.float64).reshape(n, -1)) / n
+        self._set_spectrum()
+        return self
+
+    def _set_spectrum(self) -> None:
+        super()._set_spectrum()
+        w = self.eigvals_
+        order = np.lexsort((-w.imag, -w.real))
+        self.eigvals_ = w[order]
+        self.left_eigvecs_ = self.left_eigvecs_[:, order]
+        self.right_eigvecs_ = self.right_eigvecs_[:, order]
+
+    def transform(self, X: Any) -> np.ndarray:
+        """Features ``psi(X)`` (evaluated in ``dtype``), float64 (n, r)."""
+        check_is_fitted(self, "operator_")
+        return self._evaluate(self._check_X(X), "features")[0]
+
+    # ------------------------------------------------------------------ time
+    def _check_time(self, t: Any) -> float:
+        if isinstance(t, bool) or not isinstance(t, (int, float, np.integer, np.floating)):
+            raise ValueError(f"t must be a real number >= 0, got {t!r}")
+        if not (np.isfinite(t) and t >= 0):
+            raise ValueError(f"t must be a finite real number >= 0, got {t!r}")
+        return float(t)
+
+    def _time_factor(self, t: float) -> np.ndarray:
+        return np.exp(self.eigvals_ * float(t))
+
+    def _power(self, t: float) -> np.ndarray:
+        import scipy.linalg
+
+        return scipy.linalg.expm(self.operator_ * float(t))
+
+    def implied_timescales(self) -> np.ndarray:
+        """Implied timescales ``-1 / Re(lambda_i)`` (``inf`` where ``Re(lambda_i) >= 0``).
+
+        Returns
+        -------
+        ndarray (r,)
+            In the order of :meth:`eig`, in the time units of the SDE.
+        """
+        check_is_fitted(self, "operator_")
+        re = self.eigvals_.real
+        out = np.full(re.shape, np.inf)
+        ok = re < 0
+        out[ok] = -1.0 / re[ok]
+        return out
+
+
+_GENERATOR_ARRAYS = ("operator_", "cx_", "cxd_", "_cx_pinv", "features_x_", "state_coef_")
+
+
+def _dump_generator(model: Generator, tensors: dict) -> dict:
+    from dpnets.io import arrays_to_tensors, dump_features
+
+    check_is_fitted(model, "operator_")
+    arrays_to_tensors(model, _GENERATOR_ARRAYS, tensors)
+    return {
+        "params": {
+            "form": model.form,
+            "symmetrize": bool(model.symmetrize),
+            "ridge": float(model.ridge),
+            "rtol": model.rtol,
+            "batch_size": int(model.batch_size),
+        },
+        "fitted": {
+            "rank_": int(model.rank_),
+            "partial_trace_": float(model.partial_trace_),
+            "n_samples_": int(model.n_samples_),
+            "n_features_": int(model.n_features_),
+            "state_shape_": list(model.state_shape_),
+        },
+        "features": dump_features(model.features, tensors),
+    }
+
+
+def _restore_generator(cfg: dict, tensors: dict, **kw: Any) -> Generator:
+    from dpnets.io import restore_features
+
+    gen = Generator(restore_features(cfg["features"], tensors, **kw), **cfg["params"])
+    for name in _GENERATOR_ARRAYS:
+        setattr(gen, name, tensors[name].numpy())
+    for name, value in cfg["fitted"].items():
+        setattr(gen, name, tuple(value) if name == "state_shape_" else value)
+    gen._set_spectrum()
+    return gen
+
+
+def _register_generator() -> None:
+    from dpnets.io import register
+
+    register("generator", Generator, _dump_generator, _restore_generator)
+
+
+_register_generator()
+__all__ += ["Generator"]

@@ -185,7 +185,6 @@ class DPNet:
         )
         dtype = _module_dtype(enc)
         loss_fn = make_loss(self.score, float(self.gamma))
-        psi_y = lag_enc if lag_enc is not None else enc
 
         def to_dev(t: Tensor) -> Tensor:
             t = t.to(device, non_blocking=True)
@@ -215,9 +214,14 @@ class DPNet:
             sample = torch.as_tensor(p.x_states[p.i[:2]])
         r = self._feature_dim(enc, to_dev(sample), n_train)
 
+        def features(xb: Tensor, yb: Tensor) -> tuple[Tensor, Tensor]:
+            if lag_enc is None:  # shared weights: one forward pass on the stacked batch
+                f = enc(torch.cat([xb, yb]))
+                return f[: xb.shape[0]], f[xb.shape[0] :]
+            return enc(xb), lag_enc(yb)
+
         def batch_loss(batch: tuple[Tensor, Tensor]) -> Tensor:
-            xb, yb = to_dev(batch[0]), to_dev(batch[1])
-            return loss_fn(enc(xb), psi_y(yb))
+            return loss_fn(*features(to_dev(batch[0]), to_dev(batch[1])))
 
         val_score = None
         if val_batches is not None:
@@ -226,8 +230,9 @@ class DPNet:
                 with torch.no_grad():
                     fx, fy = [], []
                     for xb, yb in val_batches:
-                        fx.append(enc(to_dev(xb)))
-                        fy.append(psi_y(to_dev(yb)))
+                        a, b = features(to_dev(xb), to_dev(yb))
+                        fx.append(a)
+                        fy.append(b)
                     return -float(loss_fn(torch.cat(fx), torch.cat(fy)))
 
         modules = [enc] if lag_enc is None else [enc, lag_enc]

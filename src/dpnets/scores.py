@@ -32,7 +32,15 @@ from collections.abc import Iterator
 import torch
 from torch import Tensor, nn
 
-from dpnets.linalg import default_rtol, torch_sym_inv_sqrt, torch_sym_pinv
+from dpnets.linalg import (
+    SymEig,
+    default_rtol,
+    max_eigval,
+    spectral_power,
+    spectral_trace,
+    torch_sym_eig,
+    torch_sym_pinv,
+)
 
 __all__ = [
     "covariances",
@@ -129,12 +137,33 @@ def covariances(
     return cx, cy, cxy
 
 
+def _eigs(*mats: Tensor) -> list[SymEig]:
+    """One batched float64 eigendecomposition for equally shaped matrices."""
+    if all(m.shape == mats[0].shape for m in mats):
+        e = torch_sym_eig(torch.stack(mats))
+        return [SymEig(e.a[k], e.s[k], e.u[k]) for k in range(len(mats))]
+    return [torch_sym_eig(m) for m in mats]
+
+
+def _metric_distortion(e: SymEig, rtol: float) -> Tensor:
+    """``tr(C^2 - C) - sum_i ln max(s_i, floor)`` from a decomposition (float64)."""
+    floor = rtol * max(1.0, float(e.s[-1]))
+
+    def log_clamped(s: Tensor) -> Tensor:
+        return torch.log(torch.clamp(s, min=floor))
+
+    def dlog(s: Tensor) -> Tensor:
+        return torch.where(s > floor, 1.0 / torch.clamp(s, min=floor), torch.zeros_like(s))
+
+    return (e.a * e.a).sum() - torch.trace(e.a) - spectral_trace(e, log_clamped, dlog)
+
+
 def metric_distortion(c: Tensor, rtol: float | None = None) -> Tensor:
     """Metric distortion loss ``R(C) = tr(C^2 - C - ln C)`` (paper Sec. 3).
 
     ``R(C) >= 0`` with equality iff ``C = I``. Eigenvalues entering ``ln`` are clamped at
     ``rtol * max(1, lambda_max)`` so that the value and gradient stay finite for singular
-    ``C``.
+    ``C``; the exact quadratic part still pushes vanishing eigenvalues up.
 
     Parameters
     ----------
@@ -143,48 +172,43 @@ def metric_distortion(c: Tensor, rtol: float | None = None) -> Tensor:
     rtol : float, optional
         Relative clamp; default ``r * eps(dtype of c)``.
     """
-    dtype = c.dtype
-    c64 = c.to(torch.float64)
-    c64 = 0.5 * (c64 + c64.T)
-    evals = torch.linalg.eigvalsh(c64)
     if rtol is None:
-        rtol = default_rtol(c.shape[0], dtype)
-    floor = rtol * torch.clamp(evals[-1].detach(), min=1.0)
-    log_evals = torch.log(torch.where(evals > floor, evals, floor))
-    value = (c64 * c64).sum() - torch.trace(c64) - log_evals.sum()
-    return value.to(dtype)
+        rtol = default_rtol(c.shape[0], c.dtype)
+    return _metric_distortion(torch_sym_eig(c), rtol).to(c.dtype)
 
 
-def _regulariser(cx: Tensor, cy: Tensor, gamma: float) -> Tensor | float:
+def _reg(ex: SymEig, ey: SymEig, gamma: float, rtol: float) -> Tensor | float:
     if gamma == 0.0:
         return 0.0
-    return gamma * (metric_distortion(cx) + metric_distortion(cy))
+    return gamma * (_metric_distortion(ex, rtol) + _metric_distortion(ey, rtol))
 
 
 def projection_score_from_covariances(
     cx: Tensor, cy: Tensor, cxy: Tensor, gamma: float = 0.0, rtol: float | None = None
 ) -> Tensor:
     """``P^gamma`` (Eq. 7) from covariance matrices; see :func:`projection_score`."""
-    dtype = cxy.dtype
-    cx_pinv = torch_sym_pinv(cx.to(torch.float64), rtol)
-    cy_pinv = torch_sym_pinv(cy.to(torch.float64), rtol)
+    if rtol is None:
+        rtol = default_rtol(cx.shape[0], cxy.dtype)
+    ex, ey = _eigs(cx, cy)
+    cx_pinv = spectral_power(ex, -1.0, rtol)
+    cy_pinv = spectral_power(ey, -1.0, rtol)
     cxy64 = cxy.to(torch.float64)
     # ||Cx^{+/2} Cxy Cy^{+/2}||_HS^2 = tr(Cx^+ Cxy Cy^+ Cxy^T)
     score = torch.sum((cx_pinv @ cxy64) * (cxy64 @ cy_pinv))
-    return score.to(dtype) - _regulariser(cx, cy, gamma)
+    return (score - _reg(ex, ey, gamma, rtol)).to(cxy.dtype)
 
 
 def relaxed_score_from_covariances(
-    cx: Tensor, cy: Tensor, cxy: Tensor, gamma: float = 0.0
+    cx: Tensor, cy: Tensor, cxy: Tensor, gamma: float = 0.0, rtol: float | None = None
 ) -> Tensor:
     """``S^gamma`` (Eq. 9) from covariance matrices; see :func:`relaxed_score`."""
-    dtype = cxy.dtype
-    nx = torch.linalg.eigvalsh(0.5 * (cx + cx.T).to(torch.float64))[-1]
-    ny = torch.linalg.eigvalsh(0.5 * (cy + cy.T).to(torch.float64))[-1]
-    tiny = torch.finfo(dtype).tiny
-    denom = torch.clamp(nx * ny, min=tiny)
+    if rtol is None:
+        rtol = default_rtol(cx.shape[0], cxy.dtype)
+    ex, ey = _eigs(cx, cy)
+    tiny = torch.finfo(cxy.dtype).tiny
+    denom = torch.clamp(max_eigval(ex) * max_eigval(ey), min=tiny)
     score = (cxy.to(torch.float64) ** 2).sum() / denom
-    return score.to(dtype) - _regulariser(cx, cy, gamma)
+    return (score - _reg(ex, ey, gamma, rtol)).to(cxy.dtype)
 
 
 def projection_score(
@@ -277,21 +301,19 @@ def vamp_score(
     if p not in (1, 2):
         raise ValueError(f"vamp_score supports p=1 or p=2, got p={p!r}")
     cx, cy, cxy = covariances(x, y, center=True, weights=weights)
-    dtype = cxy.dtype
+    if rtol is None:
+        rtol = default_rtol(cx.shape[0], cxy.dtype)
     if p == 2:
         core = projection_score_from_covariances(cx, cy, cxy, 0.0, rtol).to(torch.float64)
     else:
-        k = (
-            torch_sym_inv_sqrt(cx.to(torch.float64), rtol)
-            @ cxy.to(torch.float64)
-            @ torch_sym_inv_sqrt(cy.to(torch.float64), rtol)
-        )
+        ex, ey = _eigs(cx, cy)
+        k = spectral_power(ex, -0.5, rtol) @ cxy.to(torch.float64) @ spectral_power(ey, -0.5, rtol)
         core = torch.linalg.svdvals(k).sum()
-    score = (1.0 + core).to(dtype)
+    score = 1.0 + core
     if gamma != 0.0:
         ux, uy, _ = covariances(x, y, weights=weights)
-        score = score - _regulariser(ux, uy, gamma)
-    return score
+        score = score - _reg(*_eigs(ux, uy), gamma, rtol)
+    return score.to(cxy.dtype)
 
 
 # ------------------------------------------------------------------------------ modules

@@ -1,0 +1,114 @@
+"""DPNet training: OU ground truth, reproducibility, data forms."""
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from dpnets import DPNet, TransferOperator
+from dpnets.nn import MLP
+from dpnets.systems import OrnsteinUhlenbeck
+
+
+def test_ou_eigenvalues_learned_within_5_percent():
+    """Acceptance 4: r = 4 DPNet learns exp(-k dt), k = 0..3 (the demo's settings)."""
+    ou = OrnsteinUhlenbeck(theta=1.0, sigma=np.sqrt(2.0), dt=0.1)
+    x = ou.sample(50_000, seed=0)
+    torch.manual_seed(0)
+    net = DPNet(
+        MLP(1, (64, 64), 4, activation="celu"),
+        score="projection",
+        gamma=0.1,
+        batch_size=2048,
+        epochs=30,
+        seed=0,
+        progress=False,
+    ).fit(x)
+    est = np.sort(np.abs(TransferOperator(net).fit(x).eig()))[::-1]
+    ref = ou.eigvals(4)
+    np.testing.assert_allclose(est, ref, rtol=0.05)
+    # the learned projection score approaches the optimum sum_k exp(-2 k dt) (Theorem 1)
+    p0 = net.evaluate(x, score="projection")
+    assert np.sum(ref**2) - 0.15 < p0 < np.sum(ref**2) + 0.02
+
+
+def _small_fit(data, callback=None, **kw):
+    torch.manual_seed(1)
+    kw.setdefault("epochs", 3)
+    net = DPNet(MLP(1, (16,), 3), batch_size=256, progress=False, **kw)
+    return net.fit(data, callback=callback)
+
+
+@pytest.fixture(scope="module")
+def ou_traj():
+    return OrnsteinUhlenbeck(dt=0.2).sample(3000, seed=0)
+
+
+def test_seed_reproducibility(ou_traj):
+    a = _small_fit(ou_traj, seed=3)
+    b = _small_fit(ou_traj, seed=3)
+    np.testing.assert_array_equal(a.transform(ou_traj), b.transform(ou_traj))
+    assert a.history_ == b.history_
+    c = _small_fit(ou_traj, seed=4)
+    assert not np.array_equal(a.transform(ou_traj), c.transform(ou_traj))
+
+
+def test_history_and_best_epoch_restore(ou_traj):
+    net = _small_fit(ou_traj, epochs=6, seed=0)
+    h = net.history_
+    assert len(h["train_score"]) == 6 and len(h["val_score"]) == 6
+    assert net.best_epoch_ == int(np.argmax(h["val_score"]))
+    # the restored weights give the best validation score
+    assert np.all(np.isfinite(h["train_score"]))
+    assert net.n_features_ == 3 and net.state_shape_ == (1,)
+
+
+def test_callback_sees_current_model(ou_traj):
+    seen = []
+    _small_fit(ou_traj, epochs=2, callback=lambda e, m: seen.append((e, m.transform(ou_traj[:5]))))
+    assert [e for e, _ in seen] == [0, 1]
+    assert seen[0][1].shape == (5, 3)
+
+
+@pytest.mark.parametrize("score", ["relaxed", "projection", "vamp1", "vamp2"])
+def test_all_scores_train_in_float32_without_nan(ou_traj, score):
+    net = _small_fit(ou_traj, score=score, seed=0)
+    assert np.all(np.isfinite(net.history_["train_score"]))
+    assert np.all(np.isfinite(net.transform(ou_traj)))
+
+
+def test_data_forms_agree(ou_traj):
+    """Array, list of one trajectory and (X, Y) pairs are the same data."""
+    kw = dict(seed=0, val_fraction=0.0)
+    a = _small_fit(ou_traj, **kw)
+    b = _small_fit([ou_traj], **kw)
+    c = _small_fit((ou_traj[:-1], ou_traj[1:]), **kw)
+    np.testing.assert_array_equal(a.transform(ou_traj), b.transform(ou_traj))
+    np.testing.assert_array_equal(a.transform(ou_traj), c.transform(ou_traj))
+
+
+def test_dataset_and_dataloader_inputs(ou_traj):
+    x = torch.tensor(ou_traj[:-1], dtype=torch.float32)
+    y = torch.tensor(ou_traj[1:], dtype=torch.float32)
+    ds = TensorDataset(x, y)
+    net = _small_fit(ds, seed=0)
+    assert len(net.history_["val_score"]) == 3
+    net2 = _small_fit(DataLoader(ds, batch_size=256, shuffle=True), seed=0)
+    assert "val_score" not in net2.history_
+    op = TransferOperator(net).fit(ds)
+    op_arr = TransferOperator(net).fit(ou_traj)
+    np.testing.assert_allclose(op.operator_, op_arr.operator_, atol=1e-10)
+
+
+def test_separate_lagged_encoder(ou_traj):
+    torch.manual_seed(0)
+    net = DPNet(
+        MLP(1, (16,), 3),
+        lagged_encoder=MLP(1, (16,), 3),
+        score="vamp2",
+        gamma=0.0,
+        epochs=2,
+        batch_size=256,
+        progress=False,
+    ).fit(ou_traj)
+    assert not np.allclose(net.transform(ou_traj), net.transform(ou_traj, lagged=True))

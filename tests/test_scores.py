@@ -1,0 +1,156 @@
+"""Scores against ground truth: finite Markov chains (exact singular values), Theorem 1."""
+
+import numpy as np
+import pytest
+import torch
+
+from dpnets import scores
+from dpnets.systems import MarkovChain
+
+F64 = torch.float64
+
+
+def _chain_pairs(chain):
+    """All (i, j) one-hot pairs weighted by pi_i P_ij: empirical = population covariances."""
+    n = chain.n_states
+    pi = chain.stationary_distribution()
+    i, j = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
+    x = torch.tensor(np.eye(n)[i.ravel()], dtype=F64)
+    y = torch.tensor(np.eye(n)[j.ravel()], dtype=F64)
+    w = torch.tensor((pi[:, None] * chain.P).ravel(), dtype=F64)
+    return x, y, w
+
+
+@pytest.mark.parametrize("n_states", [5, 8])
+def test_projection_score_equals_sum_of_squared_singular_values(n_states):
+    chain = MarkovChain.random(n_states, seed=n_states, reversible=False)
+    sv = chain.svals()
+    assert not np.allclose(sv, np.abs(chain.eigvals()))  # really non-normal
+    x, y, w = _chain_pairs(chain)
+    p0 = scores.projection_score(x, y, weights=w).item()
+    assert abs(p0 - np.sum(sv**2)) < 1e-8
+
+
+def test_theorem1_bounds_on_random_features():
+    chain = MarkovChain.random(7, seed=11)
+    sv = chain.svals()
+    x, y, w = _chain_pairs(chain)
+    rng = np.random.default_rng(0)
+    for r in (1, 2, 3, 5):
+        for _ in range(20):
+            a = torch.tensor(rng.normal(size=(7, r)), dtype=F64)
+            b = torch.tensor(rng.normal(size=(7, r)), dtype=F64)
+            fx, fy = x @ a, y @ b
+            s0 = scores.relaxed_score(fx, fy, weights=w).item()
+            p0 = scores.projection_score(fx, fy, weights=w).item()
+            assert s0 <= p0 + 1e-10
+            assert p0 <= np.sum(sv[:r] ** 2) + 1e-10
+
+
+def test_equality_at_singular_functions():
+    chain = MarkovChain.random(6, seed=5)
+    pi = chain.stationary_distribution()
+    d = np.sqrt(pi)
+    k = d[:, None] * chain.P / d[None, :]  # T on L2(pi) in an orthonormal basis
+    u, s, vt = np.linalg.svd(k)
+    r = 3
+    left = u[:, :r] / d[:, None]  # singular functions, orthonormal in L2(pi)
+    right = vt[:r].T / d[:, None]
+    x, y, w = _chain_pairs(chain)
+    fx, fy = x @ torch.tensor(left), y @ torch.tensor(right)
+    target = np.sum(s[:r] ** 2)
+    assert abs(scores.projection_score(fx, fy, weights=w).item() - target) < 1e-10
+    assert abs(scores.relaxed_score(fx, fy, weights=w).item() - target) < 1e-10
+    # at C = I the metric distortion vanishes: P^gamma = P^0 for any gamma
+    assert abs(scores.projection_score(fx, fy, 5.0, weights=w).item() - target) < 1e-9
+
+
+def test_metric_distortion():
+    eye = torch.eye(4, dtype=F64)
+    assert abs(scores.metric_distortion(eye).item()) < 1e-14
+    c = torch.diag(torch.tensor([0.5, 1.0, 2.0, 3.0], dtype=F64))
+    lam = np.array([0.5, 1.0, 2.0, 3.0])
+    assert abs(scores.metric_distortion(c).item() - np.sum(lam**2 - lam - np.log(lam))) < 1e-12
+    # singular: finite value, finite gradient pushing the null direction up
+    sing = torch.diag(torch.tensor([0.0, 1.0, 1.0], dtype=torch.float32)).requires_grad_()
+    val = scores.metric_distortion(sing)
+    val.backward()
+    assert torch.isfinite(val) and torch.isfinite(sing.grad).all()
+    assert sing.grad[0, 0] < 0
+
+
+def test_vamp2_equals_uncentred_projection_score_with_constant():
+    rng = np.random.default_rng(0)
+    x = torch.tensor(rng.normal(size=(500, 3)) + 1.5, dtype=F64)
+    y = torch.tensor(rng.normal(size=(500, 3)) - 0.5, dtype=F64) + 0.5 * x
+    one = torch.ones(500, 1, dtype=F64)
+    p = scores.projection_score(torch.cat([one, x], 1), torch.cat([one, y], 1)).item()
+    assert abs(scores.vamp_score(x, y, p=2).item() - p) < 1e-10
+    # VAMP-1 >= VAMP-2 when all canonical correlations are <= 1
+    assert scores.vamp_score(x, y, p=1).item() >= scores.vamp_score(x, y, p=2).item() - 1e-12
+
+
+def test_vamp1_is_one_plus_sum_of_canonical_correlations():
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(400, 2))
+    y = x @ np.array([[0.9, 0.0], [0.0, 0.3]]) + 0.1 * rng.normal(size=(400, 2))
+    xc, yc = x - x.mean(0), y - y.mean(0)
+    cx, cy, cxy = xc.T @ xc / 400, yc.T @ yc / 400, xc.T @ yc / 400
+    wx = np.linalg.inv(np.linalg.cholesky(cx))
+    wy = np.linalg.inv(np.linalg.cholesky(cy))
+    ref = 1 + np.linalg.svd(wx @ cxy @ wy.T, compute_uv=False).sum()
+    got = scores.vamp_score(torch.tensor(x), torch.tensor(y), p=1).item()
+    assert abs(got - ref) < 1e-10
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x, y: scores.projection_score(x, y, 0.3),
+        lambda x, y: scores.relaxed_score(x, y, 0.3),
+        lambda x, y: scores.vamp_score(x, y, 1),
+        lambda x, y: scores.vamp_score(x, y, 2, 0.1),
+        lambda x, y: scores.metric_distortion(scores.covariances(x)[0] + scores.covariances(y)[0]),
+    ],
+)
+def test_gradcheck_float64(fn):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(30, 4, dtype=F64, generator=g, requires_grad=True)
+    y = torch.randn(30, 4, dtype=F64, generator=g, requires_grad=True)
+    assert torch.autograd.gradcheck(fn, (x, y))
+
+
+@pytest.mark.parametrize("name", scores.SCORES)
+def test_rank_deficient_float32_gradients_finite(name):
+    g = torch.Generator().manual_seed(0)
+    base = torch.randn(64, 3, generator=g)
+    # 8 features spanning a 3-dimensional space, plus an all-zero feature
+    x = torch.cat([base, base @ torch.randn(3, 4, generator=g), torch.zeros(64, 1)], 1)
+    x = x.requires_grad_()
+    loss = scores.make_loss(name, gamma=1.0)(x, x.roll(1, 0))
+    loss.backward()
+    assert torch.isfinite(loss) and torch.isfinite(x.grad).all()
+
+
+def test_losses_are_negative_scores_and_unknown_name_raises():
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(50, 3, generator=g), torch.randn(50, 3, generator=g)
+    assert torch.isclose(scores.ProjectionLoss(0.5)(x, y), -scores.projection_score(x, y, 0.5))
+    assert torch.isclose(scores.RelaxedLoss(0.5)(x, y), -scores.relaxed_score(x, y, 0.5))
+    assert torch.isclose(scores.VAMPLoss(2)(x, y), -scores.vamp_score(x, y, 2))
+    with pytest.raises(ValueError, match="unknown score"):
+        scores.make_loss("vamp3")
+
+
+def test_covariances_centering_and_weights():
+    x = torch.tensor([[1.0, 2.0], [3.0, 4.0], [5.0, 0.0]], dtype=F64)
+    cx, cy, cxy = scores.covariances(x, 2 * x)
+    np.testing.assert_allclose(cx.numpy(), x.numpy().T @ x.numpy() / 3)
+    np.testing.assert_allclose(cxy.numpy(), 2 * cx.numpy())
+    np.testing.assert_allclose(cy.numpy(), 4 * cx.numpy())
+    cc, _, _ = scores.covariances(x, center=True)
+    np.testing.assert_allclose(cc.numpy(), np.cov(x.numpy().T, bias=True))
+    w = torch.tensor([2.0, 1.0, 1.0], dtype=F64)
+    cw, _, _ = scores.covariances(x, weights=w)
+    xx = torch.cat([x[:1], x], 0)
+    np.testing.assert_allclose(cw.numpy(), scores.covariances(xx)[0].numpy())
