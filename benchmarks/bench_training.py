@@ -36,9 +36,12 @@ def _data(n: int, d: int, seed: int = 0) -> np.ndarray:
     return LinearGaussian(a, noise_std=0.5).sample(n, seed=seed).astype(np.float32)
 
 
+HIDDEN: tuple[int, ...] = (128, 128)
+
+
 def _mlp(d: int, r: int) -> torch.nn.Module:
     torch.manual_seed(0)
-    return MLP(d, (128, 128), r, activation="elu")
+    return MLP(d, HIDDEN, r, activation="elu")
 
 
 def time_dpnet(x: np.ndarray, r: int, batch: int, epochs: int, score: str) -> float:
@@ -101,11 +104,15 @@ def main() -> None:
     p.add_argument("--dim", type=int, default=10)
     p.add_argument("--r", type=int, default=8)
     p.add_argument("--batches", default="256,2048")
+    p.add_argument("--hidden", default="128,128", help="MLP hidden widths")
     args = p.parse_args()
+    global HIDDEN
+    HIDDEN = tuple(int(h) for h in args.hidden.split(","))
     torch.set_num_threads(args.threads)
     x = _data(args.n, args.dim)
     print(
-        f"# per-epoch training time: n={args.n} pairs, d={args.dim}, MLP 128-128-{args.r} (ELU), "
+        f"# per-epoch training time: n={args.n} pairs, d={args.dim}, "
+        f"MLP {'-'.join(map(str, HIDDEN))}-{args.r} (ELU), "
         f"Adam, {args.epochs} epochs, {args.threads} threads, CPU"
     )
     print()

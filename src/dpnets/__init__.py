@@ -7,13 +7,24 @@ Pipeline: data -> learned features (:class:`DPNet`) -> operator regression
 from dpnets import nn, scores
 from dpnets.exceptions import NotFittedError
 from dpnets.io import load
-from dpnets.operators import TransferOperator
+from dpnets.operators import Generator, TransferOperator
 from dpnets.representation import DPNet
 
 __version__ = "0.1.0"
 
-__all__ = ["DPNet", "TransferOperator", "NotFittedError", "load", "nn", "scores", "__version__"]
+__all__ = [
+    "DPNet",
+    "TransferOperator",
+    "Generator",
+    "NotFittedError",
+    "load",
+    "nn",
+    "scores",
+    "__version__",
+]
 
 from dpnets.io import _register_core  # noqa: E402
 
 _register_core()
+
+from dpnets import baselines  # noqa: E402,F401  (registers the baseline kinds for load)

@@ -243,6 +243,7 @@ def load(
     lagged_encoder: nn.Module | None = None,
     features: Any = None,
     device: str | torch.device = "cpu",
+    **modules: Any,
 ) -> Any:
     """Load a model saved with ``save``. Never unpickles arbitrary objects.
 
@@ -254,6 +255,8 @@ def load(
     features : callable, optional
         The feature map of a model fitted on a custom callable.
     device : str or torch.device, default "cpu"
+    **modules
+        Further architectures a model kind needs (e.g. ``decoder=`` for autoencoders).
 
     Returns
     -------
@@ -278,6 +281,7 @@ def load(
         lagged_encoder=lagged_encoder,
         features=features,
         device=device,
+        **modules,
     )
 
 

@@ -262,14 +262,14 @@ class TransferOperator(SpectralModel):
             raise ValueError(f"ridge must be >= 0, got {self.ridge}")
         fmap = as_feature_map(self.features)
         if is_streaming(data):
-            phi_x, phi_y, y_flat, state_shape = self._stream(data, fmap)
+            phi_x, phi_y, xty, state_shape = self._stream(data, fmap)
             self.lag_ = None
         else:
             p = pairs(data, lag)
             phi_x = fmap(p.X)
             phi_y = fmap(p.Y)
             y_states = p.Y
-            y_flat = np.asarray(y_states, dtype=np.float64).reshape(len(p), -1)
+            xty = phi_x.T @ np.asarray(y_states, dtype=np.float64).reshape(len(p), -1)
             state_shape = p.state_shape
             self.lag_ = None if isinstance(data, tuple) else int(lag)
         n, r = phi_x.shape
@@ -289,21 +289,29 @@ class TransferOperator(SpectralModel):
         self.state_shape_ = tuple(state_shape)
         self.features_x_ = phi_x
         # least-squares coefficients of the state at time lag on psi(X_0) (App. D.2)
-        self.state_coef_ = cx_pinv @ (phi_x.T @ y_flat) / n
+        self.state_coef_ = cx_pinv @ xty / n
         self._set_spectrum()
         return self
 
     def _stream(self, data: Any, fmap: FeatureMap):
+        """Features of a Dataset/DataLoader of pairs, batch by batch; the states are never
+        held in memory together (only the r-dimensional features and ``Phi_X^T Y``)."""
         loader = data if isinstance(data, DataLoader) else DataLoader(data, batch_size=8192)
-        phx, phy, ys = [], [], []
+        phx, phy = [], []
+        xty = None
+        shape: tuple[int, ...] = ()
         for xb, yb in loader:
             xb = check_states(xb, "X batch")
             yb = check_states(yb, "Y batch")
-            phx.append(fmap(xb))
+            fx = fmap(xb)
+            phx.append(fx)
             phy.append(fmap(yb))
-            ys.append(np.asarray(yb, dtype=np.float64).reshape(yb.shape[0], -1))
-            shape = yb.shape[1:]
-        return np.concatenate(phx), np.concatenate(phy), np.concatenate(ys), shape
+            part = fx.T @ np.asarray(yb, dtype=np.float64).reshape(yb.shape[0], -1)
+            xty = part if xty is None else xty + part
+            shape = tuple(yb.shape[1:])
+        if xty is None:
+            raise ValueError("the Dataset/DataLoader yielded no samples")
+        return np.concatenate(phx), np.concatenate(phy), xty, shape
 
     def _time_factor(self, t: float) -> np.ndarray:
         return self.eigvals_ ** (int(t) - 1)
@@ -434,19 +442,22 @@ class Generator(SpectralModel):
         ``L``.
     cx_, cxd_ : ndarray (r, r)
         ``Cx`` and ``C_d``.
-    eigvals_ : ndarray (r,), complex
+    eigvals_ : ndarray (rank_,), complex
         Eigenvalues sorted by *decreasing real part* (``lambda_0 ~ 0`` first).
-    left_eigvecs_, right_eigvecs_ : ndarray (r, r), complex
-        Biorthogonal eigenvectors (right eigenfunctions with unit empirical norm).
+    left_eigvecs_, right_eigvecs_ : ndarray (r, rank_), complex
+        Biorthogonal eigenvectors (``L^H R = I``); right eigenfunctions have unit empirical
+        norm (in the ``Cx + ridge I`` metric).
     partial_trace_ : float
         ``tr((Cx + ridge I)^+ C_d)``, the generator score ``P_d^0`` of the features (Eq. 14).
     rank_, n_samples_, n_features_, state_shape_
 
     Notes
     -----
-    If ``Cx`` is rank deficient, ``L`` has spurious zero eigenvalues (the null space of the
-    pseudo-inverse); check ``rank_ == n_features_``. A loaded model has ``sde=None``: it
-    predicts and decomposes, but needs an SDE to be refitted.
+    The eigen-decomposition is computed on the range of ``Cx + ridge I`` (whitened Ritz
+    problem): a rank-deficient feature map (``rank_ < n_features_``) gives ``rank_``
+    eigenpairs, without the spurious zero eigenvalues of the pseudo-inverse's null space.
+    Raise ``rtol`` to cut ill-conditioned directions of large fixed dictionaries. A loaded
+    model has ``sde=None``: it predicts and decomposes, but needs an SDE to be refitted.
 
     Examples
     --------
@@ -506,18 +517,6 @@ class Generator(SpectralModel):
             "the SDE is unknown: pass sde=dpnets.ito.SDE(...) (or drift= and diffusion=)"
         )
 
-    @staticmethod
-    def _check_samples(X: Any) -> np.ndarray:
-        if isinstance(X, tuple):
-            raise TypeError(
-                "Generator.fit takes samples of the invariant distribution, not (X, Y) pairs"
-            )
-        if isinstance(X, list):
-            if not X:
-                raise ValueError("empty list of trajectories")
-            X = np.concatenate([check_states(t, f"trajectory {k}") for k, t in enumerate(X)])
-        return check_states(X, "X")
-
     def _evaluate(self, x: np.ndarray, what: str, sde: Any = None):
         """Features (and derivatives) of states ``x`` in chunks, as float64 numpy."""
         from dpnets.ito import diffusion_jacobian, ito_derivative
@@ -544,7 +543,7 @@ class Generator(SpectralModel):
         return arrays
 
     # ------------------------------------------------------------------ fitting
-    def fit(self, X: Any) -> Generator:
+    def fit(self, X: Any, sample_weight: Any = None) -> Generator:
         """Estimate the generator from samples ``X`` of the invariant distribution.
 
         Parameters
@@ -552,6 +551,10 @@ class Generator(SpectralModel):
         X : array (n, *state_shape) or list of arrays
             States distributed according to the invariant law (e.g. a long trajectory, or
             trajectories observed at irregular times); their order does not matter.
+        sample_weight : array (n,), optional
+            Non-negative weights of the samples (e.g. quadrature weights, or importance
+            weights for samples of a biased law); all expectations, including the
+            observables' least-squares coefficients, are weighted. Default: uniform.
 
         Returns
         -------
@@ -563,22 +566,34 @@ class Generator(SpectralModel):
             raise ValueError(f"ridge must be >= 0, got {self.ridge}")
         if int(self.batch_size) < 1:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+        from dpnets.ito import check_samples, warn_if_piecewise_linear
+
         sde = self._resolve_sde()
         if self.form == "dirichlet" and not sde.reversible:
             raise ValueError(
                 "form='dirichlet' needs a reversible SDE (SDE(..., reversible=True)); use "
                 "form='ito' otherwise"
             )
-        x = self._check_samples(X)
+        x = check_samples(X)
+        if self.form == "ito" and isinstance(
+            getattr(self.features, "encoder_", None), torch.nn.Module
+        ):
+            warn_if_piecewise_linear(self.features.encoder_)
+        elif self.form == "ito" and isinstance(self.features, torch.nn.Module):
+            warn_if_piecewise_linear(self.features)
+        w = self._check_weights(sample_weight, x.shape[0])
         phi, d = self._evaluate(x, self.form, sde)
         n, r = phi.shape
         if n < r:
             raise ValueError(f"fewer samples ({n}) than features (r={r}); provide more data")
-        cx = phi.T @ phi / n
+        phi_w = phi if w is None else phi * w[:, None]
+        cx = phi_w.T @ phi / n
         if self.form == "ito":
-            cxd = phi.T @ d / n
-        else:
+            cxd = phi_w.T @ d / n
+        elif w is None:
             cxd = -0.5 * np.einsum("nim,njm->ij", d, d) / n
+        else:
+            cxd = -0.5 * np.einsum("n,nim,njm->ij", w, d, d) / n
         if self.symmetrize:
             cxd = 0.5 * (cxd + cxd.T)
         reg = cx + float(self.ridge) * np.eye(r)
@@ -591,18 +606,65 @@ class Generator(SpectralModel):
         self.n_samples_, self.n_features_ = n, r
         self.state_shape_ = tuple(x.shape[1:])
         self.features_x_ = phi
+        self.sample_weight_ = w
         # equal-time least-squares coefficients of the state (App. E)
-        self.state_coef_ = cx_pinv @ (phi.T @ np.asarray(x, dtype=np.float64).reshape(n, -1)) / n
+        self.state_coef_ = cx_pinv @ (phi_w.T @ np.asarray(x, dtype=np.float64).reshape(n, -1)) / n
         self._set_spectrum()
         return self
 
+    @staticmethod
+    def _check_weights(sample_weight: Any, n: int) -> np.ndarray | None:
+        """Weights normalised to mean one, or None for uniform weights."""
+        if sample_weight is None:
+            return None
+        w = np.asarray(to_numpy(sample_weight), dtype=np.float64).reshape(-1)
+        if w.shape[0] != n:
+            raise ValueError(f"sample_weight has {w.shape[0]} entries for {n} samples")
+        if not np.all(np.isfinite(w)) or np.any(w < 0) or w.sum() <= 0:
+            raise ValueError("sample_weight must be finite, non-negative and not all zero")
+        return w * (n / w.sum())
+
+    def _observable_coef(self, observable: Any) -> tuple[np.ndarray, tuple[int, ...]]:
+        """Equal-time (weighted) least-squares coefficients of an observable (App. E)."""
+        w = getattr(self, "sample_weight_", None)
+        if observable is None or w is None:
+            return super()._observable_coef(observable)
+        f = check_states(observable, "observable")
+        if f.shape[0] != self.n_samples_:
+            raise ValueError(
+                f"observable must hold one value per training sample ({self.n_samples_}), "
+                f"got {f.shape[0]} rows"
+            )
+        f_flat = np.asarray(f, dtype=np.float64).reshape(f.shape[0], -1) * w[:, None]
+        coef = self._cx_pinv @ (self.features_x_.T @ f_flat) / self.n_samples_
+        return coef, (() if np.ndim(observable) == 1 else tuple(f.shape[1:]))
+
     def _set_spectrum(self) -> None:
-        super()._set_spectrum()
-        w = self.eigvals_
+        """Eigen-decomposition on the range of ``Cx`` (the Ritz problem), by whitening.
+
+        With ``Cx + ridge I = U S U^T`` restricted to the ``k = rank_`` eigenvalues above the
+        cut-off, ``M = S^{-1/2} U^T C_d U S^{-1/2}`` (k x k) is similar to ``L`` on the range;
+        its eigenvectors map back to ``R = U S^{-1/2} V`` and ``L = U S^{1/2} W``. A
+        rank-deficient feature map thus yields ``rank_`` genuine eigenpairs, without the
+        spurious zero eigenvalues of the pseudo-inverse's null space.
+        """
+        from dpnets.linalg import default_rtol
+
+        r = self.cx_.shape[0]
+        reg = self.cx_ + float(self.ridge) * np.eye(r)
+        s, u = np.linalg.eigh(0.5 * (reg + reg.T))
+        rtol = default_rtol(r) if self.rtol is None else float(self.rtol)
+        keep = s > rtol * max(s.max(), 0.0)
+        if not keep.any():
+            raise ValueError("the feature covariance is zero: the features vanish on the data")
+        uk, sk = u[:, keep], s[keep]
+        whiten = uk / np.sqrt(sk)
+        m = whiten.T @ self.cxd_ @ whiten
+        w, left, right = eig_biorthogonal(m)
         order = np.lexsort((-w.imag, -w.real))
         self.eigvals_ = w[order]
-        self.left_eigvecs_ = self.left_eigvecs_[:, order]
-        self.right_eigvecs_ = self.right_eigvecs_[:, order]
+        self.right_eigvecs_ = whiten @ right[:, order]
+        self.left_eigvecs_ = (uk * np.sqrt(sk)) @ left[:, order]
 
     def transform(self, X: Any) -> np.ndarray:
         """Features ``psi(X)`` (evaluated in ``dtype``), float64 (n, r)."""
@@ -626,17 +688,20 @@ class Generator(SpectralModel):
         return scipy.linalg.expm(self.operator_ * float(t))
 
     def implied_timescales(self) -> np.ndarray:
-        """Implied timescales ``-1 / Re(lambda_i)`` (``inf`` where ``Re(lambda_i) >= 0``).
+        """Implied timescales ``-1 / Re(lambda_i)``.
 
         Returns
         -------
-        ndarray (r,)
-            In the order of :meth:`eig`, in the time units of the SDE.
+        ndarray (rank_,)
+            In the order of :meth:`eig`, in the time units of the SDE; ``inf`` where
+            ``Re(lambda_i) >= -tol`` with ``tol = r * eps * max|lambda|`` (the stationary
+            eigenvalue 0 up to round-off).
         """
         check_is_fitted(self, "operator_")
         re = self.eigvals_.real
+        tol = re.size * np.finfo(np.float64).eps * max(np.abs(self.eigvals_).max(), 1e-300)
         out = np.full(re.shape, np.inf)
-        ok = re < 0
+        ok = re < -tol
         out[ok] = -1.0 / re[ok]
         return out
 
@@ -649,6 +714,8 @@ def _dump_generator(model: Generator, tensors: dict) -> dict:
 
     check_is_fitted(model, "operator_")
     arrays_to_tensors(model, _GENERATOR_ARRAYS, tensors)
+    if getattr(model, "sample_weight_", None) is not None:
+        arrays_to_tensors(model, ("sample_weight_",), tensors)
     return {
         "params": {
             "form": model.form,
@@ -674,6 +741,8 @@ def _restore_generator(cfg: dict, tensors: dict, **kw: Any) -> Generator:
     gen = Generator(restore_features(cfg["features"], tensors, **kw), **cfg["params"])
     for name in _GENERATOR_ARRAYS:
         setattr(gen, name, tensors[name].numpy())
+    sw = tensors.get("sample_weight_")
+    gen.sample_weight_ = None if sw is None else sw.numpy()
     for name, value in cfg["fitted"].items():
         setattr(gen, name, tuple(value) if name == "state_shape_" else value)
     gen._set_spectrum()

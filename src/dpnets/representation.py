@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader, Dataset, random_split
 
 from dpnets.data import IndexBatcher, check_states, chunks, is_streaming, pairs
 from dpnets.exceptions import check_is_fitted
-from dpnets.scores import SCORES, make_loss
+from dpnets.scores import GENERATOR_SCORES, SCORES, make_loss
 from dpnets.training import resolve_device, train
 
 __all__ = ["DPNet"]
@@ -36,7 +36,12 @@ class DPNet:
     * ``"relaxed"`` — ``S^gamma`` (Eq. 9), no matrix inversion, the paper's default;
     * ``"projection"`` — ``P^gamma`` (Eq. 7);
     * ``"vamp1"``, ``"vamp2"`` — VAMP scores (centred, +1 convention; with ``gamma=0`` this
-      is VAMPNets).
+      is VAMPNets);
+    * ``"generator"`` — continuous time: the generator score ``P_d^gamma`` (Thm. 2, Eq. 14)
+      of an SDE given as ``sde=``, from Itô derivatives of the features (Eqs. 12-13);
+      ``fit(X)`` then takes samples of the invariant distribution, not pairs;
+    * ``"dirichlet"`` — the same for reversible SDEs through the Dirichlet form (first
+      derivatives only).
 
     After ``fit``, :meth:`transform` evaluates ``psi`` and :class:`dpnets.TransferOperator`
     regresses the operator on it.
@@ -49,7 +54,8 @@ class DPNet:
     lagged_encoder : torch.nn.Module, optional
         psi' for the evolved states. ``None`` (default) shares psi's weights, which is exact
         for normal (e.g. reversible) operators and halves the cost.
-    score : {"relaxed", "projection", "vamp1", "vamp2"}, default "relaxed"
+    score : {"relaxed", "projection", "vamp1", "vamp2", "generator", "dirichlet"}
+        Default "relaxed".
     gamma : float, default 1.0
         Weight of the metric distortion penalty ``R`` (paper uses 1).
     lr : float, default 1e-3
@@ -68,6 +74,10 @@ class DPNet:
         Default: CUDA if available, else CPU.
     progress : bool, default True
         Show a tqdm progress bar (if tqdm is installed).
+    sde : dpnets.ito.SDE, optional
+        The SDE, required by the generator scores (e.g.
+        :func:`dpnets.ito.overdamped_langevin`); the encoder must be twice differentiable
+        (smooth activations) for ``"generator"``.
 
     Attributes
     ----------
@@ -109,6 +119,7 @@ class DPNet:
         seed: int | None = None,
         device: str | torch.device | None = None,
         progress: bool = True,
+        sde: Any = None,
     ) -> None:
         self.encoder = encoder
         self.lagged_encoder = lagged_encoder
@@ -123,6 +134,7 @@ class DPNet:
         self.seed = seed
         self.device = device
         self.progress = progress
+        self.sde = sde
 
     # ------------------------------------------------------------------ validation
     def _check_params(self) -> None:
@@ -130,8 +142,11 @@ class DPNet:
             raise TypeError(f"encoder must be a torch.nn.Module, got {type(self.encoder)}")
         if self.lagged_encoder is not None and not isinstance(self.lagged_encoder, nn.Module):
             raise TypeError("lagged_encoder must be a torch.nn.Module or None")
-        if self.score not in SCORES:
-            raise ValueError(f"unknown score {self.score!r}; expected one of {', '.join(SCORES)}")
+        if self.score not in SCORES + GENERATOR_SCORES:
+            raise ValueError(
+                f"unknown score {self.score!r}; expected one of "
+                f"{', '.join(SCORES + GENERATOR_SCORES)}"
+            )
         if not self.gamma >= 0:
             raise ValueError(f"gamma must be >= 0, got {self.gamma}")
         if not self.lr > 0:
@@ -159,6 +174,8 @@ class DPNet:
             One trajectory ``(T, *state_shape)``; a list of trajectories (pairs never cross
             a boundary); already-paired ``(X, Y)``; or a torch ``Dataset``/``DataLoader``
             yielding ``(x, y)`` pairs (a DataLoader is used as is, without validation).
+            Generator scores: samples ``(n, *state_shape)`` of the invariant distribution
+            (or a list of such arrays); ``lag`` is ignored.
         lag : int, default 1
             Lag in steps between paired states (trajectory input only).
         callback : callable, optional
@@ -170,6 +187,8 @@ class DPNet:
         self
         """
         self._check_params()
+        if self.score in GENERATOR_SCORES:
+            return self._fit_generator(data, callback)
         device = resolve_device(self.device)
         gen = torch.Generator()
         if self.seed is not None:
@@ -269,6 +288,134 @@ class DPNet:
         self.n_train_ = n_train
         return self
 
+    def _fit_generator(self, data: Any, callback: Callable[[int, DPNet], None] | None) -> DPNet:
+        """Continuous-time mode: maximise ``P_d^gamma`` (Thm. 2, Eq. 14) on samples of pi."""
+        from dpnets.data import Pairs
+        from dpnets.ito import SDE, check_samples, warn_if_piecewise_linear
+        from dpnets.scores import GeneratorLoss
+
+        if not isinstance(self.sde, SDE):
+            raise ValueError(
+                f"score={self.score!r} needs sde=dpnets.ito.SDE(...) (e.g. "
+                "dpnets.ito.overdamped_langevin)"
+            )
+        if self.lagged_encoder is not None:
+            raise ValueError("generator scores use one feature map; lagged_encoder must be None")
+        if self.score == "dirichlet" and not self.sde.reversible:
+            raise ValueError("score='dirichlet' needs a reversible SDE; use score='generator'")
+        x = check_samples(data)
+        device = resolve_device(self.device)
+        gen = torch.Generator()
+        if self.seed is not None:
+            gen.manual_seed(int(self.seed))
+            torch.manual_seed(int(self.seed))
+        else:
+            gen.seed()
+        enc = copy.deepcopy(self.encoder).to(device)
+        if self.score == "generator":
+            warn_if_piecewise_linear(enc)
+        dtype = _module_dtype(enc)
+        form = "ito" if self.score == "generator" else "dirichlet"
+        loss_fn = GeneratorLoss(float(self.gamma), form)
+        sde = self.sde
+
+        def derivatives(xb: Tensor) -> tuple[Tensor, Tensor]:
+            xb = xb.to(device, non_blocking=True).to(dtype)
+            if form == "ito":
+                return sde.ito_derivative(enc, xb)
+            return sde.diffusion_jacobian(enc, xb)
+
+        n = x.shape[0]
+        perm = torch.randperm(n, generator=gen).numpy()
+        n_val = int(round(self.val_fraction * n))
+        idx = np.arange(n, dtype=np.int64)
+        p = Pairs(x, x, idx, idx)
+        p_train, p_val = p.subset(np.sort(perm[n_val:])), p.subset(np.sort(perm[:n_val]))
+        n_train = len(p_train)
+        train_batches = IndexBatcher(
+            p_train, self.batch_size, device=device, dtype=dtype, generator=gen
+        )
+        val_batches = (
+            IndexBatcher(p_val, 8192, device=device, dtype=dtype, shuffle=False)
+            if n_val > 0
+            else None
+        )
+        sample = torch.as_tensor(x[:2]).to(device)
+        r = self._feature_dim(
+            enc, sample.to(dtype) if sample.is_floating_point() else sample, n_train
+        )
+
+        def batch_loss(batch: tuple[Tensor, Tensor]) -> Tensor:
+            return loss_fn(*derivatives(batch[0]))
+
+        val_score = None
+        if val_batches is not None:
+
+            def val_score() -> float:
+                with torch.no_grad():
+                    parts = [derivatives(xb) for xb, _ in val_batches]
+                    f = torch.cat([a for a, _ in parts])
+                    d = torch.cat([b for _, b in parts])
+                    return -float(loss_fn(f, d))
+
+        self.encoder_, self.lagged_encoder_ = enc, None
+        self.state_shape_, self.n_features_ = tuple(x.shape[1:]), r
+        self.lag_ = None
+        epoch_cb = None
+        if callback is not None:
+
+            def epoch_cb(epoch: int) -> None:
+                callback(epoch, self)
+                enc.train()
+
+        result = train(
+            [enc],
+            batch_loss,
+            train_batches,
+            epochs=int(self.epochs),
+            lr=float(self.lr),
+            optimizer=self.optimizer,
+            optimizer_kwargs=self.optimizer_kwargs,
+            val_score=val_score,
+            progress=self.progress,
+            desc=f"DPNet[{self.score}]",
+            callback=epoch_cb,
+        )
+        self.history_ = result.history
+        self.best_epoch_ = result.best_epoch
+        self.n_train_ = n_train
+        return self
+
+    def _evaluate_generator(self, data: Any, score: str) -> float:
+        from dpnets.ito import SDE, check_samples
+        from dpnets.scores import GeneratorLoss
+
+        if not isinstance(self.sde, SDE):
+            raise ValueError(f"score={score!r} needs the model's sde (DPNet(..., sde=...))")
+        x = check_samples(data)
+        if tuple(x.shape[1:]) != self.state_shape_:
+            raise ValueError(
+                f"X has state shape {tuple(x.shape[1:])}; the model was fitted on "
+                f"{self.state_shape_}"
+            )
+        enc = self.encoder_
+        enc.eval()
+        device = next(enc.parameters()).device
+        dtype = _module_dtype(enc)
+        fs, ds = [], []
+        with torch.no_grad():
+            for sl in chunks(x.shape[0], 8192):
+                xb = torch.as_tensor(x[sl]).to(device=device, dtype=dtype)
+                if score == "generator":
+                    f, d = self.sde.ito_derivative(enc, xb)
+                else:
+                    f, d = self.sde.diffusion_jacobian(enc, xb)
+                fs.append(f)
+                ds.append(d)
+            form = "ito" if score == "generator" else "dirichlet"
+            loss = GeneratorLoss(float(self.gamma), form)
+            return -float(loss(torch.cat(fs), torch.cat(ds)))
+
     def _feature_dim(self, enc: nn.Module, sample: Tensor, n_train: int) -> int:
         """``r`` from a forward pass on a couple of states; checks ``n_train >= r``."""
         enc.eval()
@@ -342,8 +489,13 @@ class DPNet:
     __call__ = transform
 
     def evaluate(self, data: Any, lag: int = 1, score: str | None = None) -> float:
-        """The score (default: the training score, with ``gamma``) on held-out ``data``."""
+        """The score (default: the training score, with ``gamma``) on held-out ``data``.
+
+        For the generator scores ``data`` are samples of the invariant distribution.
+        """
         check_is_fitted(self, "encoder_")
+        if (score or self.score) in GENERATOR_SCORES:
+            return self._evaluate_generator(data, score or self.score)
         p = pairs(data, lag)
         fx = self._encode(p.X, False, 8192)
         fy = self._encode(p.Y, True, 8192)

@@ -372,3 +372,159 @@ def make_loss(score: str, gamma: float = 0.0) -> nn.Module:
     if score == "vamp2":
         return VAMPLoss(2, gamma)
     raise ValueError(f"unknown score {score!r}; expected one of {', '.join(SCORES)}")
+
+
+# ------------------------------------------------------------------------------ generator score
+# Continuous-time DPNets (paper Sec. 3 "Generator learning", Thm. 2, Eq. 14). The features'
+# Itô derivatives come from :mod:`dpnets.ito`.
+
+#: Score names of the continuous-time (generator) training mode of :class:`dpnets.DPNet`.
+GENERATOR_SCORES: tuple[str, ...] = ("generator", "dirichlet")
+
+
+def _trace_pinv_product(cx: Tensor, c: Tensor, rtol: float | None) -> Tensor:
+    """``tr(Cx^+ C)`` in float64, the pseudo-inverse with a gradient stable at degeneracy.
+
+    Equals ``tr(Cx^{+/2} sym(C) Cx^{+/2})``, the sum of the finite eigenvalues of the
+    symmetric generalised eigenproblem ``sym(C) v = lambda Cx v`` (``Cx^+`` is symmetric, so
+    only the symmetric part of ``C`` contributes).
+    """
+    cx_pinv = torch_sym_pinv(cx.to(torch.float64), rtol)
+    c64 = c.to(torch.float64)
+    return torch.sum(cx_pinv * c64.T)
+
+
+def generator_score_from_covariances(
+    cx: Tensor, cd: Tensor, gamma: float = 0.0, rtol: float | None = None
+) -> Tensor:
+    """``P_d^gamma`` (Eq. 14) from ``Cx`` and ``C_d = E[psi dpsi^T]`` (:func:`generator_score`)."""
+    score = _trace_pinv_product(cx, cd, rtol).to(cd.dtype)
+    if gamma == 0.0:
+        return score
+    return score - gamma * metric_distortion(cx)
+
+
+def generator_score(
+    x: Tensor,
+    dx: Tensor,
+    gamma: float = 0.0,
+    *,
+    weights: Tensor | None = None,
+    rtol: float | None = None,
+) -> Tensor:
+    r"""Generator score ``P_d^gamma = tr(Cx^+ C_d) - gamma R(Cx)`` (paper Thm. 2, Eq. 14).
+
+    ``Cx = E[psi psi^T]`` and ``C_d = E[psi (d psi)^T]`` with ``d psi`` the Itô derivative of
+    the features (Eqs. 12-13, :func:`dpnets.ito.ito_derivative`), estimated on samples of the
+    invariant distribution. For a self-adjoint generator (a reversible diffusion) with
+    eigenvalues ``0 = lambda_0 >= lambda_1 >= ...``, ``P_d^0 <= lambda_0 + ... + lambda_{r-1}``
+    with equality for the leading eigenfunctions (Thm. 2). ``R`` is needed: a
+    rank-deficient ``Cx`` (e.g. collapsed, constant features) gives a larger partial trace.
+
+    Numerics: ``tr(Cx^+ C_d)`` is the sum of the finite eigenvalues of the *symmetric*
+    generalised eigenproblem ``sym(C_d) v = lambda Cx v`` (only the symmetric part of
+    ``C_d`` enters the trace, so symmetrising is exact, not an approximation); it is computed
+    in float64 with the pseudo-inverse of :func:`dpnets.linalg.torch_sym_pinv` (relative rank
+    cut-off ``rtol``, gradient finite at degenerate eigenvalues), never with an explicit
+    inverse or a non-symmetric eigensolver.
+
+    Parameters
+    ----------
+    x, dx : Tensor of shape (n, r)
+        Features ``psi(X)`` and their Itô derivatives ``d psi(X)`` at samples ``X ~ pi``.
+    gamma : float, default 0.0
+        Weight of the metric distortion penalty ``R(Cx)`` (the paper uses 50 for Langevin).
+    weights : Tensor of shape (n,), optional
+        Sample weights (e.g. quadrature weights); see :func:`covariances`.
+    rtol : float, optional
+        Relative rank cut-off of the pseudo-inverse (default ``r * eps(dtype)``).
+
+    Returns
+    -------
+    Tensor
+        Scalar score, to be maximised.
+    """
+    cx, _, cd = covariances(x, dx, weights=weights)
+    return generator_score_from_covariances(cx, cd, gamma, rtol)
+
+
+def dirichlet_form(jac: Tensor, weights: Tensor | None = None) -> Tensor:
+    r"""Dirichlet-form matrix ``E = 1/2 E[J J^T]`` from ``J = grad psi^T B`` of shape (n, r, m).
+
+    For a reversible diffusion, ``E = -E_pi[psi (L psi)^T]``: symmetric positive
+    semi-definite, with first derivatives only (:func:`dpnets.ito.diffusion_jacobian`).
+    """
+    if jac.ndim != 3:
+        raise ValueError(f"jac must have shape (n, r, m); got {tuple(jac.shape)}")
+    n = jac.shape[0]
+    with no_tf32(jac.device):
+        if weights is None:
+            return 0.5 * torch.einsum("nim,njm->ij", jac, jac) / n
+        w = weights.to(jac.dtype).reshape(-1)
+        if w.shape[0] != n:
+            raise ValueError(f"weights has {w.shape[0]} entries for {n} samples")
+        w = w / w.sum()
+        return 0.5 * torch.einsum("n,nim,njm->ij", w, jac, jac)
+
+
+def dirichlet_score(
+    x: Tensor,
+    jac: Tensor,
+    gamma: float = 0.0,
+    *,
+    weights: Tensor | None = None,
+    rtol: float | None = None,
+) -> Tensor:
+    r"""Generator score in Dirichlet form, ``-tr(Cx^+ E) - gamma R(Cx)``, reversible diffusions.
+
+    Same population value as :func:`generator_score` when the generator is self-adjoint
+    (``E = -C_d``, integration by parts), but with first derivatives only and a symmetric
+    ``E`` by construction; for overdamped Langevin ``E = (kT / friction) E[grad psi
+    grad psi^T]``. Do not use it for non-reversible processes.
+
+    Parameters
+    ----------
+    x : Tensor of shape (n, r)
+        Features ``psi(X)`` at samples ``X ~ pi``.
+    jac : Tensor of shape (n, r, m)
+        ``grad psi(X)^T B(X)`` (:func:`dpnets.ito.diffusion_jacobian`).
+    gamma, weights, rtol
+        As in :func:`generator_score`.
+    """
+    if x.ndim != 2 or jac.shape[:2] != x.shape:
+        raise ValueError(
+            f"x must be (n, r) and jac (n, r, m); got {tuple(x.shape)}, {tuple(jac.shape)}"
+        )
+    cx, _, _ = covariances(x, x, weights=weights)
+    return generator_score_from_covariances(cx, -dirichlet_form(jac, weights), gamma, rtol)
+
+
+class GeneratorLoss(nn.Module):
+    """Negative generator score ``-P_d^gamma`` (Eq. 14).
+
+    ``form="ito"``: ``forward(psi, dpsi)`` (see :func:`generator_score`);
+    ``form="dirichlet"``: ``forward(psi, jac)`` (see :func:`dirichlet_score`).
+    """
+
+    def __init__(self, gamma: float = 0.0, form: str = "ito", rtol: float | None = None) -> None:
+        super().__init__()
+        if form not in ("ito", "dirichlet"):
+            raise ValueError(f"form must be 'ito' or 'dirichlet', got {form!r}")
+        self.gamma = float(gamma)
+        self.form = form
+        self.rtol = rtol
+
+    def forward(self, x: Tensor, d: Tensor) -> Tensor:
+        if self.form == "ito":
+            return -generator_score(x, d, self.gamma, rtol=self.rtol)
+        return -dirichlet_score(x, d, self.gamma, rtol=self.rtol)
+
+
+__all__ += [
+    "GENERATOR_SCORES",
+    "generator_score",
+    "generator_score_from_covariances",
+    "dirichlet_form",
+    "dirichlet_score",
+    "GeneratorLoss",
+]

@@ -22,3 +22,6 @@ from .markov import MarkovChain
 from .ornstein_uhlenbeck import OrnsteinUhlenbeck
 
 __all__ = ["LinearGaussian", "LogisticMap", "MarkovChain", "OrnsteinUhlenbeck"]
+from .langevin import FourWellLangevin, OverdampedLangevin1D  # noqa: E402
+
+__all__ += ["FourWellLangevin", "OverdampedLangevin1D"]

@@ -1,0 +1,314 @@
+"""Save/load support of the baselines, through :func:`dpnets.io.register`.
+
+Reuses the core payloads of :mod:`dpnets.io`: DMD/EDMD store the ``TransferOperator`` payload
+plus their dictionary, VAMPNets the ``DPNet`` payload. Custom callables (a user dictionary or
+kernel) are not stored: pass them back as ``dpnets.load(path, features=...)``; custom torch
+modules as ``encoder=`` / ``decoder=`` (as for DPNet).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from dpnets import io
+from dpnets.nn.registry import describe
+
+from .autoencoders import ConsistentAutoencoder, DynamicAutoencoder, LatentLinear
+from .dictionaries import ChebyshevFeatures, MonomialFeatures, ProjectionFeatures
+from .dmd import DMD, EDMD
+from .kernels import Kernel, KernelDMD, KernelFeatures, NystromKernelDMD
+from .vampnets import VAMPNet
+
+Tensors = dict[str, torch.Tensor]
+
+
+def _operator_cfg(cfg: dict) -> dict:
+    """The plain ``TransferOperator`` part of a DMD/EDMD config."""
+    params = {k: cfg["params"][k] for k in ("ridge", "rtol")}
+    return {**cfg, "params": params}
+
+
+def _transplant(target: Any, source: Any, skip: tuple[str, ...] = ()) -> Any:
+    """Copy the restored state of ``source`` onto ``target`` (a subclass instance)."""
+    for k, v in vars(source).items():
+        if k not in skip:
+            setattr(target, k, v)
+    return target
+
+
+# ----------------------------------------------------------------------------- DMD / EDMD
+def _dump_dictionary(d: Any, tensors: Tensors) -> dict:
+    if isinstance(d, ProjectionFeatures):
+        tensors["dictionary.components"] = torch.from_numpy(np.ascontiguousarray(d.components))
+        return {"kind": "projection", "config": None}
+    if isinstance(d, (ChebyshevFeatures, MonomialFeatures)):
+        return {"kind": d.kind, "config": d.get_config()}
+    return {"kind": "custom", "config": None}
+
+
+def _restore_dictionary(cfg: dict, tensors: Tensors, given: Any) -> Any:
+    kind = cfg["kind"]
+    if kind == "projection":
+        return ProjectionFeatures(tensors["dictionary.components"].numpy())
+    if kind == "chebyshev":
+        return ChebyshevFeatures(**cfg["config"])
+    if kind == "monomial":
+        return MonomialFeatures(**cfg["config"])
+    if kind == "none":
+        return None
+    if given is None:
+        raise ValueError(
+            "this model was fitted on a custom dictionary; pass it as load(path, features=...)"
+        )
+    return given
+
+
+def _dump_dmd(model: DMD, tensors: Tensors) -> dict:
+    cfg = io._operator_payload(model, tensors)
+    cfg["params"]["rank"] = model.rank
+    proj = model.projection_
+    cfg["dictionary"] = _dump_dictionary(proj, tensors) if proj is not None else {"kind": "none"}
+    if model.singular_values_ is not None:
+        tensors["singular_values_"] = torch.from_numpy(model.singular_values_)
+    return cfg
+
+
+def _restore_dmd(cfg: dict, tensors: Tensors, **kw: Any) -> DMD:
+    proj = _restore_dictionary(cfg["dictionary"], tensors, None)
+    params = dict(cfg["params"])
+    model = DMD(rank=params.pop("rank"), **params)
+    model.projection_ = proj
+    sv = tensors.get("singular_values_")
+    model.singular_values_ = sv.numpy() if sv is not None else None
+    op = io._restore_operator(_operator_cfg(cfg), tensors, **{**kw, "features": proj})
+    return _transplant(model, op, skip=("features",))
+
+
+def _dump_edmd(model: EDMD, tensors: Tensors) -> dict:
+    cfg = io._operator_payload(model, tensors)
+    named = isinstance(model.dictionary, str)
+    cfg["params"].update(
+        {
+            "dictionary": model.dictionary if named else None,
+            "degree": model.degree,
+            "domain": _jsonable(model.domain),
+        }
+    )
+    cfg["dictionary"] = _dump_dictionary(model.dictionary_, tensors)
+    return cfg
+
+
+def _restore_edmd(cfg: dict, tensors: Tensors, **kw: Any) -> EDMD:
+    dictionary = _restore_dictionary(cfg["dictionary"], tensors, kw.get("features"))
+    params = dict(cfg["params"])
+    if params["dictionary"] is None:
+        params["dictionary"] = dictionary
+    model = EDMD(**params)
+    model.dictionary_ = dictionary
+    op = io._restore_operator(_operator_cfg(cfg), tensors, **{**kw, "features": dictionary})
+    return _transplant(model, op, skip=("features",))
+
+
+def _jsonable(v: Any) -> Any:
+    if v is None or isinstance(v, (str, int, float, bool)):
+        return v
+    if isinstance(v, np.ndarray):
+        return v.tolist()
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(u) for u in v]
+    if isinstance(v, dict):
+        return {str(k): _jsonable(u) for k, u in v.items()}
+    if isinstance(v, np.generic):
+        return v.item()
+    raise TypeError(f"cannot store {type(v).__name__} in a model config")
+
+
+# ----------------------------------------------------------------------------- kernels
+_KERNEL_ARRAYS = ("operator_", "cx_", "cxy_", "_cx_pinv", "features_x_", "state_coef_")
+
+
+def _dump_kernel_model(model: Any, tensors: Tensors) -> dict:
+    from dpnets.exceptions import check_is_fitted
+
+    check_is_fitted(model, "operator_")
+    io.arrays_to_tensors(model, _KERNEL_ARRAYS, tensors)
+    for prefix, fm in (("features", model.features_), ("left_features", model.left_features_)):
+        tensors[f"{prefix}.centres"] = torch.from_numpy(np.ascontiguousarray(fm.centres))
+        tensors[f"{prefix}.weights"] = torch.from_numpy(np.ascontiguousarray(fm.weights))
+    params = {
+        k: getattr(model, k)
+        for k in ("rank", "estimator", "ridge", "length_scale", "degree", "coef0", "rtol")
+    }
+    if isinstance(model, NystromKernelDMD):
+        params.update(n_centers=model.n_centers, seed=model.seed)
+    named = isinstance(model.kernel_, Kernel)
+    params["kernel"] = model.kernel if isinstance(model.kernel, str) else None
+    return {
+        "params": _jsonable(params),
+        "kernel": model.kernel_.get_config() if named else None,
+        "fitted": {
+            "lag_": model.lag_,
+            "rank_": int(model.rank_),
+            "n_samples_": int(model.n_samples_),
+            "n_features_": int(model.n_features_),
+            "state_shape_": list(model.state_shape_),
+        },
+    }
+
+
+def _restore_kernel_model(cls: type) -> Any:
+    def restore(cfg: dict, tensors: Tensors, **kw: Any) -> Any:
+        if cfg["kernel"] is not None:
+            kernel = Kernel(**cfg["kernel"])
+        elif kw.get("features") is not None:
+            kernel = kw["features"]
+        else:
+            raise ValueError(
+                "this model was fitted with a custom kernel; pass it as load(path, features=kernel)"
+            )
+        params = dict(cfg["params"])
+        if params["kernel"] is None:
+            params["kernel"] = kernel
+        model = cls(params.pop("kernel"), **params)
+        for name in _KERNEL_ARRAYS:
+            setattr(model, name, tensors[name].numpy())
+        model.kernel_ = kernel
+        model.features_ = KernelFeatures(
+            kernel, tensors["features.centres"].numpy(), tensors["features.weights"].numpy()
+        )
+        model.left_features_ = KernelFeatures(
+            kernel,
+            tensors["left_features.centres"].numpy(),
+            tensors["left_features.weights"].numpy(),
+        )
+        if isinstance(model, NystromKernelDMD):
+            model.centres_ = model.features_.centres
+        f = cfg["fitted"]
+        model.lag_ = f["lag_"]
+        model.rank_ = f["rank_"]
+        model.n_samples_ = f["n_samples_"]
+        model.n_features_ = f["n_features_"]
+        model.state_shape_ = tuple(f["state_shape_"])
+        model._set_spectrum()
+        return model
+
+    return restore
+
+
+# ----------------------------------------------------------------------------- VAMPNets
+def _restore_vampnet(cfg: dict, tensors: Tensors, **kw: Any) -> VAMPNet:
+    net = io._restore_dpnet(cfg, tensors, **kw)
+    return _transplant(VAMPNet.__new__(VAMPNet), net)
+
+
+# ----------------------------------------------------------------------------- autoencoders
+_AE_PARAMS = (
+    "n_steps",
+    "lr",
+    "batch_size",
+    "epochs",
+    "val_fraction",
+    "optimizer_kwargs",
+    "seed",
+    "progress",
+)
+
+
+def _dump_autoencoder(model: Any, tensors: Tensors) -> dict:
+    from dpnets.exceptions import check_is_fitted
+
+    check_is_fitted(model, "operator_")
+    params = {k: getattr(model, k) for k in _AE_PARAMS}
+    params.update(model._weights())
+    params["optimizer"] = model.optimizer if isinstance(model.optimizer, str) else "adam"
+    for name in ("encoder", "decoder"):
+        for k, v in getattr(model, name + "_").state_dict().items():
+            tensors[f"{name}.{k}"] = v.detach().cpu()
+    tensors["K_"] = torch.from_numpy(model.K_)
+    if model.backward_latent_ is not None:
+        tensors["D_"] = torch.from_numpy(model.D_)
+    tensors["cx_"] = torch.from_numpy(model.cx_)
+    return {
+        "params": _jsonable(params),
+        "modules": {"encoder": describe(model.encoder_), "decoder": describe(model.decoder_)},
+        "fitted": {
+            "history_": model.history_,
+            "best_epoch_": model.best_epoch_,
+            "state_shape_": list(model.state_shape_),
+            "n_features_": int(model.n_features_),
+            "n_samples_": int(model.n_samples_),
+            "lag_": model.lag_,
+        },
+    }
+
+
+def _restore_autoencoder(cls: type) -> Any:
+    def restore(cfg: dict, tensors: Tensors, **kw: Any) -> Any:
+        device = kw.get("device", "cpu")
+        mods = {}
+        for name in ("encoder", "decoder"):
+            mods[name] = io._restore_module(
+                cfg["modules"][name], kw.get(name), io._sub_state(tensors, name + "."), name
+            ).to(device)
+        model = cls(mods["encoder"], mods["decoder"], device=device, **cfg["params"])
+        f = cfg["fitted"]
+        r = int(f["n_features_"])
+        dtype = next(mods["encoder"].parameters()).dtype
+
+        def latent(key: str) -> LatentLinear:
+            m = LatentLinear(r).to(device=device, dtype=dtype)
+            with torch.no_grad():
+                m.weight.copy_(tensors[key].to(dtype))
+            return m.eval()
+
+        model.encoder_, model.decoder_ = mods["encoder"], mods["decoder"]
+        model.latent_ = latent("K_")
+        model.backward_latent_ = latent("D_") if "D_" in tensors else None
+        model.K_ = tensors["K_"].numpy()
+        if "D_" in tensors:
+            model.D_ = tensors["D_"].numpy()
+        model.cx_ = tensors["cx_"].numpy()
+        model._cx_pinv = np.linalg.pinv(model.cx_, hermitian=True)
+        model.operator_ = model.K_.T.copy()
+        model.history_ = f["history_"]
+        model.best_epoch_ = f["best_epoch_"]
+        model.state_shape_ = tuple(f["state_shape_"])
+        model.n_features_ = r
+        model.n_samples_ = f["n_samples_"]
+        model.lag_ = f["lag_"]
+        model._set_spectrum()
+        return model
+
+    return restore
+
+
+def register_baselines() -> None:
+    """Register every baseline with :func:`dpnets.io.register`."""
+    io.register("DMD", DMD, _dump_dmd, _restore_dmd)
+    io.register("EDMD", EDMD, _dump_edmd, _restore_edmd)
+    io.register("KernelDMD", KernelDMD, _dump_kernel_model, _restore_kernel_model(KernelDMD))
+    io.register(
+        "NystromKernelDMD",
+        NystromKernelDMD,
+        _dump_kernel_model,
+        _restore_kernel_model(NystromKernelDMD),
+    )
+    io.register("VAMPNet", VAMPNet, lambda m, t: io._dpnet_payload(m, "", t), _restore_vampnet)
+    io.register(
+        "DynamicAutoencoder",
+        DynamicAutoencoder,
+        _dump_autoencoder,
+        _restore_autoencoder(DynamicAutoencoder),
+    )
+    io.register(
+        "ConsistentAutoencoder",
+        ConsistentAutoencoder,
+        _dump_autoencoder,
+        _restore_autoencoder(ConsistentAutoencoder),
+    )
+
+
+__all__ = ["register_baselines"]

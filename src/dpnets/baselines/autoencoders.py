@@ -1,0 +1,509 @@
+"""Koopman autoencoders: the dynamic AE (Lusch et al. 2018) and the consistent AE
+(Azencot et al. 2020).
+
+An encoder ``z = enc(x)`` (``r`` latent coordinates), a decoder ``x = dec(z)`` and a linear
+latent operator ``K`` (``z_{t+1} = K z_t``) are trained jointly through
+:func:`dpnets.training.train` on windows ``(x_t, x_{t+lag}, ..., x_{t+S lag})`` of the
+trajectories (``S = n_steps``), drawn by tensor indexing with :class:`dpnets.data.IndexBatcher`.
+Forecasts are ``dec(K^t enc(x))``; the eigenvalues are those of ``K``, and
+``enc(x)^T r_i`` with ``K^T r_i = lambda_i r_i`` are the (approximate) Koopman
+eigenfunctions. The mean-squared-error losses are:
+
+* :class:`DynamicAutoencoder` (Lusch et al. 2018):
+  ``w_rec |dec(enc(x_0)) - x_0|^2 + w_pred sum_k |dec(K^k z_0) - x_k|^2
+  + w_lin sum_k |K^k z_0 - enc(x_k)|^2``;
+* :class:`ConsistentAutoencoder` (Azencot et al. 2020): a forward operator ``K`` and a
+  backward one ``D`` with ``w_rec`` reconstruction, ``w_pred`` forward prediction,
+  ``w_back`` backward prediction ``sum_k |dec(D^k z_S) - x_{S-k}|^2`` and the consistency
+  penalty ``w_con sum_{k=1}^{r} (|(D K)_{:k,:k} - I_k|_F^2 + |(K D)_{:k,:k} - I_k|_F^2) / (2k)``
+  on the leading ``k x k`` blocks.
+
+Lusch et al.'s auxiliary network for continuous spectra and ``L_inf`` penalty are not
+included; both models use a constant ``K`` as in Azencot et al.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from dpnets.data import IndexBatcher, Pairs, chunks, is_streaming, pairs
+from dpnets.exceptions import check_is_fitted
+from dpnets.linalg import sym_pinv
+from dpnets.operators import SpectralModel, TransferOperator
+from dpnets.training import resolve_device, train
+
+__all__ = ["DynamicAutoencoder", "ConsistentAutoencoder", "LatentLinear"]
+
+
+class LatentLinear(nn.Module):
+    """Linear latent operator ``z -> K z`` (batched: ``z @ K^T``), without bias."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.eye(dim))
+
+    def forward(self, z: Tensor) -> Tensor:
+        return z @ self.weight.T
+
+
+def _module_dtype(module: nn.Module) -> torch.dtype:
+    for p in module.parameters():
+        if p.is_floating_point():
+            return p.dtype
+    return torch.get_default_dtype()
+
+
+def _windows(data: Any, lag: int, n_steps: int) -> Pairs:
+    """Multi-step windows as :class:`Pairs` with a 2-D ``j`` of shape (n, n_steps).
+
+    ``j[:, k] = i + (k + 1) lag``.
+
+    Windows never cross a trajectory boundary (``pairs`` with lag ``n_steps * lag``).
+    """
+    if isinstance(data, tuple):
+        if n_steps != 1:
+            raise ValueError(
+                f"(X, Y) pairs hold one step; n_steps={n_steps} needs trajectories "
+                "(an array or a list of arrays)"
+            )
+        p = pairs(data, lag)
+        return Pairs(p.x_states, p.y_states, p.i, p.j[:, None])
+    p = pairs(data, lag * n_steps)
+    offsets = lag * np.arange(1, n_steps + 1, dtype=np.int64)
+    return Pairs(p.x_states, p.y_states, p.i, p.i[:, None] + offsets[None, :])
+
+
+class _KoopmanAutoencoder(SpectralModel):
+    """Shared training, forecasting and spectral API of the Koopman autoencoders."""
+
+    encoder: nn.Module
+    decoder: nn.Module
+    _desc = "autoencoder"
+    _backward = False
+
+    def _init_common(self, **kw: Any) -> None:
+        for k, v in kw.items():
+            setattr(self, k, v)
+
+    # ------------------------------------------------------------------ validation
+    def _weights(self) -> dict[str, float]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _check_params(self) -> None:
+        if not isinstance(self.encoder, nn.Module) or not isinstance(self.decoder, nn.Module):
+            raise TypeError("encoder and decoder must be torch.nn.Module instances")
+        n = self.n_steps
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+            raise ValueError(f"n_steps must be a positive integer, got {n!r}")
+        for name, w in self._weights().items():
+            if not (math.isfinite(w) and w >= 0):
+                raise ValueError(f"{name} must be finite and >= 0, got {w}")
+        if not self.lr > 0:
+            raise ValueError(f"lr must be > 0, got {self.lr}")
+        if int(self.batch_size) < 1:
+            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+        if int(self.epochs) < 1:
+            raise ValueError(f"epochs must be >= 1, got {self.epochs}")
+        if not 0.0 <= self.val_fraction < 1.0:
+            raise ValueError(f"val_fraction must be in [0, 1), got {self.val_fraction}")
+
+    # ------------------------------------------------------------------ losses
+    def _loss(self, x0: Tensor, ys: Tensor) -> Tensor:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _rollout(self, op: nn.Module, z: Tensor, steps: int) -> Tensor:
+        out = []
+        for _ in range(steps):
+            z = op(z)
+            out.append(z)
+        return torch.stack(out, dim=1)  # (B, steps, r)
+
+    def _decode(self, z: Tensor, like: Tensor) -> Tensor:
+        """Decode a batch of latents (..., r) to states shaped like ``like`` (..., *state)."""
+        lead = z.shape[:-1]
+        out = self.decoder_(z.reshape(-1, z.shape[-1]))
+        n_state = int(np.prod(self.state_shape_))
+        if out.numel() != int(np.prod(lead)) * n_state:
+            raise ValueError(
+                f"decoder must map (batch, r) to (batch, {n_state}) values (state shape "
+                f"{self.state_shape_}); got {tuple(out.shape)}"
+            )
+        return out.reshape(like.shape)
+
+    # ------------------------------------------------------------------ fitting
+    def fit(
+        self,
+        data: Any,
+        lag: int = 1,
+        *,
+        callback: Callable[[int, Any], None] | None = None,
+    ) -> _KoopmanAutoencoder:
+        """Train encoder, decoder and latent operator(s) on ``data``.
+
+        Parameters
+        ----------
+        data : array, list of arrays or tuple (X, Y)
+            Trajectories (windows never cross a boundary) or one-step pairs (``n_steps=1``).
+        lag : int, default 1
+            Steps between consecutive states of a window; ``predict(X, t)`` forecasts ``t``
+            such steps ahead.
+        callback : callable, optional
+            ``callback(epoch, model)`` after each epoch, with ``model`` usable.
+
+        Returns
+        -------
+        self
+        """
+        self._check_params()
+        if is_streaming(data):
+            raise TypeError("autoencoders need in-memory trajectories (array, list or (X, Y))")
+        device = resolve_device(self.device)
+        gen = torch.Generator()
+        if self.seed is not None:
+            gen.manual_seed(int(self.seed))
+            torch.manual_seed(int(self.seed))
+        else:
+            gen.seed()
+        w = _windows(data, lag, int(self.n_steps))
+        n = len(w)
+        enc = copy.deepcopy(self.encoder).to(device)
+        dec = copy.deepcopy(self.decoder).to(device)
+        dtype = _module_dtype(enc)
+        perm = torch.randperm(n, generator=gen).numpy()
+        n_val = int(round(self.val_fraction * n))
+        if n - n_val < 1:
+            raise ValueError(f"not enough windows ({n}) for training")
+        w_train, w_val = w.subset(np.sort(perm[n_val:])), w.subset(np.sort(perm[:n_val]))
+        batches = IndexBatcher(w_train, self.batch_size, device=device, dtype=dtype, generator=gen)
+        val_batches = (
+            IndexBatcher(w_val, 8192, device=device, dtype=dtype, shuffle=False)
+            if n_val > 0
+            else None
+        )
+        state_shape = tuple(w.state_shape)
+        with torch.no_grad():
+            enc.eval()
+            sample = torch.as_tensor(w.x_states[w.i[:2]]).to(device)
+            z = enc(sample.to(dtype) if sample.is_floating_point() else sample)
+            enc.train()
+        if z.ndim != 2 or z.shape[0] != sample.shape[0]:
+            raise ValueError(
+                f"encoder must map (batch, *state_shape) to (batch, r); got {tuple(z.shape)}"
+            )
+        r = int(z.shape[1])
+        q, rr = torch.linalg.qr(torch.randn(r, r, generator=gen, dtype=torch.float64))
+        q = q * torch.sign(torch.diagonal(rr))[None, :]  # a random rotation
+        latent = LatentLinear(r).to(device=device, dtype=dtype)
+        back = LatentLinear(r).to(device=device, dtype=dtype) if self._backward else None
+        with torch.no_grad():
+            latent.weight.copy_(q.to(dtype))
+            if back is not None:
+                back.weight.copy_(q.T.to(dtype))  # the inverse of the rotation
+        self.encoder_, self.decoder_, self.latent_, self.backward_latent_ = enc, dec, latent, back
+        self.state_shape_, self.n_features_ = state_shape, r
+        self.lag_ = None if isinstance(data, tuple) else int(lag)
+        modules = [m for m in (enc, dec, latent, back) if m is not None]
+
+        def batch_loss(batch: tuple[Tensor, Tensor]) -> Tensor:
+            return self._loss(batch[0], batch[1])
+
+        val_score = None
+        if val_batches is not None:
+
+            def val_score() -> float:
+                with torch.no_grad():
+                    total, count = 0.0, 0
+                    for xb, yb in val_batches:
+                        total += float(self._loss(xb, yb)) * xb.shape[0]
+                        count += xb.shape[0]
+                    return -total / count
+
+        x_train = w.X  # initial states, for the latent covariance (eigenfunction norms)
+        epoch_cb = None
+        if callback is not None:
+
+            def epoch_cb(epoch: int) -> None:
+                self._finish(x_train)
+                callback(epoch, self)
+                for m in modules:
+                    m.train()
+
+        result = train(
+            modules,
+            batch_loss,
+            batches,
+            epochs=int(self.epochs),
+            lr=float(self.lr),
+            optimizer=self.optimizer,
+            optimizer_kwargs=self.optimizer_kwargs,
+            val_score=val_score,
+            progress=self.progress,
+            desc=self._desc,
+            callback=epoch_cb,
+        )
+        self.history_ = result.history
+        self.best_epoch_ = result.best_epoch
+        self._finish(x_train)
+        return self
+
+    def _finish(self, x_train: np.ndarray) -> None:
+        """Latent operator and covariance -> the SpectralModel state (eig, eigenfunctions)."""
+        self.K_ = self.latent_.weight.detach().cpu().double().numpy()
+        if self.backward_latent_ is not None:
+            self.D_ = self.backward_latent_.weight.detach().cpu().double().numpy()
+        z = self.transform(x_train)
+        self.n_samples_ = z.shape[0]
+        self.cx_ = z.T @ z / z.shape[0]
+        self._cx_pinv = sym_pinv(self.cx_)
+        # SpectralModel acts on coefficient vectors: E[z(X_1)^T a | x] = z(x)^T K^T a
+        self.operator_ = self.K_.T.copy()
+        self._set_spectrum()
+
+    # ------------------------------------------------------------------ inference
+    @property
+    def features(self) -> nn.Module | None:
+        """The trained encoder (the latent feature map)."""
+        return getattr(self, "encoder_", None)
+
+    def _check_X(self, X: Any) -> np.ndarray:
+        check_is_fitted(self, "encoder_")
+        return super()._check_X(X)
+
+    def transform(self, X: Any) -> np.ndarray:
+        """Latent coordinates ``enc(X)``, float64 (n, r)."""
+        x = self._check_X(X)
+        enc = self.encoder_
+        device = next(enc.parameters()).device
+        dtype = _module_dtype(enc)
+        enc.eval()
+        out = []
+        with torch.no_grad():
+            for sl in chunks(x.shape[0], 8192):
+                xb = torch.as_tensor(x[sl]).to(device)
+                out.append(enc(xb.to(dtype) if xb.is_floating_point() else xb).cpu())
+        return torch.cat(out).double().numpy()
+
+    def predict(self, X: Any, t: Any = 1) -> np.ndarray:
+        """Forecast ``dec(K^t enc(x))``, ``t`` lag steps ahead.
+
+        Parameters
+        ----------
+        X : array (m, *state_shape)
+        t : int or sequence of int (>= 1)
+
+        Returns
+        -------
+        ndarray, float64
+            ``(m, *state_shape)`` for a scalar ``t``; ``(len(t), m, *state_shape)`` otherwise.
+        """
+        check_is_fitted(self, "encoder_")
+        scalar = np.ndim(t) == 0
+        ts = [self._check_time(s) for s in ([t] if scalar else list(t))]
+        x = self._check_X(X)
+        enc, dec = self.encoder_, self.decoder_
+        device = next(enc.parameters()).device
+        dtype = _module_dtype(enc)
+        k64 = self.latent_.weight.detach().double()
+        enc.eval()
+        dec.eval()
+        outs = []
+        with torch.no_grad():
+            for s in ts:
+                kt = torch.linalg.matrix_power(k64, s).T.to(dtype)
+                parts = []
+                for sl in chunks(x.shape[0], 8192):
+                    xb = torch.as_tensor(x[sl]).to(device)
+                    z = enc(xb.to(dtype) if xb.is_floating_point() else xb)
+                    out = dec(z @ kt)
+                    parts.append(out.reshape(out.shape[0], *self.state_shape_).cpu().double())
+                outs.append(torch.cat(parts).numpy())
+        return outs[0] if scalar else np.stack(outs)
+
+    def implied_timescales(self, lag_time: float | None = None) -> np.ndarray:
+        """Implied timescales ``-lag_time / ln|lambda_i|`` of the eigenvalues of ``K``
+        (see :meth:`dpnets.TransferOperator.implied_timescales`)."""
+        return TransferOperator.implied_timescales(self, lag_time)  # type: ignore[arg-type]
+
+
+_COMMON_DOC = """
+    encoder : torch.nn.Module
+        Maps states ``(batch, *state_shape)`` to latents ``(batch, r)``; copied at ``fit``.
+    decoder : torch.nn.Module
+        Maps latents ``(batch, r)`` to ``(batch, *state_shape)`` (or the flattened states).
+    n_steps : int, default 5
+        Prediction horizon ``S`` (in lags) of the training windows.
+    lr, batch_size, epochs, val_fraction, optimizer, optimizer_kwargs, seed, device, progress
+        As :class:`dpnets.DPNet` (the validation score is minus the loss on held-out
+        windows; the best epoch is restored).
+"""
+
+
+class DynamicAutoencoder(_KoopmanAutoencoder):
+    __doc__ = f"""Dynamic autoencoder (Lusch et al. 2018): encoder, decoder and linear ``K``.
+
+    Loss (see the module docstring): reconstruction + multi-step state prediction through
+    ``dec(K^k enc(x_0))`` + linearity of the latent dynamics ``K^k enc(x_0) ~ enc(x_k)``.
+
+    Parameters
+    ----------{_COMMON_DOC}
+    reconstruction_weight, prediction_weight, linearity_weight : float, default 1.0
+        Weights of the three terms.
+
+    Attributes
+    ----------
+    encoder_, decoder_ : nn.Module
+        Trained networks.
+    K_ : ndarray (r, r)
+        Latent operator (``z_{{t+1}} = K z_t``); ``eig()`` returns its eigenvalues.
+    history_, best_epoch_, n_features_, state_shape_, lag_
+        As :class:`dpnets.DPNet`.
+
+    Examples
+    --------
+    >>> from dpnets.nn import MLP
+    >>> ae = DynamicAutoencoder(MLP(2, (32,), 4), MLP(4, (32,), 2), epochs=50)  # doctest: +SKIP
+    >>> ae.fit(trajectory).predict(trajectory[:5], t=[1, 2, 3])                # doctest: +SKIP
+    """
+
+    _desc = "DynamicAE"
+
+    def __init__(
+        self,
+        encoder: nn.Module,
+        decoder: nn.Module,
+        *,
+        n_steps: int = 5,
+        reconstruction_weight: float = 1.0,
+        prediction_weight: float = 1.0,
+        linearity_weight: float = 1.0,
+        lr: float = 1e-3,
+        batch_size: int = 256,
+        epochs: int = 100,
+        val_fraction: float = 0.1,
+        optimizer: str | type[torch.optim.Optimizer] = "adam",
+        optimizer_kwargs: dict[str, Any] | None = None,
+        seed: int | None = None,
+        device: str | torch.device | None = None,
+        progress: bool = True,
+    ) -> None:
+        self._init_common(**{k: v for k, v in locals().items() if k not in ("self", "__class__")})
+
+    def _weights(self) -> dict[str, float]:
+        return {
+            "reconstruction_weight": self.reconstruction_weight,
+            "prediction_weight": self.prediction_weight,
+            "linearity_weight": self.linearity_weight,
+        }
+
+    def _loss(self, x0: Tensor, ys: Tensor) -> Tensor:
+        b, s = ys.shape[0], ys.shape[1]
+        z0 = self.encoder_(x0)
+        zk = self._rollout(self.latent_, z0, s)  # (B, S, r)
+        loss = self.reconstruction_weight * torch.mean((self._decode(z0, x0) - x0) ** 2)
+        loss = loss + self.prediction_weight * torch.mean((self._decode(zk, ys) - ys) ** 2)
+        if self.linearity_weight > 0:
+            z_true = self.encoder_(ys.reshape(b * s, *ys.shape[2:])).reshape(b, s, -1)
+            loss = loss + self.linearity_weight * torch.mean((zk - z_true) ** 2)
+        return loss
+
+
+def _consistency_weights(r: int, device: torch.device, dtype: torch.dtype) -> Tensor:
+    """``W[i, j] = sum_{k > max(i, j)} 1 / (2k)``: the block sum of Azencot et al. in one go."""
+    inv = 1.0 / (2.0 * torch.arange(1, r + 1, dtype=torch.float64))
+    tail = torch.flip(torch.cumsum(torch.flip(inv, [0]), 0), [0])  # tail[m] = sum_{k>=m+1}
+    idx = torch.arange(r)
+    return tail[torch.maximum(idx[:, None], idx[None, :])].to(device=device, dtype=dtype)
+
+
+def consistency_penalty(k: Tensor, d: Tensor) -> Tensor:
+    """``sum_{k=1}^{r} (|(D K)_{:k,:k} - I_k|_F^2 + |(K D)_{:k,:k} - I_k|_F^2) / (2k)``
+    (Azencot et al. 2020, Eq. 8)."""
+    r = k.shape[0]
+    eye = torch.eye(r, device=k.device, dtype=k.dtype)
+    w = _consistency_weights(r, k.device, k.dtype)
+    return torch.sum(w * (d @ k - eye) ** 2) + torch.sum(w * (k @ d - eye) ** 2)
+
+
+class ConsistentAutoencoder(_KoopmanAutoencoder):
+    __doc__ = f"""Consistent Koopman autoencoder (Azencot et al. 2020).
+
+    A forward operator ``K`` and a backward operator ``D`` are learned together; the loss
+    adds backward prediction ``dec(D^k enc(x_S)) ~ x_{{S-k}}`` and the consistency penalty
+    on the leading ``k x k`` blocks of ``DK - I`` and ``KD - I`` (module docstring).
+    Forecasts and eigenvalues use ``K``.
+
+    Parameters
+    ----------{_COMMON_DOC}
+    reconstruction_weight : float, default 1.0
+    prediction_weight : float, default 1.0
+    backward_weight : float, default 0.1
+    consistency_weight : float, default 0.01
+        Loss weights; the backward and consistency defaults follow the reference
+        implementation of Azencot et al.
+
+    Attributes
+    ----------
+    K_, D_ : ndarray (r, r)
+        Forward and backward latent operators.
+    encoder_, decoder_, history_, best_epoch_, n_features_, state_shape_, lag_
+        As :class:`DynamicAutoencoder`.
+    """
+
+    _desc = "ConsistentAE"
+    _backward = True
+
+    def __init__(
+        self,
+        encoder: nn.Module,
+        decoder: nn.Module,
+        *,
+        n_steps: int = 5,
+        reconstruction_weight: float = 1.0,
+        prediction_weight: float = 1.0,
+        backward_weight: float = 0.1,
+        consistency_weight: float = 0.01,
+        lr: float = 1e-3,
+        batch_size: int = 256,
+        epochs: int = 100,
+        val_fraction: float = 0.1,
+        optimizer: str | type[torch.optim.Optimizer] = "adam",
+        optimizer_kwargs: dict[str, Any] | None = None,
+        seed: int | None = None,
+        device: str | torch.device | None = None,
+        progress: bool = True,
+    ) -> None:
+        self._init_common(**{k: v for k, v in locals().items() if k not in ("self", "__class__")})
+
+    def _weights(self) -> dict[str, float]:
+        return {
+            "reconstruction_weight": self.reconstruction_weight,
+            "prediction_weight": self.prediction_weight,
+            "backward_weight": self.backward_weight,
+            "consistency_weight": self.consistency_weight,
+        }
+
+    def _loss(self, x0: Tensor, ys: Tensor) -> Tensor:
+        s = ys.shape[1]
+        z0 = self.encoder_(x0)
+        zk = self._rollout(self.latent_, z0, s)
+        loss = self.reconstruction_weight * torch.mean((self._decode(z0, x0) - x0) ** 2)
+        loss = loss + self.prediction_weight * torch.mean((self._decode(zk, ys) - ys) ** 2)
+        if self.backward_weight > 0:
+            window = torch.cat([x0[:, None], ys], dim=1)  # (B, S + 1, *state)
+            targets = torch.flip(window[:, :s], [1])  # x_{S-1}, ..., x_0
+            zb = self._rollout(self.backward_latent_, self.encoder_(ys[:, -1]), s)
+            loss = loss + self.backward_weight * torch.mean(
+                (self._decode(zb, targets) - targets) ** 2
+            )
+        if self.consistency_weight > 0:
+            loss = loss + self.consistency_weight * consistency_penalty(
+                self.latent_.weight, self.backward_latent_.weight
+            )
+        return loss

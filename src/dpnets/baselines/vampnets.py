@@ -1,0 +1,112 @@
+"""VAMPNets (Mardt et al. 2018) as the special case of DPNets without metric distortion."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from dpnets.representation import DPNet
+
+__all__ = ["VAMPNet"]
+
+_VAMP_SCORES = ("vamp1", "vamp2")
+
+
+class VAMPNet(DPNet):
+    """VAMPNets: maximise the VAMP score of two lobes ``psi``, ``psi'`` (Mardt et al. 2018).
+
+    This is :class:`dpnets.DPNet` with ``score="vamp2"`` (or ``"vamp1"``) and ``gamma=0``: the
+    VAMP-2 score is the projection score ``P^0`` of Eq. (7) without the metric distortion
+    penalty (paper Sec. 3; centred features with the constant added, the ``+1`` convention of
+    :func:`dpnets.scores.vamp_score`). As in Mardt et al., the evolved states go through a
+    separate *lagged* lobe ``psi'``.
+
+    Parameters
+    ----------
+    encoder : torch.nn.Module
+        The instantaneous lobe ``psi``.
+    lagged_encoder : torch.nn.Module, optional
+        The time-lagged lobe ``psi'``. ``None`` (default) trains a separate lobe initialised as
+        a deep copy of ``encoder`` (same initial weights, trained independently). To share the
+        weights of the two lobes, use ``DPNet(encoder, score="vamp2", gamma=0)``.
+    score : {"vamp2", "vamp1"}, default "vamp2"
+    lr, batch_size, epochs, val_fraction, optimizer, optimizer_kwargs, seed, device, progress
+        As :class:`dpnets.DPNet`. VAMP scores invert the batch covariances: prefer large
+        batches (``batch_size >> r``).
+
+    Attributes
+    ----------
+    encoder_, lagged_encoder_ : nn.Module
+        The trained lobes (``lagged_encoder_`` is never None).
+    history_, best_epoch_, n_features_, state_shape_, lag_
+        As :class:`dpnets.DPNet`.
+
+    Examples
+    --------
+    >>> from dpnets.baselines import VAMPNet
+    >>> from dpnets.nn import MLP
+    >>> net = VAMPNet(MLP(1, (32, 32), 4), epochs=10).fit(trajectory)  # doctest: +SKIP
+    >>> TransferOperator(net).fit(trajectory).eig()                      # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        encoder: nn.Module,
+        *,
+        lagged_encoder: nn.Module | None = None,
+        score: str = "vamp2",
+        lr: float = 1e-3,
+        batch_size: int = 1024,
+        epochs: int = 100,
+        val_fraction: float = 0.1,
+        optimizer: str | type[torch.optim.Optimizer] = "adam",
+        optimizer_kwargs: dict[str, Any] | None = None,
+        seed: int | None = None,
+        device: str | torch.device | None = None,
+        progress: bool = True,
+    ) -> None:
+        super().__init__(
+            encoder,
+            lagged_encoder=lagged_encoder,
+            score=score,
+            gamma=0.0,
+            lr=lr,
+            batch_size=batch_size,
+            epochs=epochs,
+            val_fraction=val_fraction,
+            optimizer=optimizer,
+            optimizer_kwargs=optimizer_kwargs,
+            seed=seed,
+            device=device,
+            progress=progress,
+        )
+
+    def _check_params(self) -> None:
+        super()._check_params()
+        if self.score not in _VAMP_SCORES:
+            raise ValueError(
+                f"VAMPNet score must be one of {', '.join(_VAMP_SCORES)}, got {self.score!r}"
+            )
+        if self.gamma != 0:
+            raise ValueError("VAMPNet has no metric distortion penalty (gamma=0); use DPNet")
+
+    def fit(
+        self,
+        data: Any,
+        lag: int = 1,
+        *,
+        callback: Callable[[int, DPNet], None] | None = None,
+    ) -> VAMPNet:
+        """Train both lobes on ``data`` (same forms as :meth:`dpnets.DPNet.fit`)."""
+        given = self.lagged_encoder
+        if given is None:  # a separate lobe with the same initial weights (Mardt et al.)
+            self.lagged_encoder = copy.deepcopy(self.encoder)
+        try:
+            super().fit(data, lag, callback=callback)
+        finally:
+            self.lagged_encoder = given
+        return self
