@@ -1,7 +1,16 @@
 """Encoders (feature maps) for DPNets: any ``torch.nn.Module`` mapping a batch of states to
 ``(batch, r)`` works; these are ready-made ones that :func:`dpnets.load` can rebuild."""
 
+from dpnets.nn.embeddings import FourierEmbedding, PeriodicMLP
 from dpnets.nn.mlp import ACTIVATIONS, MLP
 from dpnets.nn.registry import build, describe, register
 
-__all__ = ["MLP", "ACTIVATIONS", "register", "build", "describe"]
+__all__ = [
+    "MLP",
+    "ACTIVATIONS",
+    "FourierEmbedding",
+    "PeriodicMLP",
+    "register",
+    "build",
+    "describe",
+]
