@@ -116,8 +116,10 @@ def main() -> None:
         f"Adam, {args.epochs} epochs, {args.threads} threads, CPU"
     )
     print()
-    print("| batch | dpnets relaxed (s) | dpnets projection (s) | dpnets vamp2 (s) "
-          "| deeptime VAMPNet (s) | speed-up (vamp2 vs deeptime) |")
+    print(
+        "| batch | dpnets relaxed (s) | dpnets projection (s) | dpnets vamp2 (s) "
+        "| deeptime VAMPNet (s) | speed-up (vamp2 vs deeptime) |"
+    )
     print("|---|---|---|---|---|---|")
     for b in (int(s) for s in args.batches.split(",")):
         rel = time_dpnet(x, args.r, b, args.epochs, "relaxed")

@@ -6,8 +6,10 @@ from dpnets.cli import main
 
 def test_demo_runs_and_saves(tmp_path, capsys):
     out = tmp_path / "demo.pt"
-    assert main(["demo", "--out", str(out), "--samples", "5000", "--epochs", "2",
-                 "--no-progress"]) == 0
+    assert (
+        main(["demo", "--out", str(out), "--samples", "5000", "--epochs", "2", "--no-progress"])
+        == 0
+    )
     text = capsys.readouterr().out
     assert "| 3 |" in text and "exp(-k dt)" in text
     net = dpnets.load(out)

@@ -12,10 +12,10 @@ import torch
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset, random_split
 
-from dpnets.data import IndexBatcher, check_states, chunks, is_streaming, pairs
+from dpnets.data import IndexBatcher, Pairs, check_states, chunks, is_streaming, pairs
 from dpnets.exceptions import check_is_fitted
 from dpnets.scores import GENERATOR_SCORES, SCORES, make_loss
-from dpnets.training import resolve_device, train
+from dpnets.training import resolve_device, train_estimator
 
 __all__ = ["DPNet"]
 
@@ -190,12 +190,7 @@ class DPNet:
         if self.score in GENERATOR_SCORES:
             return self._fit_generator(data, callback)
         device = resolve_device(self.device)
-        gen = torch.Generator()
-        if self.seed is not None:
-            gen.manual_seed(int(self.seed))
-            torch.manual_seed(int(self.seed))
-        else:
-            gen.seed()
+        gen = self._generator()
         enc = copy.deepcopy(self.encoder).to(device)
         lag_enc = (
             copy.deepcopy(self.lagged_encoder).to(device)
@@ -215,20 +210,8 @@ class DPNet:
             self.lag_ = None
         else:
             p = pairs(data, lag)
-            n = len(p)
-            perm = torch.randperm(n, generator=gen).numpy()
-            n_val = int(round(self.val_fraction * n))
-            p_train, p_val = p.subset(np.sort(perm[n_val:])), p.subset(np.sort(perm[:n_val]))
-            n_train = len(p_train)
             state_shape = p.state_shape
-            train_batches = IndexBatcher(
-                p_train, self.batch_size, device=device, dtype=dtype, generator=gen
-            )
-            val_batches = (
-                IndexBatcher(p_val, 8192, device=device, dtype=dtype, shuffle=False)
-                if n_val > 0
-                else None
-            )
+            train_batches, val_batches, n_train = self._batchers(p, gen, device, dtype)
             self.lag_ = int(lag)
             sample = torch.as_tensor(p.x_states[p.i[:2]])
         r = self._feature_dim(enc, to_dev(sample), n_train)
@@ -258,31 +241,15 @@ class DPNet:
         # fitted state needed by transform() inside callbacks
         self.encoder_, self.lagged_encoder_ = enc, lag_enc
         self.state_shape_, self.n_features_ = tuple(state_shape), r
-        epoch_cb = None
-        if callback is not None:
-
-            def epoch_cb(epoch: int) -> None:
-                callback(epoch, self)
-                for m in modules:
-                    m.train()
-
-        result = train(
+        train_estimator(
+            self,
             modules,
             batch_loss,
             train_batches,
-            epochs=int(self.epochs),
-            lr=float(self.lr),
-            optimizer=self.optimizer,
-            optimizer_kwargs=self.optimizer_kwargs,
             val_score=val_score,
-            progress=self.progress,
             desc=f"DPNet[{self.score}]",
-            callback=epoch_cb,
+            callback=callback,
         )
-        self.encoder_ = enc
-        self.lagged_encoder_ = lag_enc
-        self.history_ = result.history
-        self.best_epoch_ = result.best_epoch
         self.state_shape_ = tuple(state_shape)
         self.n_features_ = r
         self.n_train_ = n_train
@@ -290,7 +257,6 @@ class DPNet:
 
     def _fit_generator(self, data: Any, callback: Callable[[int, DPNet], None] | None) -> DPNet:
         """Continuous-time mode: maximise ``P_d^gamma`` (Thm. 2, Eq. 14) on samples of pi."""
-        from dpnets.data import Pairs
         from dpnets.ito import SDE, check_samples, warn_if_piecewise_linear
         from dpnets.scores import GeneratorLoss
 
@@ -305,12 +271,7 @@ class DPNet:
             raise ValueError("score='dirichlet' needs a reversible SDE; use score='generator'")
         x = check_samples(data)
         device = resolve_device(self.device)
-        gen = torch.Generator()
-        if self.seed is not None:
-            gen.manual_seed(int(self.seed))
-            torch.manual_seed(int(self.seed))
-        else:
-            gen.seed()
+        gen = self._generator()
         enc = copy.deepcopy(self.encoder).to(device)
         if self.score == "generator":
             warn_if_piecewise_linear(enc)
@@ -325,20 +286,9 @@ class DPNet:
                 return sde.ito_derivative(enc, xb)
             return sde.diffusion_jacobian(enc, xb)
 
-        n = x.shape[0]
-        perm = torch.randperm(n, generator=gen).numpy()
-        n_val = int(round(self.val_fraction * n))
-        idx = np.arange(n, dtype=np.int64)
-        p = Pairs(x, x, idx, idx)
-        p_train, p_val = p.subset(np.sort(perm[n_val:])), p.subset(np.sort(perm[:n_val]))
-        n_train = len(p_train)
-        train_batches = IndexBatcher(
-            p_train, self.batch_size, device=device, dtype=dtype, generator=gen
-        )
-        val_batches = (
-            IndexBatcher(p_val, 8192, device=device, dtype=dtype, shuffle=False)
-            if n_val > 0
-            else None
+        idx = np.arange(x.shape[0], dtype=np.int64)
+        train_batches, val_batches, n_train = self._batchers(
+            Pairs(x, x, idx, idx), gen, device, dtype
         )
         sample = torch.as_tensor(x[:2]).to(device)
         r = self._feature_dim(
@@ -361,28 +311,15 @@ class DPNet:
         self.encoder_, self.lagged_encoder_ = enc, None
         self.state_shape_, self.n_features_ = tuple(x.shape[1:]), r
         self.lag_ = None
-        epoch_cb = None
-        if callback is not None:
-
-            def epoch_cb(epoch: int) -> None:
-                callback(epoch, self)
-                enc.train()
-
-        result = train(
+        train_estimator(
+            self,
             [enc],
             batch_loss,
             train_batches,
-            epochs=int(self.epochs),
-            lr=float(self.lr),
-            optimizer=self.optimizer,
-            optimizer_kwargs=self.optimizer_kwargs,
             val_score=val_score,
-            progress=self.progress,
             desc=f"DPNet[{self.score}]",
-            callback=epoch_cb,
+            callback=callback,
         )
-        self.history_ = result.history
-        self.best_epoch_ = result.best_epoch
         self.n_train_ = n_train
         return self
 
@@ -415,6 +352,32 @@ class DPNet:
             form = "ito" if score == "generator" else "dirichlet"
             loss = GeneratorLoss(float(self.gamma), form)
             return -float(loss(torch.cat(fs), torch.cat(ds)))
+
+    def _generator(self) -> torch.Generator:
+        """RNG for the split and batch order; with ``seed`` also seeds torch (dropout)."""
+        gen = torch.Generator()
+        if self.seed is not None:
+            gen.manual_seed(int(self.seed))
+            torch.manual_seed(int(self.seed))
+        else:
+            gen.seed()
+        return gen
+
+    def _batchers(
+        self, p: Pairs, gen: torch.Generator, device: torch.device, dtype: torch.dtype
+    ) -> tuple[IndexBatcher, IndexBatcher | None, int]:
+        """Random train/validation split of ``p`` (``val_fraction``) into index batchers."""
+        n = len(p)
+        perm = torch.randperm(n, generator=gen).numpy()
+        n_val = int(round(self.val_fraction * n))
+        p_train, p_val = p.subset(np.sort(perm[n_val:])), p.subset(np.sort(perm[:n_val]))
+        train = IndexBatcher(p_train, self.batch_size, device=device, dtype=dtype, generator=gen)
+        val = (
+            IndexBatcher(p_val, 8192, device=device, dtype=dtype, shuffle=False)
+            if n_val > 0
+            else None
+        )
+        return train, val, len(p_train)
 
     def _feature_dim(self, enc: nn.Module, sample: Tensor, n_train: int) -> int:
         """``r`` from a forward pass on a couple of states; checks ``n_train >= r``."""

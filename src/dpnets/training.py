@@ -18,7 +18,14 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-__all__ = ["resolve_device", "make_optimizer", "progress_bar", "train", "TrainResult"]
+__all__ = [
+    "resolve_device",
+    "make_optimizer",
+    "progress_bar",
+    "train",
+    "train_estimator",
+    "TrainResult",
+]
 
 _OPTIMIZERS = {
     "adam": torch.optim.Adam,
@@ -187,3 +194,34 @@ def train(
     for m in modules:
         m.eval()
     return TrainResult(history=history, best_epoch=best_epoch)
+
+
+def train_estimator(
+    est: Any,
+    modules: Sequence[nn.Module],
+    batch_loss: Callable[[Any], Tensor],
+    batches: Iterable[Any],
+    *,
+    val_score: Callable[[], float] | None,
+    desc: str,
+    callback: Callable[[int, Any], None] | None = None,
+) -> TrainResult:
+    """:func:`train` with the optimisation settings an estimator stores (``epochs``, ``lr``,
+    ``optimizer``, ``optimizer_kwargs``, ``progress``); sets ``est.history_`` and
+    ``est.best_epoch_``. ``callback(epoch, est)`` runs after every epoch."""
+    result = train(
+        modules,
+        batch_loss,
+        batches,
+        epochs=int(est.epochs),
+        lr=float(est.lr),
+        optimizer=est.optimizer,
+        optimizer_kwargs=est.optimizer_kwargs,
+        val_score=val_score,
+        progress=est.progress,
+        desc=desc,
+        callback=None if callback is None else (lambda epoch: callback(epoch, est)),
+    )
+    est.history_ = result.history
+    est.best_epoch_ = result.best_epoch
+    return result

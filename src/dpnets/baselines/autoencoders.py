@@ -37,7 +37,7 @@ from dpnets.data import IndexBatcher, Pairs, chunks, is_streaming, pairs
 from dpnets.exceptions import check_is_fitted
 from dpnets.linalg import sym_pinv
 from dpnets.operators import SpectralModel, TransferOperator
-from dpnets.training import resolve_device, train
+from dpnets.training import resolve_device, train_estimator
 
 __all__ = ["DynamicAutoencoder", "ConsistentAutoencoder", "LatentLinear"]
 
@@ -226,30 +226,20 @@ class _KoopmanAutoencoder(SpectralModel):
                     return -total / count
 
         x_train = w.X  # initial states, for the latent covariance (eigenfunction norms)
-        epoch_cb = None
-        if callback is not None:
 
-            def epoch_cb(epoch: int) -> None:
-                self._finish(x_train)
-                callback(epoch, self)
-                for m in modules:
-                    m.train()
+        def on_epoch(epoch: int, model: Any) -> None:
+            self._finish(x_train)
+            callback(epoch, model)
 
-        result = train(
+        train_estimator(
+            self,
             modules,
             batch_loss,
             batches,
-            epochs=int(self.epochs),
-            lr=float(self.lr),
-            optimizer=self.optimizer,
-            optimizer_kwargs=self.optimizer_kwargs,
             val_score=val_score,
-            progress=self.progress,
             desc=self._desc,
-            callback=epoch_cb,
+            callback=None if callback is None else on_epoch,
         )
-        self.history_ = result.history
-        self.best_epoch_ = result.best_epoch
         self._finish(x_train)
         return self
 
