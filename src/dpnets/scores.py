@@ -39,7 +39,6 @@ from dpnets.linalg import (
     spectral_power,
     spectral_trace,
     torch_sym_eig,
-    torch_sym_pinv,
 )
 
 __all__ = [
@@ -382,26 +381,24 @@ def make_loss(score: str, gamma: float = 0.0) -> nn.Module:
 GENERATOR_SCORES: tuple[str, ...] = ("generator", "dirichlet")
 
 
-def _trace_pinv_product(cx: Tensor, c: Tensor, rtol: float | None) -> Tensor:
-    """``tr(Cx^+ C)`` in float64, the pseudo-inverse with a gradient stable at degeneracy.
-
-    Equals ``tr(Cx^{+/2} sym(C) Cx^{+/2})``, the sum of the finite eigenvalues of the
-    symmetric generalised eigenproblem ``sym(C) v = lambda Cx v`` (``Cx^+`` is symmetric, so
-    only the symmetric part of ``C`` contributes).
-    """
-    cx_pinv = torch_sym_pinv(cx.to(torch.float64), rtol)
-    c64 = c.to(torch.float64)
-    return torch.sum(cx_pinv * c64.T)
-
-
 def generator_score_from_covariances(
     cx: Tensor, cd: Tensor, gamma: float = 0.0, rtol: float | None = None
 ) -> Tensor:
-    """``P_d^gamma`` (Eq. 14) from ``Cx`` and ``C_d = E[psi dpsi^T]`` (:func:`generator_score`)."""
-    score = _trace_pinv_product(cx, cd, rtol).to(cd.dtype)
-    if gamma == 0.0:
-        return score
-    return score - gamma * metric_distortion(cx)
+    """``P_d^gamma`` (Eq. 14) from ``Cx`` and ``C_d = E[psi dpsi^T]`` (:func:`generator_score`).
+
+    ``tr(Cx^+ C_d)`` equals ``tr(Cx^{+/2} sym(C_d) Cx^{+/2})``, the sum of the finite
+    eigenvalues of the symmetric generalised eigenproblem ``sym(C_d) v = lambda Cx v``
+    (``Cx^+`` is symmetric, so only the symmetric part of ``C_d`` contributes). One float64
+    eigendecomposition of ``Cx`` serves the pseudo-inverse (relative cut-off from the input
+    dtype) and the metric distortion, with gradients stable at repeated eigenvalues.
+    """
+    if rtol is None:
+        rtol = default_rtol(cx.shape[0], cd.dtype)
+    e = torch_sym_eig(cx)
+    score = torch.sum(spectral_power(e, -1.0, rtol) * cd.to(torch.float64).T)
+    if gamma != 0.0:
+        score = score - gamma * _metric_distortion(e, rtol)
+    return score.to(cd.dtype)
 
 
 def generator_score(
@@ -424,9 +421,9 @@ def generator_score(
     Numerics: ``tr(Cx^+ C_d)`` is the sum of the finite eigenvalues of the *symmetric*
     generalised eigenproblem ``sym(C_d) v = lambda Cx v`` (only the symmetric part of
     ``C_d`` enters the trace, so symmetrising is exact, not an approximation); it is computed
-    in float64 with the pseudo-inverse of :func:`dpnets.linalg.torch_sym_pinv` (relative rank
-    cut-off ``rtol``, gradient finite at degenerate eigenvalues), never with an explicit
-    inverse or a non-symmetric eigensolver.
+    in float64 from one symmetric eigendecomposition of ``Cx`` (:mod:`dpnets.linalg`; relative rank
+    cut-off ``rtol`` from the input dtype, gradient finite at degenerate eigenvalues), never
+    with an explicit inverse or a non-symmetric eigensolver.
 
     Parameters
     ----------
