@@ -226,14 +226,18 @@ def _restore_operator(cfg: dict, tensors: dict[str, torch.Tensor], **kw: Any) ->
     op = TransferOperator(restore_features(cfg["features"], tensors, **kw), **cfg["params"])
     for name in _OPERATOR_ARRAYS:
         setattr(op, name, tensors[name].numpy())
-    f = cfg["fitted"]
-    op.lag_ = f["lag_"]
-    op.rank_ = f["rank_"]
-    op.n_samples_ = f["n_samples_"]
-    op.n_features_ = f["n_features_"]
-    op.state_shape_ = tuple(f["state_shape_"])
-    op._set_spectrum()
+    restore_fitted_operator(op, cfg["fitted"])
     return op
+
+
+def restore_fitted_operator(model: Any, fitted: dict) -> None:
+    """Set the fitted scalars saved by :func:`_operator_payload` and recompute the spectrum."""
+    model.lag_ = fitted["lag_"]
+    model.rank_ = fitted["rank_"]
+    model.n_samples_ = fitted["n_samples_"]
+    model.n_features_ = fitted["n_features_"]
+    model.state_shape_ = tuple(fitted["state_shape_"])
+    model._set_spectrum()
 
 
 def load(

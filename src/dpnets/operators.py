@@ -90,6 +90,15 @@ class SpectralModel:
             self.operator_, metric=self.cx_
         )
 
+    def _regress(self, cx: np.ndarray, c: np.ndarray) -> None:
+        """Least squares ``operator_ = (Cx + ridge I)^+ C`` (App. D.2 / App. E) and its state."""
+        r = cx.shape[0]
+        cx_pinv, rank = sym_matrix_function(cx + float(self.ridge) * np.eye(r), -1.0, self.rtol)
+        self.operator_ = cx_pinv @ c
+        self.cx_ = cx
+        self._cx_pinv = cx_pinv
+        self.rank_ = rank
+
     # -- hooks
     def _time_factor(self, t: float) -> np.ndarray:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -279,17 +288,13 @@ class TransferOperator(SpectralModel):
             raise ValueError(f"fewer samples ({n}) than features (r={r}); provide more data")
         cx = phi_x.T @ phi_x / n
         cxy = phi_x.T @ phi_y / n
-        reg = cx + float(self.ridge) * np.eye(r)
-        cx_pinv, rank = sym_matrix_function(reg, -1.0, self.rtol)
-        self.operator_ = cx_pinv @ cxy
-        self.cx_, self.cxy_ = cx, cxy
-        self._cx_pinv = cx_pinv
-        self.rank_ = rank
+        self._regress(cx, cxy)
+        self.cxy_ = cxy
         self.n_samples_, self.n_features_ = n, r
         self.state_shape_ = tuple(state_shape)
         self.features_x_ = phi_x
         # least-squares coefficients of the state at time lag on psi(X_0) (App. D.2)
-        self.state_coef_ = cx_pinv @ xty / n
+        self.state_coef_ = self._cx_pinv @ xty / n
         self._set_spectrum()
         return self
 
@@ -596,19 +601,16 @@ class Generator(SpectralModel):
             cxd = -0.5 * np.einsum("n,nim,njm->ij", w, d, d) / n
         if self.symmetrize:
             cxd = 0.5 * (cxd + cxd.T)
-        reg = cx + float(self.ridge) * np.eye(r)
-        cx_pinv, rank = sym_matrix_function(reg, -1.0, self.rtol)
-        self.operator_ = cx_pinv @ cxd
-        self.cx_, self.cxd_ = cx, cxd
-        self._cx_pinv = cx_pinv
-        self.rank_ = rank
+        self._regress(cx, cxd)
+        self.cxd_ = cxd
         self.partial_trace_ = float(np.trace(self.operator_))
         self.n_samples_, self.n_features_ = n, r
         self.state_shape_ = tuple(x.shape[1:])
         self.features_x_ = phi
         self.sample_weight_ = w
         # equal-time least-squares coefficients of the state (App. E)
-        self.state_coef_ = cx_pinv @ (phi_w.T @ np.asarray(x, dtype=np.float64).reshape(n, -1)) / n
+        x_flat = np.asarray(x, dtype=np.float64).reshape(n, -1)
+        self.state_coef_ = self._cx_pinv @ (phi_w.T @ x_flat) / n
         self._set_spectrum()
         return self
 

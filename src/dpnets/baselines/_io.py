@@ -186,13 +186,7 @@ def _restore_kernel_model(cls: type) -> Any:
         )
         if isinstance(model, NystromKernelDMD):
             model.centres_ = model.features_.centres
-        f = cfg["fitted"]
-        model.lag_ = f["lag_"]
-        model.rank_ = f["rank_"]
-        model.n_samples_ = f["n_samples_"]
-        model.n_features_ = f["n_features_"]
-        model.state_shape_ = tuple(f["state_shape_"])
-        model._set_spectrum()
+        io.restore_fitted_operator(model, cfg["fitted"])
         return model
 
     return restore
