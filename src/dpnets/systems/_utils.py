@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import numbers
+import os
+from pathlib import Path
 
 import numpy as np
 
@@ -44,3 +48,27 @@ def to_numpy(array: object) -> np.ndarray:
     if hasattr(array, "detach"):
         array = array.detach().cpu()  # type: ignore[union-attr]
     return np.asarray(array, dtype=np.float64)
+
+
+def cache_dir() -> Path:
+    """The user cache folder for generated data: ``$DPNETS_CACHE``, else
+    ``$XDG_CACHE_HOME/dpnets``, else ``~/.cache/dpnets``. Created on first use."""
+    root = os.environ.get("DPNETS_CACHE")
+    if root:
+        path = Path(root)
+    else:
+        base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+        path = Path(base) / "dpnets"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def cache_path(name: str, params: dict, suffix: str = ".npz") -> Path:
+    """Path of the cache file of a generated dataset ``name`` keyed by its ``params``.
+
+    The key is a SHA-256 of the JSON-sorted parameters, so that any change of a parameter
+    (or of ``params["version"]``, bumped when the generator changes) gives a new file.
+    """
+    blob = json.dumps(params, sort_keys=True, default=str).encode()
+    digest = hashlib.sha256(blob).hexdigest()[:16]
+    return cache_dir() / f"{name}-{digest}{suffix}"
