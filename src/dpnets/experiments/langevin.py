@@ -28,12 +28,13 @@ and, when matplotlib is installed, ``eigenvalues.png``.
 from __future__ import annotations
 
 import json
-import platform
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from dpnets.experiments._common import provenance, pyplot
 
 __all__ = ["run", "CONFIG", "QUICK_CONFIG"]
 
@@ -148,12 +149,8 @@ def _train_one(cfg: dict, seed: int, device: str | None, progress: bool, out: Pa
 
 
 def _plot(path: Path, runs: list[dict], ref: np.ndarray, r: int) -> bool:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:  # pragma: no cover - optional dependency
+    plt = pyplot()
+    if plt is None:  # pragma: no cover - optional dependency
         return False
     fig, ax = plt.subplots(figsize=(6.4, 3.8))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
@@ -294,12 +291,7 @@ def run(
         "reference": ref.tolist(),
         "runs": runs,
         "wall_time_s": wall,
-        "machine": {
-            "platform": platform.platform(),
-            "processor": platform.processor(),
-            "python": platform.python_version(),
-            "torch_threads": __import__("torch").get_num_threads(),
-        },
+        "machine": provenance(),
     }
     (out / "results.json").write_text(json.dumps(payload, indent=1), encoding="utf-8")
     if _plot(out / "eigenvalues.png", runs, ref, r):

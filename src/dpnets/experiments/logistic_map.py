@@ -105,6 +105,8 @@ from typing import Any
 
 import numpy as np
 
+from dpnets.experiments._common import jsonable, pyplot
+
 __all__ = [
     "METHODS",
     "Method",
@@ -532,12 +534,8 @@ def _markdown(
 
 
 def _plot(curves: dict[str, list[list[tuple[int, float, float]]]], path: Path) -> str | None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return "matplotlib is not installed (extra dpnets[plot]): skipped the training-curve plot"
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
     for name, runs in curves.items():
@@ -563,20 +561,6 @@ def _plot(curves: dict[str, list[list[tuple[int, float, float]]]], path: Path) -
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return None
-
-
-def _jsonable(x: Any) -> Any:
-    if isinstance(x, dict):
-        return {k: _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, np.ndarray):
-        if np.iscomplexobj(x):
-            return {"real": x.real.tolist(), "imag": x.imag.tolist()}
-        return x.tolist()
-    if isinstance(x, (np.floating, np.integer)):
-        return x.item()
-    return x
 
 
 def run(
@@ -723,7 +707,7 @@ def _run(
         "per_seed": per_seed,
         "curves": curves,
     }
-    (out / "results.json").write_text(json.dumps(_jsonable(payload), indent=1), encoding="utf-8")
+    (out / "results.json").write_text(json.dumps(jsonable(payload), indent=1), encoding="utf-8")
     with open(out / "results.csv", "w", newline="", encoding="utf-8") as fh:
         writer = csv.writer(fh)
         writer.writerow(["method", "seed", *_METRICS])
