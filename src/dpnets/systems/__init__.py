@@ -14,6 +14,10 @@ MarkovChain
     Finite-state Markov chain.
 LinearGaussian
     Stable linear system with additive Gaussian noise.
+FourWellLangevin, OverdampedLangevin1D
+    Overdamped Langevin dynamics (generator learning).
+CylinderFlow
+    Lattice-Boltzmann flow past a cylinder with a passive scalar (generated, cached).
 """
 
 from .linear import LinearGaussian
@@ -25,3 +29,6 @@ __all__ = ["LinearGaussian", "LogisticMap", "MarkovChain", "OrnsteinUhlenbeck"]
 from .langevin import FourWellLangevin, OverdampedLangevin1D  # noqa: E402
 
 __all__ += ["FourWellLangevin", "OverdampedLangevin1D"]
+from .fluid import CylinderFlow, CylinderFlowData, strouhal_number  # noqa: E402
+
+__all__ += ["CylinderFlow", "CylinderFlowData", "strouhal_number"]
