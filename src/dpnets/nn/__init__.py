@@ -5,6 +5,7 @@ from dpnets.nn.conv import ConvClassifier, ConvDecoder, ConvEncoder
 from dpnets.nn.embeddings import FourierEmbedding, PeriodicMLP
 from dpnets.nn.mlp import ACTIVATIONS, MLP
 from dpnets.nn.registry import build, describe, register
+from dpnets.nn.schnet import SchNetEncoder
 
 __all__ = [
     "MLP",
@@ -14,6 +15,7 @@ __all__ = [
     "ConvEncoder",
     "ConvDecoder",
     "ConvClassifier",
+    "SchNetEncoder",
     "register",
     "build",
     "describe",

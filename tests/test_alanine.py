@@ -1,0 +1,207 @@
+"""Alanine dipeptide: reproducible OpenMM runs, dihedrals, the MSM reference, end to end."""
+
+import numpy as np
+import pytest
+
+from dpnets.systems.alanine import (
+    HEAVY_ATOM_NAMES,
+    KB_KCAL,
+    PHI_ATOMS,
+    PSI_ATOMS,
+    basin_delta_g,
+    dihedral,
+    msm_reference,
+    pdb_path,
+)
+
+
+def _short(seed: int, n: int = 4, **kw):
+    from dpnets.systems.alanine import simulate_alanine_dipeptide
+
+    # 4 frames of 50 steps after 50 steps of equilibration: 250 steps in all
+    return simulate_alanine_dipeptide(
+        n, frame_interval_ps=0.2, equilibration_ps=0.2, seed=seed, cache=False, **kw
+    )
+
+
+def test_packaged_pdb():
+    text = pdb_path().read_text()
+    assert text.count("ATOM") == 22
+    assert len(HEAVY_ATOM_NAMES) == 10
+
+
+def test_simulation_is_reproducible_with_a_seed():
+    pytest.importorskip("openmm")
+    a = _short(seed=3)
+    b = _short(seed=3)
+    c = _short(seed=4)
+    assert a.positions.shape == (4, 10, 3) and a.positions.dtype == np.float32
+    np.testing.assert_array_equal(a.positions, b.positions)
+    assert not np.allclose(a.positions, c.positions)
+    assert a.atomic_numbers.tolist() == [6, 6, 8, 7, 6, 6, 6, 8, 7, 6]
+    # Ångström: a C-N peptide bond (ACE C - ALA N) is about 1.33 Å
+    cn = np.linalg.norm(a.positions[:, 1] - a.positions[:, 3], axis=-1)
+    assert np.all((cn > 1.2) & (cn < 1.5))
+    np.testing.assert_allclose(a.phi, dihedral(a.positions, PHI_ATOMS), atol=1e-4)
+    assert a.kT == pytest.approx(KB_KCAL * 400.0)
+
+
+def test_simulation_cache(tmp_path, monkeypatch):
+    pytest.importorskip("openmm")
+    from dpnets.systems.alanine import simulate_alanine_dipeptide
+
+    monkeypatch.setenv("DPNETS_CACHE", str(tmp_path))
+    kw = dict(frame_interval_ps=0.2, equilibration_ps=0.0, seed=1)
+    a = simulate_alanine_dipeptide(2, **kw)
+    assert len(list(tmp_path.glob("alanine-dipeptide-*.npz"))) == 1
+    b = simulate_alanine_dipeptide(2, **kw)
+    np.testing.assert_array_equal(a.positions, b.positions)
+    np.testing.assert_array_equal(a.psi, b.psi)
+
+
+def test_bad_parameters():
+    from dpnets.systems.alanine import simulate_alanine_dipeptide
+
+    with pytest.raises(ValueError):
+        simulate_alanine_dipeptide(10, solvent="water", cache=False)
+    with pytest.raises(ValueError):
+        simulate_alanine_dipeptide(10, frame_interval_ps=0.003, cache=False)
+    with pytest.raises(ValueError):
+        simulate_alanine_dipeptide(0, cache=False)
+
+
+def test_dihedral_hand_built():
+    # b -> c along z; a along +x; d rotated by theta about z
+    for theta in (-150.0, -60.0, 0.0, 45.0, 120.0, 180.0):
+        t = np.radians(theta)
+        pos = np.array(
+            [[1.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 1.5], [np.cos(t), np.sin(t), 1.5]]
+        )
+        got = dihedral(pos, (0, 1, 2, 3))
+        assert abs(abs(got) - abs(theta)) < 1e-9
+    # the sign follows the IUPAC convention (checked against OpenMM below)
+    assert dihedral(pos[None], (0, 1, 2, 3)).shape == (1,)
+
+
+def test_dihedral_matches_openmm():
+    openmm = pytest.importorskip("openmm")
+    from openmm import unit
+
+    rng = np.random.default_rng(0)
+    pos = rng.normal(size=(6, 3))
+    system = openmm.System()
+    for _ in range(6):
+        system.addParticle(1.0)
+    quads = [(0, 1, 2, 3), (1, 2, 3, 4), (2, 3, 4, 5), (5, 1, 3, 0)]
+    for k, q in enumerate(quads):
+        force = openmm.CustomTorsionForce("theta")
+        force.addTorsion(*q, [])
+        force.setForceGroup(k)
+        system.addForce(force)
+    ctx = openmm.Context(
+        system, openmm.VerletIntegrator(0.001), openmm.Platform.getPlatformByName("Reference")
+    )
+    ctx.setPositions(pos * unit.nanometer)
+    for k, q in enumerate(quads):
+        e = ctx.getState(getEnergy=True, groups={k}).getPotentialEnergy()
+        ref = np.degrees(e.value_in_unit(unit.kilojoule_per_mole))
+        assert dihedral(pos, q) == pytest.approx(ref, abs=1e-6)
+
+
+def test_packaged_structure_dihedrals():
+    """phi/psi of the packaged PDB from our heavy-atom order, against OpenMM's topology."""
+    app = pytest.importorskip("openmm.app")
+    pdb = app.PDBFile(str(pdb_path()))
+    atoms = list(pdb.topology.atoms())
+    xyz = np.array(pdb.getPositions(asNumpy=True)._value) * 10.0
+    heavy = [a.index for a in atoms if a.element.atomic_number > 1]
+    names = [(atoms[i].residue.name, atoms[i].name) for i in heavy]
+    assert [n[0] for n in names] == [n[0] for n in HEAVY_ATOM_NAMES]
+    by_name = {(atoms[i].residue.name, atoms[i].name): i for i in range(len(atoms))}
+    phi_ref = dihedral(
+        xyz,
+        tuple(by_name[k] for k in [("ACE", "C"), ("ALA", "N"), ("ALA", "CA"), ("ALA", "C")]),
+    )
+    psi_ref = dihedral(
+        xyz,
+        tuple(by_name[k] for k in [("ALA", "N"), ("ALA", "CA"), ("ALA", "C"), ("NME", "N")]),
+    )
+    assert dihedral(xyz[heavy], PHI_ATOMS) == pytest.approx(phi_ref)
+    assert dihedral(xyz[heavy], PSI_ATOMS) == pytest.approx(psi_ref)
+    # the packaged structure is the extended (beta/C5-like) conformation, phi = psi = 180
+    assert abs(abs(phi_ref) - 180.0) < 1.0 and abs(abs(psi_ref) - 180.0) < 1.0
+
+
+def _two_state_chain(p: float, q: float, n: int, seed: int) -> np.ndarray:
+    """A -> B with prob p, B -> A with prob q per step."""
+    rng = np.random.default_rng(seed)
+    s = np.zeros(n, dtype=int)
+    u = rng.random(n)
+    for t in range(1, n):
+        s[t] = (u[t] < p) if s[t - 1] == 0 else (u[t] >= q)
+    return s
+
+
+def test_msm_reference_two_state_chain():
+    p, q, n = 0.02, 0.06, 100_000
+    s = _two_state_chain(p, q, n, 0)
+    rng = np.random.default_rng(1)
+    # A: phi in (-150, -60); B: phi in (30, 90); psi anywhere in a band
+    phi = np.where(s == 0, rng.uniform(-150, -60, n), rng.uniform(30, 90, n))
+    psi = rng.uniform(100, 170, n)
+    kT = 0.6
+    ref = msm_reference(phi, psi, dt_ps=2.0, kT=kT, lags=(1, 5), n_bins=24)
+    t_exact = -2.0 / np.log(1.0 - p - q)
+    its = np.asarray(ref["timescales_ps"])[:, 0]
+    np.testing.assert_allclose(its, t_exact, rtol=0.08)
+    dg_exact = -kT * np.log(p / q)  # pi_B / pi_A = p / q
+    assert ref["delta_g"] == pytest.approx(dg_exact, abs=0.05)
+    assert ref["delta_g_counts"] == pytest.approx(dg_exact, abs=0.05)
+    # the second process is intra-basin noise (i.i.d. within a basin): fast
+    assert np.asarray(ref["timescales_ps"])[0, 1] < 0.5 * t_exact
+    with pytest.raises(ValueError):
+        msm_reference(phi[:10], psi[:9], dt_ps=1.0, kT=kT)
+
+
+def test_basin_delta_g():
+    phi = np.array([-100.0] * 90 + [60.0] * 10)
+    assert basin_delta_g(phi, 1.0) == pytest.approx(-np.log(10 / 90))
+    assert np.isnan(basin_delta_g(np.full(5, -100.0), 1.0))
+
+
+def test_split_delta_g_synthetic_eigenfunction():
+    from dpnets.experiments.alanine_dipeptide import _split_delta_g
+
+    rng = np.random.default_rng(0)
+    f = np.concatenate([rng.normal(-1, 0.1, 9000), rng.normal(2, 0.2, 1000)])
+    phi = np.concatenate([np.full(9000, -80.0), np.full(1000, 60.0)])
+    dg, thr = _split_delta_g(f, phi, kT=0.8)
+    assert -0.7 < thr < 1.5
+    assert dg == pytest.approx(-0.8 * np.log(1000 / 9000), abs=1e-9)
+    # orientation comes from phi only: flipping the eigenfunction's sign changes nothing
+    assert _split_delta_g(-f, phi, kT=0.8)[0] == pytest.approx(dg)
+    # without any C7ax/alpha_L frame the sides cannot be named; a single mode has no split
+    assert np.isnan(_split_delta_g(f, np.full(f.shape, -80.0), kT=0.8)[0])
+    mixed = np.where(np.arange(20000) % 7 == 0, 60.0, -80.0)
+    assert np.isnan(_split_delta_g(rng.normal(size=20000), mixed, kT=0.8)[0])
+
+
+def test_end_to_end_short_trajectory_to_timescales():
+    pytest.importorskip("openmm")
+    pytest.importorskip("torch_geometric")
+    from dpnets import DPNet, TransferOperator
+    from dpnets.nn.schnet import SchNetEncoder
+    from dpnets.systems.alanine import simulate_alanine_dipeptide
+
+    # 400 frames every 0.1 ps (10,000 steps of 4 fs)
+    traj = simulate_alanine_dipeptide(
+        400, frame_interval_ps=0.1, equilibration_ps=1.0, seed=0, cache=False
+    )
+    enc = SchNetEncoder(traj.atomic_numbers.tolist(), out_dim=4, hidden_channels=16, num_filters=16)
+    net = DPNet(enc, epochs=2, batch_size=128, seed=0, progress=False).fit(traj.positions, lag=5)
+    op = TransferOperator(net).fit(traj.positions, lag=5)
+    its = op.implied_timescales(lag_time=5 * traj.dt_ps)
+    assert its.shape == (4,)
+    assert np.all(np.isfinite(its[1:])) and np.all(its[1:] > 0)
+    ref = msm_reference(traj.phi, traj.psi, dt_ps=traj.dt_ps, kT=traj.kT, lags=(1, 5))
+    assert np.all(np.asarray(ref["timescales_ps"])[:, 0] > 0)
