@@ -24,6 +24,7 @@ __all__ = [
     "provenance",
     "pyplot",
     "timer",
+    "torch_threads",
     "write_results",
 ]
 
@@ -113,3 +114,17 @@ def timer() -> Iterator[dict[str, float]]:
         yield t
     finally:
         t["seconds"] = time.perf_counter() - start
+
+
+@contextmanager
+def torch_threads(n: int | None) -> Iterator[None]:
+    """Run the block with ``torch.set_num_threads(n)`` (unchanged if None), then restore."""
+    import torch
+
+    previous = torch.get_num_threads()
+    if n is not None:
+        torch.set_num_threads(int(n))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)

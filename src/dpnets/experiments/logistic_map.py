@@ -105,7 +105,7 @@ from typing import Any
 
 import numpy as np
 
-from dpnets.experiments._common import jsonable, pyplot
+from dpnets.experiments._common import jsonable, pyplot, torch_threads
 
 __all__ = [
     "METHODS",
@@ -606,15 +606,8 @@ def run(
     str
         The results table (markdown) with the paper's numbers beside ours.
     """
-    import torch
-
-    previous = torch.get_num_threads()
-    if threads is not None:
-        torch.set_num_threads(int(threads))
-    try:
+    with torch_threads(threads):
         return _run(quick, seeds, Path(out), device, progress, epochs, n_pairs, methods)
-    finally:
-        torch.set_num_threads(previous)
 
 
 def _run(

@@ -80,7 +80,13 @@ from typing import Any
 
 import numpy as np
 
-from dpnets.experiments._common import markdown_table, output_dir, pyplot, write_results
+from dpnets.experiments._common import (
+    markdown_table,
+    output_dir,
+    pyplot,
+    torch_threads,
+    write_results,
+)
 
 __all__ = [
     "CONFIG",
@@ -764,15 +770,8 @@ def run(
     str
         Markdown tables of accuracy against ``t`` and of timings.
     """
-    import torch
-
-    previous = torch.get_num_threads()
-    if threads is not None:
-        torch.set_num_threads(int(threads))
-    try:
+    with torch_threads(threads):
         return _run(quick, seeds, Path(out), device, progress, methods, epochs, lr)
-    finally:
-        torch.set_num_threads(previous)
 
 
 def _run(
