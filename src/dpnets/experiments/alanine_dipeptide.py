@@ -441,7 +441,7 @@ def run(
         The markdown table (score, slowest implied timescale and Delta G per method).
     """
     from dpnets import TransferOperator
-    from dpnets.systems.alanine import msm_reference, simulate_alanine_dipeptide
+    from dpnets.systems.alanine import basin_b_mask, msm_reference, simulate_alanine_dipeptide
 
     cfg = {**(QUICK_CONFIG if quick else CONFIG), **(config or {})}
     n_seeds = 1 if seeds is None else int(seeds)
@@ -544,12 +544,14 @@ def run(
     )
     wall = time.perf_counter() - t_start
     mode = "quick" if quick else "full"
+    held_out_ax = float(np.mean(basin_b_mask(traj.phi[stop:])))
     head = (
         f"Alanine dipeptide ({cfg['solvent']}, {cfg['temperature']:g} K, "
         f"{T * dt / 1000:g} ns, frames every {dt:g} ps, 10 heavy atoms), {mode} run; "
         f"training lag {lag * dt:g} ps, r = {cfg['r']}, {n_seeds} seed(s); "
         f"VAMP-2 scores of the r features at the training lag on the whole trajectory and on "
-        f"its last {100 * (1 - cfg['train_fraction']):.0f}% (held out, no phi flip); "
+        f"its last {100 * (1 - cfg['train_fraction']):.0f}% (held out; "
+        f"{100 * held_out_ax:.1f}% of its frames in C7ax/αL); "
         f"slowest timescale at the training lag (reference: MSM at lag {msm_lags[-1] * dt:g} ps; "
         f"at {lag * dt:g} ps it is {ref_at_lag / 1000:.3g} ns); "
         f"ΔG = G(C7ax/αL) − G(C7eq/β). Wall time {wall:.0f} s."
