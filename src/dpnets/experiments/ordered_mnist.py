@@ -390,12 +390,12 @@ def _neural_kwargs(setup: Setup, name: str, seed: int) -> dict[str, Any]:
     }
 
 
-def _operator_on(setup: Setup, model: Any, train_s: float) -> dict[str, Any]:
-    """Least-squares operator (Eq. 15) on a learned feature map, forecasts by Eq. 17."""
-    from dpnets import TransferOperator
-
+def _fitted(
+    setup: Setup, op: Any, train_s: float, epochs: int | None, best_epoch: int | None
+) -> dict[str, Any]:
+    """Fit the spectral model ``op`` on the training trajectory; forecast pixels by Eq. 17."""
     t0 = time.perf_counter()
-    op = TransferOperator(model).fit(setup.X)
+    op.fit(setup.X)
     fit_s = time.perf_counter() - t0
     pixels = setup.pixels
 
@@ -408,9 +408,22 @@ def _operator_on(setup: Setup, model: Any, train_s: float) -> dict[str, Any]:
         "eigvals": op.eig(),
         "train_s": train_s,
         "operator_s": fit_s,
-        "epochs": int(setup.cfg["epochs"]),
-        "best_epoch": getattr(model, "best_epoch_", None),
+        "epochs": epochs,
+        "best_epoch": best_epoch,
     }
+
+
+def _operator_on(setup: Setup, model: Any, train_s: float) -> dict[str, Any]:
+    """Least-squares operator (Eq. 15) on a learned feature map, forecasts by Eq. 17."""
+    from dpnets import TransferOperator
+
+    return _fitted(
+        setup,
+        TransferOperator(model),
+        train_s,
+        int(setup.cfg["epochs"]),
+        getattr(model, "best_epoch_", None),
+    )
 
 
 def _fit_dpnet(score: str, name: str) -> Callable[[Setup, int], dict[str, Any]]:
@@ -474,24 +487,7 @@ def _fit_autoencoder(consistent: bool) -> Callable[[Setup, int], dict[str, Any]]
 
 def _fit_linear(build: Callable[[Setup], Any]) -> Callable[[Setup, int], dict[str, Any]]:
     def fit(setup: Setup, seed: int) -> dict[str, Any]:
-        model = build(setup)
-        t0 = time.perf_counter()
-        model.fit(setup.X)
-        fit_s = time.perf_counter() - t0
-        pixels = setup.pixels
-
-        def forecast(x0: np.ndarray, ts: Sequence[int]) -> np.ndarray:
-            out = model.predict(x0, t=list(ts), observable=pixels)
-            return out.reshape(len(ts), x0.shape[0], *x0.shape[1:])
-
-        return {
-            "forecast": forecast,
-            "eigvals": model.eig(),
-            "train_s": 0.0,
-            "operator_s": fit_s,
-            "epochs": None,
-            "best_epoch": None,
-        }
+        return _fitted(setup, build(setup), 0.0, None, None)
 
     return fit
 
