@@ -205,3 +205,108 @@ def test_end_to_end_short_trajectory_to_timescales():
     assert np.all(np.isfinite(its[1:])) and np.all(its[1:] > 0)
     ref = msm_reference(traj.phi, traj.psi, dt_ps=traj.dt_ps, kT=traj.kT, lags=(1, 5))
     assert np.all(np.asarray(ref["timescales_ps"])[:, 0] > 0)
+
+
+def test_reversible_mle_is_unbiased_for_seeded_ensembles():
+    """Short runs all started in one state: the reversible MLE recovers the stationary law and
+    the transition matrix of a reversible chain; symmetrised counts do not."""
+    from dpnets.systems import MarkovChain
+    from dpnets.systems.alanine import reversible_mle
+
+    rng = np.random.default_rng(0)
+    w = rng.uniform(0.1, 1.0, size=(5, 5))
+    w = w + w.T + np.diag([8.0, 1.0, 1.0, 1.0, 1.0])  # detailed balance with pi ~ row sums
+    P = w / w.sum(1, keepdims=True)
+    pi = w.sum(1) / w.sum()
+    chain = MarkovChain(P)
+    counts = np.zeros((5, 5))
+    for k in range(2000):
+        s = chain.sample(15, x0=4, seed=k)
+        np.add.at(counts, (s[:-1], s[1:]), 1.0)
+    T, pi_hat = reversible_mle(counts)
+    np.testing.assert_allclose(pi_hat, pi, atol=0.01)
+    np.testing.assert_allclose(T, P, atol=0.02)
+    np.testing.assert_allclose(pi_hat[:, None] * T, (pi_hat[:, None] * T).T, atol=1e-12)
+    sym = (counts + counts.T).sum(1) / (2 * counts.sum())
+    assert np.abs(sym - pi).max() > 0.03
+    with pytest.raises(ValueError, match="outgoing"):
+        reversible_mle(np.array([[1.0, 0.0], [0.0, 0.0]]))
+
+
+def test_msm_reference_seeded_two_state_ensemble():
+    """Short runs started alternately in each basin (far from the 1:3 equilibrium split): the
+    list form and the reversible MLE recover the exact timescale and Delta G."""
+    p, q, kT = 0.02, 0.06, 0.6
+    rng = np.random.default_rng(2)
+    phis, psis = [], []
+    n = 20  # steps per run, shorter than the relaxation time 1 / (p + q) = 12.5 steps x 2
+    for k in range(1200):
+        # even runs start in A; odd ones in B (the chain with swapped labels and rates)
+        s = _two_state_chain(p, q, n, k) if k % 2 == 0 else 1 - _two_state_chain(q, p, n, k)
+        phis.append(np.where(s == 0, rng.uniform(-150, -60, n), rng.uniform(30, 90, n)))
+        psis.append(rng.uniform(100, 170, n))
+    ref = msm_reference(phis, psis, dt_ps=2.0, kT=kT, lags=(1, 2, 100), n_bins=24)
+    t_exact = -2.0 / np.log(1.0 - p - q)
+    its = np.asarray(ref["timescales_ps"])[:, 0]
+    np.testing.assert_allclose(its[:2], t_exact, rtol=0.1)
+    assert np.isnan(its[2])  # lag 100 is longer than every trajectory
+    assert ref["delta_g"] == pytest.approx(-kT * np.log(p / q), abs=0.1)
+    # the raw frame histogram is biased towards B by the seeding
+    assert ref["delta_g_counts"] < ref["delta_g"] - 0.3
+    with pytest.raises(ValueError, match="same number"):
+        msm_reference(phis, psis[:-1], dt_ps=1.0, kT=kT)
+
+
+def test_initial_phi_seeds_the_basin_and_ensemble_matches_single_runs():
+    pytest.importorskip("openmm")
+    from dpnets.systems.alanine import basin_b_mask, simulate_alanine_ensemble
+
+    kw = dict(frame_interval_ps=0.2, equilibration_ps=5.0, cache=False)
+    runs = [{"n_frames": 3, "seed": 0, "initial_phi": 70.0}, {"n_frames": 3, "seed": 1}]
+    seeded, plain = simulate_alanine_ensemble(runs, workers=2, **kw)
+    assert basin_b_mask(seeded.phi).all()  # restrained equilibration put it in C7ax
+    assert not basin_b_mask(plain.phi).any()  # the PDB structure is C7eq
+    assert seeded.params["initial_phi"] == 70.0 and "initial_phi" not in plain.params
+    (serial,) = simulate_alanine_ensemble(runs[:1], **kw)
+    np.testing.assert_array_equal(serial.positions, seeded.positions)
+    with pytest.raises(ValueError, match="equilibration"):
+        simulate_alanine_ensemble(
+            [{"n_frames": 2, "initial_phi": 70.0}], equilibration_ps=0.0, cache=False
+        )
+    with pytest.raises(ValueError, match="runs"):
+        simulate_alanine_ensemble([])
+
+
+def test_experiment_runs_end_to_end_on_a_tiny_ensemble(tmp_path, monkeypatch):
+    pytest.importorskip("openmm")
+    pytest.importorskip("torch_geometric")
+    import json
+
+    from dpnets.experiments.alanine_dipeptide import run
+
+    monkeypatch.setenv("DPNETS_CACHE", str(tmp_path / "cache"))
+    tiny = {
+        "n_runs": 3,
+        "run_ns": 0.3,
+        "frame_ps": 2.0,
+        "lag_ps": 10.0,
+        "heldout_every": 3,
+        "n_pairs": 200,
+        "n_pairs_baseline": 200,
+        "batch_size": 100,
+        "nys_centers": 40,
+        "nys_pairs": 200,
+        "its_lags_ps": (4.0, 10.0),
+        "scatter_points": 100,
+        "fes_bins": 10,
+        "bootstrap": 2,
+    }
+    table = run(quick=True, out=tmp_path / "out", progress=False, config=tiny, workers=1)
+    assert "| DPNets-relaxed |" in table and "Reference: MSM" in table
+    res = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert res["simulation"]["n_trajectories"] == 3
+    assert res["split"] == {"train": [0, 1], "held_out": [2]}
+    for m in res["methods"][0]:
+        assert m["slowest_ps"] > 0 and len(m["its_curve_ps"]) == 2
+    for name in ("its.png", "fes.png", "eigenfunctions.png", "table.md"):
+        assert (tmp_path / "out" / name).exists()

@@ -262,8 +262,9 @@ def test_kernel_names_and_sklearn_message(monkeypatch) -> None:
     d1 = np.abs(a[:, None] - b[None]).sum(-1)
     np.testing.assert_allclose(Kernel("laplacian", 0.5)(a, b), np.exp(-d1 / 0.5))
     np.testing.assert_allclose(Kernel("absexp", 0.5)(a, b), np.exp(-np.sqrt(d2) / 0.5))
-    np.testing.assert_allclose(Kernel("absexp", 0.5)(a[:, :1], b[:, :1]),
-                               Kernel("laplacian", 0.5)(a[:, :1], b[:, :1]))
+    np.testing.assert_allclose(
+        Kernel("absexp", 0.5)(a[:, :1], b[:, :1]), Kernel("laplacian", 0.5)(a[:, :1], b[:, :1])
+    )
     np.testing.assert_allclose(Kernel("poly", 1.0)(a, b), (a @ b.T + 1.0) ** 3)
     monkeypatch.setitem(__import__("sys").modules, "sklearn.metrics", None)
     with pytest.raises(ImportError, match=r"dpnets\[kernels\]"):

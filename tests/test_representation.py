@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 import torch
+from helpers import fit_ou_dpnet
 from torch.utils.data import DataLoader, TensorDataset
 
 from dpnets import DPNet, TransferOperator
@@ -12,18 +13,7 @@ from dpnets.systems import OrnsteinUhlenbeck
 
 def test_ou_eigenvalues_learned_within_5_percent():
     """Acceptance 4: r = 4 DPNet learns exp(-k dt), k = 0..3 (the demo's settings)."""
-    ou = OrnsteinUhlenbeck(theta=1.0, sigma=np.sqrt(2.0), dt=0.1)
-    x = ou.sample(50_000, seed=0)
-    torch.manual_seed(0)
-    net = DPNet(
-        MLP(1, (64, 64), 4, activation="celu"),
-        score="projection",
-        gamma=0.1,
-        batch_size=2048,
-        epochs=30,
-        seed=0,
-        progress=False,
-    ).fit(x)
+    net, x, ou = fit_ou_dpnet()
     est = np.sort(np.abs(TransferOperator(net).fit(x).eig()))[::-1]
     ref = ou.eigvals(4)
     np.testing.assert_allclose(est, ref, rtol=0.05)

@@ -364,6 +364,42 @@ class TransferOperator(SpectralModel):
         out[ok] = -float(lag_time) / log[ok]
         return out
 
+    def stationary_weights(self, X: Any = None) -> np.ndarray:
+        r"""Equilibrium weights of states relative to the training data (Koopman reweighting).
+
+        For data that do not sample the invariant distribution ``pi`` (short trajectories
+        started in chosen states), ``w = dpi / d rho_0`` with ``rho_0`` the distribution of the
+        training inputs ``X_t`` is estimated in the span of the features: ``w(x) = psi(x)^T u``
+        with ``Cxy^T u = Cx u`` (the weighted input and output distributions agree on every
+        feature), i.e. ``u = Cx^+ v`` for the eigenvector ``T^T v = v`` of the eigenvalue
+        closest to 1 (Wu et al., J. Chem. Phys. 146, 154104, 2017). Reweighted averages
+        ``sum_t w(x_t) f(x_t) / sum_t w(x_t)`` then estimate equilibrium expectations. The
+        estimate is exact for indicator features of a finite partition (the Markov state
+        model's stationary vector) and needs the constant function in the span of the
+        features; individual weights can be slightly negative where the span is poor.
+
+        Parameters
+        ----------
+        X : array, optional
+            States to weigh (default: the training inputs).
+
+        Returns
+        -------
+        ndarray (n,)
+            Weights, normalised to mean 1 over the training inputs.
+        """
+        check_is_fitted(self, "operator_")
+        k = int(np.argmin(np.abs(self.eigvals_ - 1.0)))
+        u = np.real(self._cx_pinv @ np.conj(self.left_eigvecs_[:, k]))
+        norm = float(self.features_x_.mean(0) @ u)
+        if not abs(norm) > 0:
+            raise ValueError(
+                "the stationary eigenvector has zero mean weight on the training data; add the "
+                "constant function to the features"
+            )
+        phi = self.features_x_ if X is None else self.transform(X)
+        return (phi @ u) / norm
+
 
 # ---------------------------------------------------------------------------- generator
 # Continuous-time estimator (paper Sec. 3 "Generator learning", App. E).

@@ -2,8 +2,8 @@
 
 Stands in for the paper's Chignolin experiment (Sec. 5, App. F), whose data is not public:
 alanine dipeptide in vacuum is simulated with OpenMM (:mod:`dpnets.systems.alanine`: Amber14,
-400 K, Langevin, 4 fs with hydrogen-mass repartitioning, frames every 1 ps), the 10 heavy
-atoms' positions (Å) are the states, and
+400 K, Langevin, 4 fs with hydrogen-mass repartitioning), the 10 heavy atoms' positions (Å)
+are the states, and
 
 * **DPNets-relaxed** (``S^gamma``, Eq. 9, ``gamma = 0.01`` as App. F) trains
   :class:`dpnets.nn.schnet.SchNetEncoder` (3 interactions, 64 channels, 20 Gaussians, 5 Å
@@ -15,22 +15,35 @@ atoms' positions (Å) are the states, and
   heavy-atom distances, a few thousand centres, rank 16; Meanti et al. 2023), VAMPNets
   (separate lagged lobe) and DPNets with the projection score ``P^gamma`` (Eq. 7), with the
   same SchNet encoder;
-* the reference: a Markov state model on a 24 x 24 grid of the backbone dihedrals (phi, psi)
-  (:func:`dpnets.systems.alanine.msm_reference`) with implied timescales against the lag
-  and the free-energy difference ``Delta G`` between the C7ax/alpha_L (``0 < phi < 120``) and
-  C7eq/beta basins from its stationary populations. The dihedrals are never a model input.
+* the reference: a reversible maximum-likelihood Markov state model on a 24 x 24 grid of the
+  backbone dihedrals (phi, psi) (:func:`dpnets.systems.alanine.msm_reference`) with implied
+  timescales against the lag, their bootstrap error over trajectories, and the free-energy
+  difference ``Delta G`` between the C7ax/alpha_L (``0 < phi < 120``) and C7eq/beta basins
+  from its stationary populations. The dihedrals are never a model input.
 
-Protocol. The representations are trained on pairs drawn at random from the first 80% of the
-trajectory (a random 10% of them held out for best-epoch selection); the score columns are the
-VAMP-2 score (centred features, ``+1`` for the constant; comparable across methods, all with
-``r = 16``) of the learned features at the training lag on the whole trajectory and on the
-held-out last 20%. The operator regression on a fixed representation (cheap) uses the whole
-trajectory, as the MSM does; the table's timescale is at the training lag. Nyström timescales
-against the lag come from the same regression on their fixed features (plus the constant).
-``Delta G`` of a method: frames are split at the density minimum of its slowest right
-eigenfunction between its two main modes (the barrier of its 1-D free energy), the side richer
-in ``0 < phi < 120`` is called C7ax/alpha_L (the dihedrals only name the sides), and
-``Delta G = -kT ln(p_B / p_A)`` from the frame populations.
+Data. At 400 K in vacuum the C7ax/alpha_L basin is entered about once per 70 ns and left
+after a few ns, so a single equilibrium trajectory of a few hundred ns holds a handful of
+events (our 200 ns run held one). The data are therefore an **ensemble of short
+trajectories** (:func:`ensemble_runs`: 96 x 20 ns, frames every 5 ps), started alternately in
+C7eq/beta and C7ax/alpha_L by a restrained equilibration of ``phi`` that is switched off
+before the first frame; this is how many MD data sets look (many short runs from chosen
+starts). The frames are then not in equilibrium, so every equilibrium quantity is estimated
+with that in mind: the MSM by reversible maximum likelihood, and each method's ``Delta G``
+and free-energy surface from frames reweighted by
+:meth:`dpnets.TransferOperator.stationary_weights` (Koopman reweighting, Wu et al. 2017) of the
+method's own features at the training lag.
+
+Protocol. The representations are trained on random lagged pairs (never across two
+trajectories) from 4 of every 5 trajectories; the score columns are the VAMP-2 score
+(centred features, ``+1`` for the constant; comparable across methods, all with ``r = 16``)
+of the learned features at the training lag on all trajectories and on the held-out fifth.
+The operator regression on a fixed representation (cheap) uses all trajectories, as the MSM
+does; the table's timescale is at the training lag. Nyström timescales against the lag come
+from the same regression on their fixed features (plus the constant). ``Delta G`` of a
+method: frames are split at the density minimum of its slowest right eigenfunction between
+its two main modes (the barrier of its 1-D free energy), the side richer in
+``0 < phi < 120`` is called C7ax/alpha_L (the dihedrals only name the sides), and
+``Delta G = -kT ln(p_B / p_A)`` from the reweighted populations of the two sides.
 
 Outputs in ``out``: ``table.md``, ``results.json``, ``its.png`` (timescales vs lag),
 ``fes.png`` (free-energy surfaces), ``eigenfunctions.png`` (over (phi, psi)).
@@ -47,22 +60,29 @@ import numpy as np
 
 from dpnets.experiments._common import markdown_table, pyplot, write_results
 
-__all__ = ["run", "CONFIG", "QUICK_CONFIG"]
+__all__ = ["run", "CONFIG", "QUICK_CONFIG", "ensemble_runs"]
 
-#: Full run (about 17 min on one CPU thread, plus ~17 min to simulate 200 ns the first time).
+#: Full run. The data are an ensemble of ``n_runs`` short trajectories of ``run_ns`` each,
+#: seeded alternately in C7eq/beta (``phi = -80``) and C7ax/alpha_L (``phi = +70``)
+#: (:func:`ensemble_runs`): at 400 K in vacuum the C7ax/alpha_L basin is rarely entered (one
+#: visit in a 200 ns trajectory), so one long equilibrium run gives no converged reference.
+#: Simulating the 1.92 us takes about 2 CPU-core-hours (20 ns in 70-90 s per core), once:
+#: trajectories are cached, and simulated by ``workers`` processes in parallel.
 CONFIG: dict[str, Any] = {
-    # simulation (dpnets.systems.alanine.simulate_alanine_dipeptide)
-    "n_frames": 200_000,
+    # simulation (dpnets.systems.alanine.simulate_alanine_ensemble)
+    "n_runs": 96,
+    "run_ns": 20.0,
+    "frame_ps": 5.0,
+    "seed_phis": (-80.0, 70.0),  # alternating restrained starting phi (degrees)
     "temperature": 400.0,
     "solvent": "vacuum",
-    "sim_seed": 0,
     # learning
-    "lag": 500,  # frames (ps); the MSM timescale is converged from 10 ps on
-    "train_fraction": 0.8,
+    "lag_ps": 500.0,  # the MSM timescale is converged from ~100 ps on
+    "heldout_every": 5,  # every 5th trajectory is held out of training (scores)
     "r": 16,
     "cutoff": 5.0,  # Å
     "gamma": 0.01,  # App. F metric-loss coefficient
-    "lr": 3e-3,  # 1e-3 gave 4.1 ns for DPNets-relaxed after 30 epochs, 3e-3 gives 6.2 ns
+    "lr": 3e-3,
     "batch_size": 512,
     "n_pairs": 32_000,  # random training pairs for DPNets-relaxed
     "epochs": 30,
@@ -73,27 +93,50 @@ CONFIG: dict[str, Any] = {
     "nys_pairs": 20_000,
     "nys_ridge": 1e-6,
     # analysis
-    "its_lags": (10, 20, 50, 100, 200, 500, 1000),
+    "its_lags_ps": (10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0),
     "msm_bins": 24,
     "fes_bins": 60,
     "scatter_points": 12_000,
+    "bootstrap": 20,  # resamples of whole trajectories for the reference's error bars
 }
 
-#: ``--quick``: 6 ns, a few thousand pairs, two epochs (a smoke test; 6 ns at 400 K hold
-#: few or no phi flips, so Delta G and the slow timescale are not meaningful).
+#: ``--quick``: 4 trajectories of 1.5 ns, a few thousand pairs, two epochs (a smoke test: the
+#: slow timescale and Delta G are not meaningful from so little data).
 QUICK_CONFIG: dict[str, Any] = {
     **CONFIG,
-    "n_frames": 6_000,
-    "lag": 20,
+    "n_runs": 4,
+    "run_ns": 1.5,
+    "lag_ps": 50.0,
+    "heldout_every": 4,
     "n_pairs": 2_000,
     "epochs": 2,
     "n_pairs_baseline": 1_000,
     "epochs_baseline": 1,
-    "nys_centers": 500,
-    "nys_pairs": 3_000,
-    "its_lags": (5, 10, 20, 50, 100),
+    "nys_centers": 300,
+    "nys_pairs": 2_000,
+    "its_lags_ps": (10.0, 20.0, 50.0, 100.0),
     "scatter_points": 5_000,
+    "bootstrap": 0,
 }
+
+
+def ensemble_runs(cfg: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Per-run and shared keyword arguments of :func:`simulate_alanine_ensemble` for ``cfg``.
+
+    Run ``i`` has seed ``i`` and starts at ``phi = seed_phis[i % len(seed_phis)]``.
+    """
+    n_frames = int(round(cfg["run_ns"] * 1000.0 / cfg["frame_ps"]))
+    phis = tuple(cfg["seed_phis"])
+    runs = [
+        {"n_frames": n_frames, "seed": i, "initial_phi": float(phis[i % len(phis)])}
+        for i in range(int(cfg["n_runs"]))
+    ]
+    common = {
+        "temperature": float(cfg["temperature"]),
+        "solvent": cfg["solvent"],
+        "frame_interval_ps": float(cfg["frame_ps"]),
+    }
+    return runs, common
 
 
 def pairwise_distances(positions: np.ndarray) -> np.ndarray:
@@ -103,23 +146,29 @@ def pairwise_distances(positions: np.ndarray) -> np.ndarray:
     return np.linalg.norm(x[:, i] - x[:, j], axis=-1)
 
 
-def _random_pairs(
-    data: np.ndarray, lag: int, stop: int, n: int, rng: np.random.Generator
+def _ensemble_pairs(
+    arrays: list[np.ndarray], which: list[int], lag: int, n: int, rng: np.random.Generator
 ) -> tuple[np.ndarray, np.ndarray]:
-    """``n`` random pairs ``(x_t, x_{t+lag})`` with ``t + lag < stop``."""
-    idx = np.sort(rng.choice(stop - lag, size=min(n, stop - lag), replace=False))
-    return data[idx], data[idx + lag]
+    """``n`` random pairs ``(x_t, x_{t+lag})`` from the trajectories ``which`` (never across)."""
+    ids = np.concatenate([np.full(max(len(arrays[i]) - lag, 0), i) for i in which])
+    ts = np.concatenate([np.arange(max(len(arrays[i]) - lag, 0)) for i in which])
+    if len(ids) == 0:
+        raise ValueError(f"no trajectory is longer than the lag ({lag} frames)")
+    pick = np.sort(rng.choice(len(ids), size=min(n, len(ids)), replace=False))
+    x = np.stack([arrays[i][t] for i, t in zip(ids[pick], ts[pick], strict=True)])
+    y = np.stack([arrays[i][t + lag] for i, t in zip(ids[pick], ts[pick], strict=True)])
+    return x, y
+
+
+def _lagged(feats: list[np.ndarray], which: list[int], lag: int) -> tuple[np.ndarray, np.ndarray]:
+    """All lagged pairs of the trajectories ``which`` (features without the constant)."""
+    fx = [feats[i][:-lag, 1:] for i in which if len(feats[i]) > lag]
+    fy = [feats[i][lag:, 1:] for i in which if len(feats[i]) > lag]
+    return np.concatenate(fx), np.concatenate(fy)
 
 
 def _with_constant(f: np.ndarray) -> np.ndarray:
     return np.hstack([np.ones((f.shape[0], 1)), np.asarray(f, dtype=np.float64)])
-
-
-def _slowest(model: Any, lag_ps: float) -> tuple[np.ndarray, np.ndarray]:
-    """Eigenvalues (decreasing modulus) and implied timescales (ps) skipping the top one."""
-    ev = model.eig()
-    its = model.implied_timescales(lag_time=lag_ps)
-    return ev, its
 
 
 def _vamp2(fx: np.ndarray, fy: np.ndarray) -> float:
@@ -132,9 +181,13 @@ def _vamp2(fx: np.ndarray, fy: np.ndarray) -> float:
 
 
 def _split_delta_g(
-    f1: np.ndarray, phi: np.ndarray, kT: float, bins: int = 200
+    f1: np.ndarray, phi: np.ndarray, kT: float, bins: int = 200, weights: np.ndarray | None = None
 ) -> tuple[float, float]:
     """``Delta G`` from a split of the slowest eigenfunction at its density minimum.
+
+    ``weights`` (default: uniform) are the frames' equilibrium weights (for off-equilibrium
+    data, :meth:`dpnets.TransferOperator.stationary_weights`); the split itself is found on the
+    unweighted histogram (the barrier between the modes is where frames are rare either way).
 
     The second mode is the peak separated from the highest one by the deepest valley of the
     smoothed histogram (modes of fewer than ``max(5, 0.01%)`` frames per bin are ignored); a
@@ -185,14 +238,22 @@ def _split_delta_g(
     if frac_hi == frac_lo == 0.0:  # no C7ax/alpha_L frame: the sides cannot be named
         return float("nan"), float(thr)
     in_b = side if frac_hi >= frac_lo else ~side
-    pb, pa = in_b.mean(), 1.0 - in_b.mean()
+    w = np.ones_like(f1) if weights is None else np.asarray(weights, dtype=np.float64)
+    pb, pa = float(w[in_b].sum()), float(w[~in_b].sum())
     if pb <= 0 or pa <= 0:
         return float("nan"), float(thr)
     return float(-kT * np.log(pb / pa)), float(thr)
 
 
 def _train_nn(
-    kind: str, traj: Any, cfg: dict, seed: int, device: str | None, progress: bool
+    kind: str,
+    positions: list[np.ndarray],
+    z: np.ndarray,
+    train: list[int],
+    cfg: dict,
+    seed: int,
+    device: str | None,
+    progress: bool,
 ) -> tuple[Any, float]:
     import torch
 
@@ -201,9 +262,7 @@ def _train_nn(
     from dpnets.nn.schnet import SchNetEncoder
 
     torch.manual_seed(seed)
-    enc = SchNetEncoder(
-        atomic_numbers=traj.atomic_numbers.tolist(), out_dim=cfg["r"], cutoff=cfg["cutoff"]
-    )
+    enc = SchNetEncoder(atomic_numbers=z.tolist(), out_dim=cfg["r"], cutoff=cfg["cutoff"])
     main = kind == "DPNets-relaxed"
     n_pairs = cfg["n_pairs"] if main else cfg["n_pairs_baseline"]
     epochs = cfg["epochs"] if main else cfg["epochs_baseline"]
@@ -224,78 +283,84 @@ def _train_nn(
         net = VAMPNet(enc, **common)
     else:  # pragma: no cover - internal
         raise ValueError(kind)
-    stop = int(cfg["train_fraction"] * len(traj))
     rng = np.random.default_rng(1000 + seed)
-    X, Y = _random_pairs(traj.positions, cfg["lag"], stop, n_pairs, rng)
+    X, Y = _ensemble_pairs(positions, train, cfg["_lag"], n_pairs, rng)
     t0 = time.perf_counter()
     net.fit((X, Y))
     return net, time.perf_counter() - t0
 
 
-def _nn_features(net: Any, positions: np.ndarray) -> np.ndarray:
-    return _with_constant(net.transform(positions, batch_size=4096))
-
-
 def _evaluate(
     name: str,
-    feats: np.ndarray | None,
-    fit_at: Callable[[int], Any],
+    feats: list[np.ndarray],
     eigfun: Callable[[Any], np.ndarray],
-    test_feats: tuple[np.ndarray, np.ndarray] | None,
-    traj: Any,
+    phi: np.ndarray,
+    kT: float,
+    held_out: list[int],
     cfg: dict,
     model: Any = None,
-    all_feats: np.ndarray | None = None,
 ) -> dict[str, Any]:
-    """Timescales vs lag, table entries and eigenfunctions of one method.
+    """Timescales vs lag, table entries, weights and eigenfunctions of one method.
 
-    ``fit_at(lag)`` gives the operator at each lag of the curve; ``model`` (default
-    ``fit_at(cfg["lag"])``) is the estimator of the table at the training lag.
+    ``feats`` are the method's features (first column the constant) on every trajectory; a
+    :class:`dpnets.TransferOperator` on them at each lag gives the timescale curve, and at the
+    training lag the stationary weights of the frames (``Delta G``). ``model`` (default: that
+    operator at the training lag) gives the table's timescale and the eigenfunctions.
     """
-    dt = traj.dt_ps
+    from dpnets import TransferOperator
+
+    dt = cfg["frame_ps"]
+    lag = cfg["_lag"]
+    longest = max(len(f) for f in feats)
     its_curve = []
-    for lag in cfg["its_lags"]:
-        if lag >= len(traj) // 2:
+    for lg in cfg["_its_lags"]:
+        if lg >= longest // 2:
             its_curve.append([float("nan")] * 3)
             continue
-        m = fit_at(lag)
-        its = m.implied_timescales(lag_time=lag * dt)
+        its = TransferOperator(None).fit(feats, lag=lg).implied_timescales(lag_time=lg * dt)
         its_curve.append([float(v) for v in its[1:4]])
-    if model is None:
-        model = fit_at(cfg["lag"])
-    its = model.implied_timescales(lag_time=cfg["lag"] * dt)
+    op = TransferOperator(None).fit(feats, lag=lag)
+    model = op if model is None else model
+    its = model.implied_timescales(lag_time=lag * dt)
     ef = eigfun(model)
     f1 = np.real(ef[:, 1])
     f2 = np.real(ef[:, 2]) if ef.shape[1] > 2 else np.zeros_like(f1)
-    dg, thr = _split_delta_g(f1, traj.phi, traj.kT)
-    score = _vamp2(*test_feats) if test_feats is not None else float("nan")
-    lag = int(cfg["lag"])
-    score_all = _vamp2(all_feats[:-lag], all_feats[lag:]) if all_feats is not None else np.nan
+    weights = op.stationary_weights(np.concatenate(feats))
+    dg, thr = _split_delta_g(f1, phi, kT, weights=weights)
+    every = list(range(len(feats)))
     return {
         "name": name,
-        "score": score,
-        "score_all": float(score_all),
+        "score": _vamp2(*_lagged(feats, held_out, lag)),
+        "score_all": _vamp2(*_lagged(feats, every, lag)),
         "slowest_ps": float(its[1]),
         "its_ps": [float(v) for v in its[1:6]],
         "eigvals": [float(v) for v in np.abs(model.eig()[:6])],
         "its_curve_ps": its_curve,
         "delta_g": dg,
         "split_threshold": thr,
+        "negative_weight_fraction": float(np.mean(weights < 0)),
         "f1": f1,
         "f2": f2,
+        "weights": weights,
     }
 
 
-def _nystrom(est: str, dist: np.ndarray, traj: Any, cfg: dict, seed: int) -> dict[str, Any]:
+def _nystrom(
+    est: str,
+    dist: list[np.ndarray],
+    train: list[int],
+    held_out: list[int],
+    phi: np.ndarray,
+    kT: float,
+    cfg: dict,
+    seed: int,
+) -> dict[str, Any]:
     """Nyström PCR/RRR (rank ``r``, Gaussian kernel, median length scale) on distances."""
-    from dpnets import TransferOperator
     from dpnets.baselines import NystromKernelDMD
 
-    stop = int(cfg["train_fraction"] * len(traj))
-    lag = int(cfg["lag"])
     t0 = time.perf_counter()
     rng = np.random.default_rng(2000 + seed)
-    X, Y = _random_pairs(dist, lag, stop, cfg["nys_pairs"], rng)
+    X, Y = _ensemble_pairs(dist, train, cfg["_lag"], cfg["nys_pairs"], rng)
     model = NystromKernelDMD(
         "rbf",
         n_centers=cfg["nys_centers"],
@@ -304,37 +369,58 @@ def _nystrom(est: str, dist: np.ndarray, traj: Any, cfg: dict, seed: int) -> dic
         ridge=cfg["nys_ridge"],
         seed=seed,
     ).fit((X, Y))
-    feats = _with_constant(model.features(dist))
-
-    def fit_at(lg: int) -> Any:
-        # timescales vs lag on the fixed kernel features (refitting the sketch at every lag
-        # costs O(n m^2) each)
-        return TransferOperator(None).fit(feats, lag=lg)
-
-    def eigfun(m: Any) -> np.ndarray:
-        return m.eigenfunctions(dist)
-
-    phi_test = feats[stop:, 1:]
+    # timescales vs lag and weights from the same regression on the fixed kernel features
+    # (refitting the sketch at every lag costs O(n m^2) each)
+    feats = [_with_constant(model.features(d)) for d in dist]
+    all_dist = np.concatenate(dist)
     res = _evaluate(
         f"Nyström-{est.upper()}",
-        None,
-        fit_at,
-        eigfun,
-        (phi_test[:-lag], phi_test[lag:]),
-        traj,
+        feats,
+        lambda m: m.eigenfunctions(all_dist),
+        phi,
+        kT,
+        held_out,
         cfg,
         model=model,
-        all_feats=feats[:, 1:],
     )
     res["train_s"] = time.perf_counter() - t0
     return res
 
 
-def _plot_its(path: Path, results: list[dict], ref: dict, cfg: dict, dt: float) -> None:
+def _bootstrap_reference(
+    phis: list[np.ndarray], psis: list[np.ndarray], cfg: dict, kT: float, n_boot: int
+) -> dict[str, float]:
+    """Standard deviations of the MSM's slowest timescale and Delta G at the training lag
+    over ``n_boot`` resamples of whole trajectories (with replacement)."""
+    from dpnets.systems.alanine import msm_reference
+
+    rng = np.random.default_rng(7)
+    ts, dg = [], []
+    for _ in range(n_boot):
+        pick = rng.integers(0, len(phis), size=len(phis))
+        r = msm_reference(
+            [phis[i] for i in pick],
+            [psis[i] for i in pick],
+            dt_ps=cfg["frame_ps"],
+            kT=kT,
+            lags=(cfg["_lag"],),
+            n_bins=cfg["msm_bins"],
+        )
+        ts.append(r["slowest_ps"])
+        dg.append(r["delta_g"])
+
+    def std(v: list[float]) -> float:
+        v = [x for x in v if np.isfinite(x)]
+        return float(np.std(v, ddof=1)) if len(v) > 1 else float("nan")
+
+    return {"n_boot": n_boot, "slowest_ps_std": std(ts), "delta_g_std": std(dg)}
+
+
+def _plot_its(path: Path, results: list[dict], ref: dict, cfg: dict) -> None:
     plt = pyplot()
     if plt is None:  # pragma: no cover - optional dependency
         return
-    lags = np.asarray(cfg["its_lags"]) * dt
+    lags = np.asarray(cfg["_its_lags"]) * cfg["frame_ps"]
     fig, ax = plt.subplots(figsize=(6.0, 4.0))
     ref_its = np.asarray(ref["timescales_ps"], dtype=float)
     mlags = np.asarray(ref["lags_ps"])
@@ -363,7 +449,9 @@ def _plot_fes(path: Path, results: list[dict], kT: float, bins: int) -> None:
         return
     fig, axes = plt.subplots(1, len(results), figsize=(4.2 * len(results), 3.6), squeeze=False)
     for ax, res in zip(axes[0], results, strict=True):
-        h, xe, ye = np.histogram2d(res["f1"], res["f2"], bins=bins)
+        # equilibrium (reweighted) density; negative weights (a poor span) count as zero
+        w = np.clip(res["weights"], 0.0, None)
+        h, xe, ye = np.histogram2d(res["f1"], res["f2"], bins=bins, weights=w)
         with np.errstate(divide="ignore"):
             g = -kT * np.log(h / h.sum())
         g -= np.nanmin(g[np.isfinite(g)])
@@ -416,13 +504,14 @@ def run(
     device: str | None = None,
     progress: bool = True,
     config: dict[str, Any] | None = None,
+    workers: int | None = None,
 ) -> str:
     """Simulate alanine dipeptide, learn SchNet representations, compare with the MSM.
 
     Parameters
     ----------
     quick : bool, default False
-        Smoke test (6 ns, tiny training; under 3 minutes on 2 CPU cores).
+        Smoke test (4 x 1.5 ns, tiny training; under 3 minutes on 2 CPU cores).
     seeds : int, optional
         Training seeds of the neural methods (default 1; with more, mean and standard
         deviation are reported).
@@ -434,66 +523,77 @@ def run(
         Progress bars during training.
     config : dict, optional
         Overrides of :data:`CONFIG` / :data:`QUICK_CONFIG` (used by the tests).
+    workers : int, optional
+        Processes simulating trajectories that are not cached yet (default: all CPUs).
 
     Returns
     -------
     str
         The markdown table (score, slowest implied timescale and Delta G per method).
     """
-    from dpnets import TransferOperator
-    from dpnets.systems.alanine import basin_b_mask, msm_reference, simulate_alanine_dipeptide
+    import os
+
+    from dpnets.systems.alanine import basin_b_mask, msm_reference, simulate_alanine_ensemble
 
     cfg = {**(QUICK_CONFIG if quick else CONFIG), **(config or {})}
     n_seeds = 1 if seeds is None else int(seeds)
     if n_seeds < 1:
         raise ValueError(f"seeds must be >= 1, got {seeds}")
+    dt = float(cfg["frame_ps"])
+    cfg["_lag"] = lag = max(int(round(cfg["lag_ps"] / dt)), 1)
+    cfg["_its_lags"] = [max(int(round(v / dt)), 1) for v in cfg["its_lags_ps"]]
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     t_start = time.perf_counter()
-    traj = simulate_alanine_dipeptide(
-        cfg["n_frames"],
-        temperature=cfg["temperature"],
-        solvent=cfg["solvent"],
-        seed=cfg["sim_seed"],
-        progress=progress,
-    )
-    dt = traj.dt_ps
-    kT = traj.kT
-    lag = int(cfg["lag"])
-    T = len(traj)
-    stop = int(cfg["train_fraction"] * T)
+    runs, common = ensemble_runs(cfg)
+    n_workers = int(workers) if workers is not None else max(os.cpu_count() or 1, 1)
+    trajs = simulate_alanine_ensemble(runs, workers=min(n_workers, len(runs)), **common)
+    kT = trajs[0].kT
+    z = trajs[0].atomic_numbers
+    n_traj = len(trajs)
+    every = int(cfg["heldout_every"])
+    held_out = [i for i in range(n_traj) if i % every == every - 1]
+    train = [i for i in range(n_traj) if i % every != every - 1]
+    phis = [t.phi for t in trajs]
+    psis = [t.psi for t in trajs]
+    phi_all = np.concatenate(phis)
+    psi_all = np.concatenate(psis)
+    positions = [t.positions for t in trajs]
 
-    # ---- reference MSM on (phi, psi)
-    msm_lags = tuple(sorted(set(cfg["its_lags"]) | {lag}))
-    ref = msm_reference(traj.phi, traj.psi, dt_ps=dt, kT=kT, lags=msm_lags, n_bins=cfg["msm_bins"])
+    # ---- reference MSM on (phi, psi), reversible maximum likelihood (seeded ensemble)
+    msm_lags = tuple(sorted(set(cfg["_its_lags"]) | {lag}))
+    ref = msm_reference(phis, psis, dt_ps=dt, kT=kT, lags=msm_lags, n_bins=cfg["msm_bins"])
     ref_at_lag = ref["timescales_ps"][msm_lags.index(lag)][0]
+    boot = _bootstrap_reference(phis, psis, cfg, kT, int(cfg.get("bootstrap", 0)))
 
-    timings: dict[str, float] = {"simulation_s": float(traj.params.get("wall_s", 0.0))}
-    dist = pairwise_distances(traj.positions)
+    sim_wall = float(sum(t.params.get("wall_s", 0.0) for t in trajs))
+    timings: dict[str, float] = {"simulation_cpu_s": sim_wall}
+    dist = [pairwise_distances(p) for p in positions]
     per_seed: list[list[dict]] = []
     for seed in range(n_seeds):
         results: list[dict] = []
         # ---- neural methods with the SchNet encoder
         for kind in ("DPNets-relaxed", "DPNets (P^γ)", "VAMPNets"):
-            net, t_fit = _train_nn(kind, traj, cfg, seed, device, progress)
+            net, t_fit = _train_nn(kind, positions, z, train, cfg, seed, device, progress)
             timings[f"{kind} seed{seed} train_s"] = t_fit
-            feats = _nn_features(net, traj.positions)
-
-            def fit_at(lg: int, feats: np.ndarray = feats) -> Any:
-                return TransferOperator(None).fit(feats, lag=lg)
-
-            def eigfun(model: Any, feats: np.ndarray = feats) -> np.ndarray:
-                return model.eigenfunctions(feats)
-
-            test = (feats[stop:-lag, 1:], feats[stop + lag :, 1:])
-            res = _evaluate(kind, feats, fit_at, eigfun, test, traj, cfg, all_feats=feats[:, 1:])
+            feats = [_with_constant(net.transform(p, batch_size=4096)) for p in positions]
+            all_feats = np.concatenate(feats)
+            res = _evaluate(
+                kind,
+                feats,
+                lambda m, f=all_feats: m.eigenfunctions(f),
+                phi_all,
+                kT,
+                held_out,
+                cfg,
+            )
             res["train_s"] = t_fit
             res["history"] = net.history_
             results.append(res)
 
         # ---- Nyström kernel regression on pairwise heavy-atom distances
         for est in ("pcr", "rrr"):
-            res = _nystrom(est, dist, traj, cfg, seed)
+            res = _nystrom(est, dist, train, held_out, phi_all, kT, cfg, seed)
             timings[f"{res['name']} seed{seed} s"] = res["train_s"]
             results.append(res)
         per_seed.append(results)
@@ -531,30 +631,39 @@ def run(
                 f"{ddg:.2f}" if np.isfinite(ddg) else "n/a",
             ]
         )
+    pm_ts = f" ± {boot['slowest_ps_std'] / 1000:.2g}" if boot["n_boot"] > 1 else ""
+    pm_dg = f" ± {boot['delta_g_std']:.2g}" if boot["n_boot"] > 1 else ""
     rows.append(
         [
             f"Reference: MSM {cfg['msm_bins']}x{cfg['msm_bins']} (φ, ψ)",
             "-",
             "-",
-            f"{ref_ns:.3g}",
+            f"{ref_ns:.3g}{pm_ts}",
             "-",
-            f"{ref['delta_g']:.3g}",
+            f"{ref['delta_g']:.3g}{pm_dg}",
             "-",
         ]
     )
     wall = time.perf_counter() - t_start
     mode = "quick" if quick else "full"
-    held_out_ax = float(np.mean(basin_b_mask(traj.phi[stop:])))
+    total_ns = sum(len(t) for t in trajs) * dt / 1000
     head = (
-        f"Alanine dipeptide ({cfg['solvent']}, {cfg['temperature']:g} K, "
-        f"{T * dt / 1000:g} ns, frames every {dt:g} ps, 10 heavy atoms), {mode} run; "
-        f"training lag {lag * dt:g} ps, r = {cfg['r']}, {n_seeds} seed(s); "
-        f"VAMP-2 scores of the r features at the training lag on the whole trajectory and on "
-        f"its last {100 * (1 - cfg['train_fraction']):.0f}% (held out; "
-        f"{100 * held_out_ax:.1f}% of its frames in C7ax/αL); "
-        f"slowest timescale at the training lag (reference: MSM at lag {msm_lags[-1] * dt:g} ps; "
-        f"at {lag * dt:g} ps it is {ref_at_lag / 1000:.3g} ns); "
-        f"ΔG = G(C7ax/αL) − G(C7eq/β). Wall time {wall:.0f} s."
+        f"Alanine dipeptide ({cfg['solvent']}, {cfg['temperature']:g} K, 10 heavy atoms): "
+        f"{n_traj} trajectories of {cfg['run_ns']:g} ns ({total_ns:g} ns, frames every "
+        f"{dt:g} ps) started alternately at φ = {', '.join(f'{v:g}' for v in cfg['seed_phis'])}°"
+        f", {mode} run; training lag {lag * dt:g} ps, r = {cfg['r']}, {n_seeds} seed(s), "
+        f"trained on {len(train)} trajectories; VAMP-2 scores of the r features at the "
+        f"training lag on all trajectories and on the {len(held_out)} held-out ones; slowest "
+        f"timescale at the training lag (reference: reversible MSM at lag {msm_lags[-1] * dt:g} "
+        f"ps; at {lag * dt:g} ps it is {ref_at_lag / 1000:.3g} ns"
+        + (
+            f"; ± = its bootstrap std at the training lag, {boot['n_boot']} resamples of whole "
+            "trajectories"
+            if pm_ts
+            else ""
+        )
+        + "); ΔG = G(C7ax/αL) − G(C7eq/β), reweighted to equilibrium. "
+        f"Wall time {wall:.0f} s."
     )
     table = (
         head
@@ -575,21 +684,31 @@ def run(
 
     # ---- figures (first seed)
     results = per_seed[0]
-    _plot_its(out / "its.png", results, ref, cfg, dt)
+    _plot_its(out / "its.png", results, ref, cfg)
     fes_methods = [r for r in results if r["name"] in ("DPNets-relaxed", "Nyström-PCR")]
     _plot_fes(out / "fes.png", fes_methods, kT, cfg["fes_bins"])
     _plot_eigenfunctions(
-        out / "eigenfunctions.png", results, traj.phi, traj.psi, cfg["scatter_points"]
+        out / "eigenfunctions.png", results, phi_all, psi_all, cfg["scatter_points"]
     )
 
+    drop = ("f1", "f2", "weights")
     payload = {
-        "config": {k: list(v) if isinstance(v, tuple) else v for k, v in cfg.items()},
-        "simulation": {k: v for k, v in traj.params.items() if k != "cache"},
+        "config": {
+            k: list(v) if isinstance(v, tuple) else v for k, v in cfg.items() if k[0] != "_"
+        },
+        "simulation": {
+            "n_trajectories": n_traj,
+            "total_ns": total_ns,
+            "common": common,
+            "runs": runs,
+            "cpu_s": sim_wall,
+            "frames_in_c7ax": float(np.mean(basin_b_mask(phi_all))),
+        },
+        "split": {"train": train, "held_out": held_out},
         "reference": ref,
+        "reference_bootstrap": boot,
         "reference_slowest_at_training_lag_ps": ref_at_lag,
-        "methods": [
-            [{k: v for k, v in r.items() if k not in ("f1", "f2")} for r in rs] for rs in per_seed
-        ],
+        "methods": [[{k: v for k, v in r.items() if k not in drop} for r in rs] for rs in per_seed],
         "timings": timings,
         "wall_s": wall,
         "quick": quick,

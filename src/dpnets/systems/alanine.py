@@ -10,7 +10,10 @@ Simulation (:func:`simulate_alanine_dipeptide`)
     (``solvent="vacuum"``, no cutoff) or in OBC2 implicit solvent (``solvent="obc2"``, adds
     ``implicit/obc2.xml``), hydrogen-mass repartitioning (hydrogens at 4 amu, bonds to hydrogen
     constrained), a :class:`openmm.LangevinMiddleIntegrator` with a 4 fs step and a 1/ps
-    friction, frames every 1 ps. The run is seeded (velocities and integrator random numbers),
+    friction, frames every 1 ps by default. ``initial_phi`` starts a run in a chosen basin
+    (restrained equilibration, released before the first frame), and
+    :func:`simulate_alanine_ensemble` runs many trajectories in parallel processes. The run
+    is seeded (velocities and integrator random numbers),
     so that on the ``Reference`` platform the same parameters give bit-identical frames.
     Trajectories are cached in the user cache (:func:`dpnets.systems._utils.cache_path`),
     keyed by all parameters.
@@ -26,8 +29,9 @@ Reference (:func:`msm_reference`)
     A Markov state model on a fine regular ``(phi, psi)`` grid: with one-hot indicator
     features of the grid cells, the least-squares transfer operator
     :class:`dpnets.TransferOperator` (Eq. 15) is exactly the count-based maximum-likelihood
-    MSM estimator ``T = diag(counts)^{-1} C(lag)``. We use the reversible (symmetrised-count)
-    variant restricted to the visited cells; implied timescales
+    MSM estimator ``T = diag(counts)^{-1} C(lag)``. We use the reversible maximum-likelihood
+    variant (:func:`reversible_mle`, valid for ensembles of short trajectories started out of
+    equilibrium) restricted to the largest strongly connected set of cells; implied timescales
     ``t_i = -lag / ln |lambda_i|`` are reported against the lag time, and the free-energy
     difference ``Delta G = -kT ln(p_B / p_A)`` between the two main basins from the MSM
     stationary populations: ``A`` = C7eq/beta/alpha_R (``phi`` outside ``(0, 120)`` deg) and
@@ -50,8 +54,10 @@ from ._utils import cache_path, check_finite_scalar, check_positive_int
 __all__ = [
     "AlanineDipeptideTrajectory",
     "simulate_alanine_dipeptide",
+    "simulate_alanine_ensemble",
     "dihedral",
     "msm_reference",
+    "reversible_mle",
     "basin_delta_g",
     "pdb_path",
     "HEAVY_ATOM_NAMES",
@@ -81,6 +87,8 @@ PHI_ATOMS: tuple[int, int, int, int] = (1, 3, 4, 6)
 PSI_ATOMS: tuple[int, int, int, int] = (3, 4, 6, 8)
 
 _VERSION = 1
+#: Force constant (kJ/mol/rad^2) of the phi restraint while seeding a trajectory.
+_RESTRAINT_KJ = 500.0
 _OPENMM_HINT = (
     "Simulating alanine dipeptide needs OpenMM: pip install 'dpnets[molecules]' "
     "(or pip install openmm)."
@@ -185,6 +193,7 @@ def _build_simulation(
     seed: int,
     platform: str,
     threads: int,
+    initial_phi: float | None = None,
 ) -> Any:
     openmm = _import_openmm()
     app, unit = openmm.app, openmm.unit
@@ -197,6 +206,17 @@ def _build_simulation(
         constraints=app.HBonds,
         hydrogenMass=4.0 * unit.amu,
     )
+    if initial_phi is not None:
+        # Harmonic phi restraint for the seeding equilibration; switched off (k_phi = 0) before
+        # the production run, so that the stored dynamics is unbiased.
+        heavy = [a.index for a in pdb.topology.atoms() if a.element.atomic_number > 1]
+        restraint = openmm.CustomTorsionForce(
+            "0.5*k_phi*d^2; d = min(dt, 2*pi - dt); dt = abs(theta - theta0); pi = 3.1415926535"
+        )
+        restraint.addGlobalParameter("k_phi", _RESTRAINT_KJ)
+        restraint.addPerTorsionParameter("theta0")
+        restraint.addTorsion(*[heavy[i] for i in PHI_ATOMS], [np.deg2rad(initial_phi)])
+        system.addForce(restraint)
     integrator = openmm.LangevinMiddleIntegrator(
         temperature * unit.kelvin,
         friction_per_ps / unit.picosecond,
@@ -229,6 +249,7 @@ def simulate_alanine_dipeptide(
     solvent: str = "vacuum",
     equilibration_ps: float = 100.0,
     seed: int = 0,
+    initial_phi: float | None = None,
     platform: str = "Reference",
     threads: int = 1,
     cache: bool = True,
@@ -241,8 +262,10 @@ def simulate_alanine_dipeptide(
     n_frames : int
         Number of stored frames (``frame_interval_ps`` apart).
     temperature : float, default 400.0
-        Kelvin. In vacuum the C7eq <-> C7ax ``phi`` flip takes tens of ns at 300 K; at 400 K
-        it is a few ns, so that ~100 ns hold enough transitions for converged statistics.
+        Kelvin. In vacuum at 400 K the C7ax/alpha_L basin (about 6% of the population) is
+        entered about once per 70 ns and left after about 4 ns (measured on 1.9 us of
+        seeded runs), so that converged statistics need many trajectories started in both
+        basins (``initial_phi``) or several microseconds of one run.
     timestep_fs : float, default 4.0
         Integration step (with hydrogen-mass repartitioning to 4 amu and H-bond constraints).
     frame_interval_ps : float, default 1.0
@@ -253,6 +276,14 @@ def simulate_alanine_dipeptide(
         Discarded equilibration after energy minimisation.
     seed : int, default 0
         Seeds the initial velocities and the integrator's random numbers.
+    initial_phi : float, optional
+        Seed the trajectory at this backbone ``phi`` (degrees): the equilibration runs with a
+        harmonic restraint of ``phi`` (500 kJ/mol/rad^2), which is switched off before the
+        first stored frame. Default: no restraint (start from the PDB's C7eq structure). Used
+        to start trajectories in the rarely visited C7ax/alpha_L basin (``initial_phi=70``),
+        as in an ensemble of short, off-equilibrium runs; such data need estimators that do
+        not assume the frames are in equilibrium (:func:`msm_reference`'s reversible maximum
+        likelihood, :meth:`dpnets.TransferOperator.stationary_weights`).
     platform : {"Reference", "CPU"}, default "Reference"
         ``Reference`` is deterministic and, for 22 atoms, as fast as ``CPU``.
     threads : int, default 1
@@ -283,6 +314,10 @@ def simulate_alanine_dipeptide(
         raise ValueError(f"solvent must be 'vacuum' or 'obc2', got {solvent!r}.")
     if platform not in ("Reference", "CPU"):
         raise ValueError(f"platform must be 'Reference' or 'CPU', got {platform!r}.")
+    if initial_phi is not None:
+        initial_phi = check_finite_scalar(initial_phi, "initial_phi")
+        if equilibration_ps <= 0:
+            raise ValueError("initial_phi needs equilibration_ps > 0 (the restrained seeding).")
     steps_per_frame = frame_interval_ps * 1000.0 / timestep_fs
     if abs(steps_per_frame - round(steps_per_frame)) > 1e-9:
         raise ValueError("frame_interval_ps must be a multiple of timestep_fs.")
@@ -300,6 +335,8 @@ def simulate_alanine_dipeptide(
         "platform": platform,
         "threads": threads if platform == "CPU" else 1,
     }
+    if initial_phi is not None:  # absent key: unchanged cache names of unseeded runs
+        params["initial_phi"] = initial_phi
     path = cache_path("alanine-dipeptide", params) if cache else None
     if path is not None and path.exists():
         with np.load(path) as f:
@@ -317,7 +354,7 @@ def simulate_alanine_dipeptide(
     unit = openmm.unit
     t0 = time.perf_counter()
     sim = _build_simulation(
-        temperature, timestep_fs, friction_per_ps, solvent, seed, platform, threads
+        temperature, timestep_fs, friction_per_ps, solvent, seed, platform, threads, initial_phi
     )
     heavy, z = _heavy_indices_and_numbers(sim)
     openmm.LocalEnergyMinimizer.minimize(sim.context, 10.0, 1000)
@@ -325,6 +362,8 @@ def simulate_alanine_dipeptide(
     n_eq = int(round(equilibration_ps * 1000.0 / timestep_fs))
     if n_eq:
         sim.step(n_eq)
+    if initial_phi is not None:
+        sim.context.setParameter("k_phi", 0.0)
     out = np.empty((n_frames, len(heavy), 3), dtype=np.float32)
     report = max(n_frames // 10, 1)
     for i in range(n_frames):
@@ -352,6 +391,44 @@ def simulate_alanine_dipeptide(
         temperature=temperature,
         params={**params, "wall_s": wall, "cache": str(path) if path else None},
     )
+
+
+def _simulate_one(kwargs: dict[str, Any]) -> AlanineDipeptideTrajectory:
+    return simulate_alanine_dipeptide(**kwargs)
+
+
+def simulate_alanine_ensemble(
+    runs: list[dict[str, Any]], *, workers: int = 1, **common: Any
+) -> list[AlanineDipeptideTrajectory]:
+    """Simulate (or load from the cache) several trajectories, in parallel processes.
+
+    Parameters
+    ----------
+    runs : list of dict
+        Per-trajectory keyword arguments of :func:`simulate_alanine_dipeptide` (for instance
+        ``{"n_frames": 4000, "seed": 3, "initial_phi": 70.0}``).
+    workers : int, default 1
+        Processes simulating at once (one ``Reference``-platform trajectory each; cached
+        trajectories are loaded, not re-run). On the CPU, one process per core is fastest.
+    **common
+        Keyword arguments shared by all runs (a run's own value wins).
+
+    Returns
+    -------
+    list of AlanineDipeptideTrajectory
+        In the order of ``runs``.
+    """
+    workers = check_positive_int(workers, "workers")
+    if not isinstance(runs, (list, tuple)) or not runs:
+        raise ValueError("runs must be a non-empty list of dicts of keyword arguments.")
+    kwargs = [{**common, **dict(r)} for r in runs]
+    if workers == 1 or len(kwargs) == 1:
+        return [simulate_alanine_dipeptide(**kw) for kw in kwargs]
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
+        return list(pool.map(_simulate_one, kwargs))
 
 
 # --------------------------------------------------------------------------------------------
@@ -392,9 +469,63 @@ def _largest_connected(counts: np.ndarray) -> np.ndarray:
     return np.flatnonzero(lab == np.argmax(sizes))
 
 
+def reversible_mle(
+    counts: np.ndarray, tol: float = 1e-12, max_iter: int = 100_000
+) -> tuple[np.ndarray, np.ndarray]:
+    """Reversible maximum-likelihood transition matrix of a connected count matrix.
+
+    The fixed-point iteration of Bowman et al. (2009) and Prinz et al. (2011, Eq. 33) for the
+    symmetric flux matrix ``x``: ``x_ij <- (c_ij + c_ji) / (c_i / x_i + c_j / x_j)``, with
+    ``c_i`` the counts out of state ``i`` and ``x_i = sum_j x_ij``. Unlike symmetrising the
+    counts, it does not assume the data start in equilibrium, so it is the estimator for
+    ensembles of short trajectories seeded in chosen states.
+
+    Parameters
+    ----------
+    counts : ndarray (n, n)
+        Transition counts of a strongly connected set (every state has outgoing counts).
+    tol : float, default 1e-12
+        Stop when the stationary vector changes by less than this (max norm).
+    max_iter : int, default 100000
+
+    Returns
+    -------
+    T : ndarray (n, n)
+        Row-stochastic, in detailed balance with ``pi``.
+    pi : ndarray (n,)
+        Stationary distribution.
+    """
+    c = np.asarray(counts, dtype=np.float64)
+    if c.ndim != 2 or c.shape[0] != c.shape[1]:
+        raise ValueError(f"counts must be a square matrix, got shape {c.shape}")
+    c_out = c.sum(1)
+    if np.any(c_out <= 0):
+        raise ValueError("every state needs outgoing counts (restrict to a connected set).")
+    i, j = np.nonzero(c + c.T)
+    csym = (c + c.T)[i, j]
+    x = csym.copy()
+    n = c.shape[0]
+    pi = np.bincount(i, weights=x, minlength=n)
+    pi /= pi.sum()
+    for _ in range(int(max_iter)):
+        xi = np.bincount(i, weights=x, minlength=n)
+        q = c_out / xi
+        x = csym / (q[i] + q[j])
+        new = np.bincount(i, weights=x, minlength=n)
+        new /= new.sum()
+        if np.max(np.abs(new - pi)) < tol:
+            pi = new
+            break
+        pi = new
+    xm = np.zeros((n, n))
+    xm[i, j] = x
+    rows = xm.sum(1)
+    return xm / rows[:, None], rows / rows.sum()
+
+
 def msm_reference(
-    phi: np.ndarray,
-    psi: np.ndarray,
+    phi: np.ndarray | list[np.ndarray],
+    psi: np.ndarray | list[np.ndarray],
     *,
     dt_ps: float,
     kT: float,
@@ -405,21 +536,23 @@ def msm_reference(
     r"""Markov state model on an ``n_bins x n_bins`` (phi, psi) grid: timescales and Delta G.
 
     The grid cells' one-hot indicators make the least-squares transfer operator (Eq. 15,
-    :class:`dpnets.TransferOperator`) the count MSM ``diag(c)^{-1} C(lag)``; here the count
-    matrix is symmetrised (reversible estimate, detailed balance) and restricted to its largest
-    strongly connected set. Its eigenvalues give the implied timescales
-    ``t_i(lag) = -lag dt / ln |lambda_i|`` and its stationary vector the basin populations.
+    :class:`dpnets.TransferOperator`) the count MSM ``diag(c)^{-1} C(lag)``; here the
+    reversible maximum-likelihood estimate (:func:`reversible_mle`, detailed balance) on the
+    largest strongly connected set of the counts is used, which is valid for an ensemble of
+    short trajectories that do not start in equilibrium. Its eigenvalues give the implied
+    timescales ``t_i(lag) = -lag dt / ln |lambda_i|`` and its stationary vector the basin
+    populations.
 
     Parameters
     ----------
-    phi, psi : ndarray, shape (T,)
-        Dihedrals in degrees of one trajectory.
+    phi, psi : ndarray (T,) or list of ndarray
+        Dihedrals in degrees of one trajectory or of several (counts never cross two).
     dt_ps : float
         Time between frames (ps).
     kT : float
         Thermal energy (kcal/mol) for ``Delta G``.
     lags : tuple of int
-        Lag times in frames.
+        Lag times in frames (lags longer than every trajectory are skipped: ``nan``).
     n_bins : int, default 24
         Cells per dihedral (15 degree cells for 24, so that the basin borders 0 and 120
         degrees are cell edges).
@@ -430,16 +563,22 @@ def msm_reference(
     dict
         ``lags_ps``, ``timescales_ps`` (``len(lags) x n_timescales``), ``delta_g`` (kcal/mol,
         from the stationary distribution at the largest lag), ``delta_g_counts`` (from the raw
-        histogram), ``slowest_ps`` (the slowest timescale at the largest lag, the converged value),
-        ``n_states``.
+        histogram, biased unless the frames are in equilibrium), ``slowest_ps`` (the slowest
+        timescale at the largest lag, the converged value), ``n_states``.
     """
-    phi = np.asarray(phi, dtype=np.float64)
-    psi = np.asarray(psi, dtype=np.float64)
-    if phi.shape != psi.shape or phi.ndim != 1:
-        raise ValueError("phi and psi must be 1-D arrays of the same length.")
-    if not (np.all(np.isfinite(phi)) and np.all(np.isfinite(psi))):
-        raise ValueError("phi and psi must be finite.")
-    labels = _grid_labels(phi, psi, n_bins)
+    phis = list(phi) if isinstance(phi, (list, tuple)) else [phi]
+    psis = list(psi) if isinstance(psi, (list, tuple)) else [psi]
+    if len(phis) != len(psis) or not phis:
+        raise ValueError("phi and psi must hold the same number (>= 1) of trajectories.")
+    labels_list = []
+    for a, b in zip(phis, psis, strict=True):
+        a = np.asarray(a, dtype=np.float64)
+        b = np.asarray(b, dtype=np.float64)
+        if a.shape != b.shape or a.ndim != 1:
+            raise ValueError("phi and psi must be 1-D arrays of the same length.")
+        if not (np.all(np.isfinite(a)) and np.all(np.isfinite(b))):
+            raise ValueError("phi and psi must be finite.")
+        labels_list.append(_grid_labels(a, b, n_bins))
     n = n_bins * n_bins
     centers = -180.0 + (np.arange(n_bins) + 0.5) * 360.0 / n_bins
     cphi = np.repeat(centers, n_bins)
@@ -447,22 +586,25 @@ def msm_reference(
     pi_last = None
     n_states = 0
     for k, lag in enumerate(lags):
-        if lag >= len(labels):
-            continue
         counts = np.zeros((n, n))
-        np.add.at(counts, (labels[:-lag], labels[lag:]), 1.0)
+        for labels in labels_list:
+            if lag < len(labels):
+                np.add.at(counts, (labels[:-lag], labels[lag:]), 1.0)
+        if not counts.any():
+            continue
         keep = _largest_connected(counts)
-        c = counts[np.ix_(keep, keep)]
-        c = 0.5 * (c + c.T)
-        rows = c.sum(1)
-        # T = D^-1 C is similar to the symmetric D^-1/2 C D^-1/2 (reversible estimate).
-        s = c / np.sqrt(np.outer(rows, rows))
-        ev = np.sort(np.linalg.eigvalsh(s))[::-1]
+        if len(keep) < 2:
+            continue
+        tmat, pi = reversible_mle(counts[np.ix_(keep, keep)])
+        # T is similar to the symmetric D^1/2 T D^-1/2 with D = diag(pi) (detailed balance).
+        sq = np.sqrt(pi)
+        s = sq[:, None] * tmat / sq[None, :]
+        ev = np.sort(np.linalg.eigvalsh(0.5 * (s + s.T)))[::-1]
         lam = np.abs(ev[1 : n_timescales + 1])
         with np.errstate(divide="ignore"):
             ts = -lag * dt_ps / np.log(np.clip(lam, 1e-300, 1 - 1e-15))
         its[k, : len(ts)] = ts
-        pi_last = (rows / rows.sum(), keep)
+        pi_last = (pi, keep)
         n_states = len(keep)
     pi, keep = pi_last if pi_last is not None else (np.ones(1), np.zeros(1, int))
     delta_g = basin_delta_g(cphi[keep], kT, weights=pi)
@@ -472,7 +614,7 @@ def msm_reference(
         "timescales_ps": its.tolist(),
         "slowest_ps": float(its[valid[-1], 0]) if len(valid) else float("nan"),
         "delta_g": delta_g,
-        "delta_g_counts": basin_delta_g(phi, kT),
+        "delta_g_counts": basin_delta_g(np.concatenate(phis), kT),
         "n_states": n_states,
         "n_bins": n_bins,
     }

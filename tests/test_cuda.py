@@ -1,0 +1,56 @@
+"""GPU path (skipped without CUDA): TF32 kept out of the covariances, fp32 training on the GPU
+recovers the Ornstein-Uhlenbeck eigenvalues, SchNet gives the same features on GPU and CPU."""
+
+import numpy as np
+import pytest
+import torch
+from helpers import fit_ou_dpnet
+
+from dpnets import TransferOperator
+from dpnets.scores import covariances, relaxed_score
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@pytest.fixture
+def tf32_on():
+    """Turn TF32 on globally, as many training scripts do, and restore the setting."""
+    old = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("high")
+    yield
+    torch.set_float32_matmul_precision(old)
+
+
+def test_covariances_are_fp32_accurate_with_global_tf32(tf32_on):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(8192, 64, generator=g) * 3.0 + 1.0
+    y = x + 0.1 * torch.randn(8192, 64, generator=g)
+    cx, cy, cxy = covariances(x.cuda(), y.cuda())
+    ref = covariances(x.double(), y.double())
+    for a, b in zip((cx, cy, cxy), ref, strict=True):
+        err = (a.double().cpu() - b).abs().max() / b.abs().max()
+        assert err < 2e-6, err  # TF32 (10-bit mantissa) gives ~1e-3
+    s_gpu = relaxed_score(x.cuda(), y.cuda(), gamma=0.01).item()
+    s_ref = relaxed_score(x.double(), y.double(), gamma=0.01).item()
+    assert abs(s_gpu - s_ref) < 1e-4 * abs(s_ref)
+    assert torch.get_float32_matmul_precision() == "high"  # the user's setting is restored
+
+
+def test_dpnet_trains_on_cuda_and_recovers_ou_eigenvalues(tf32_on):
+    net, x, ou = fit_ou_dpnet(device="cuda")
+    assert np.all(np.isfinite(net.history_["train_score"]))
+    est = np.sort(np.abs(TransferOperator(net).fit(x).eig()))[::-1]
+    np.testing.assert_allclose(est, ou.eigvals(4), rtol=0.05)
+
+
+def test_schnet_same_features_on_cuda_and_cpu():
+    pytest.importorskip("torch_geometric")
+    from dpnets.nn.schnet import SchNetEncoder
+
+    torch.manual_seed(0)
+    enc = SchNetEncoder([6, 6, 8, 7, 6, 6, 6, 8, 7, 6], out_dim=16).eval()
+    x = torch.as_tensor(np.random.default_rng(0).normal(scale=1.6, size=(64, 10, 3))).float()
+    with torch.no_grad():
+        a = enc(x)
+        b = enc.cuda()(x.cuda()).cpu()
+    torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
