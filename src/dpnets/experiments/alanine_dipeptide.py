@@ -58,6 +58,7 @@ from typing import Any
 
 import numpy as np
 
+from dpnets.data import pairs
 from dpnets.experiments._common import markdown_table, pyplot, write_results
 
 __all__ = ["run", "CONFIG", "QUICK_CONFIG", "ensemble_runs"]
@@ -150,21 +151,15 @@ def _ensemble_pairs(
     arrays: list[np.ndarray], which: list[int], lag: int, n: int, rng: np.random.Generator
 ) -> tuple[np.ndarray, np.ndarray]:
     """``n`` random pairs ``(x_t, x_{t+lag})`` from the trajectories ``which`` (never across)."""
-    ids = np.concatenate([np.full(max(len(arrays[i]) - lag, 0), i) for i in which])
-    ts = np.concatenate([np.arange(max(len(arrays[i]) - lag, 0)) for i in which])
-    if len(ids) == 0:
-        raise ValueError(f"no trajectory is longer than the lag ({lag} frames)")
-    pick = np.sort(rng.choice(len(ids), size=min(n, len(ids)), replace=False))
-    x = np.stack([arrays[i][t] for i, t in zip(ids[pick], ts[pick], strict=True)])
-    y = np.stack([arrays[i][t + lag] for i, t in zip(ids[pick], ts[pick], strict=True)])
-    return x, y
+    p = pairs([arrays[i] for i in which], lag)
+    sub = p.subset(np.sort(rng.choice(len(p), size=min(n, len(p)), replace=False)))
+    return sub.X, sub.Y
 
 
 def _lagged(feats: list[np.ndarray], which: list[int], lag: int) -> tuple[np.ndarray, np.ndarray]:
     """All lagged pairs of the trajectories ``which`` (features without the constant)."""
-    fx = [feats[i][:-lag, 1:] for i in which if len(feats[i]) > lag]
-    fy = [feats[i][lag:, 1:] for i in which if len(feats[i]) > lag]
-    return np.concatenate(fx), np.concatenate(fy)
+    p = pairs([feats[i][:, 1:] for i in which], lag)
+    return p.X, p.Y
 
 
 def _with_constant(f: np.ndarray) -> np.ndarray:
@@ -312,14 +307,19 @@ def _evaluate(
     dt = cfg["frame_ps"]
     lag = cfg["_lag"]
     longest = max(len(f) for f in feats)
+    ops = {
+        lg: TransferOperator(None).fit(feats, lag=lg)
+        for lg in {lag, *cfg["_its_lags"]}
+        if lg < longest // 2 or lg == lag
+    }
     its_curve = []
     for lg in cfg["_its_lags"]:
         if lg >= longest // 2:
             its_curve.append([float("nan")] * 3)
             continue
-        its = TransferOperator(None).fit(feats, lag=lg).implied_timescales(lag_time=lg * dt)
+        its = ops[lg].implied_timescales(lag_time=lg * dt)
         its_curve.append([float(v) for v in its[1:4]])
-    op = TransferOperator(None).fit(feats, lag=lag)
+    op = ops[lag]
     model = op if model is None else model
     its = model.implied_timescales(lag_time=lag * dt)
     ef = eigfun(model)
