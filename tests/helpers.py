@@ -9,18 +9,10 @@ from dpnets.systems import OrnsteinUhlenbeck
 
 
 def fit_ou_dpnet(device: str | None = None) -> tuple[DPNet, np.ndarray, OrnsteinUhlenbeck]:
-    """The demo's r = 4 DPNet (P^gamma, gamma = 0.1) fitted on 50,000 OU samples."""
+    """The demo's r = 4 DPNet (the library defaults) fitted on 50,000 OU samples."""
     ou = OrnsteinUhlenbeck(theta=1.0, sigma=np.sqrt(2.0), dt=0.1)
     x = ou.sample(50_000, seed=0)
     torch.manual_seed(0)
-    net = DPNet(
-        MLP(1, (64, 64), 4, activation="celu"),
-        score="projection",
-        gamma=0.1,
-        batch_size=2048,
-        epochs=30,
-        seed=0,
-        device=device,
-        progress=False,
-    ).fit(x)
+    enc = MLP(1, (64, 64), 4, activation="celu")
+    net = DPNet(enc, seed=0, device=device, progress=False).fit(x)
     return net, x, ou

@@ -199,9 +199,10 @@ def test_end_to_end_short_trajectory_to_timescales():
     )
     enc = SchNetEncoder(traj.atomic_numbers.tolist(), out_dim=4, hidden_channels=16, num_filters=16)
     net = DPNet(enc, epochs=2, batch_size=128, seed=0, progress=False).fit(traj.positions, lag=5)
-    op = TransferOperator(net).fit(traj.positions, lag=5)
-    its = op.implied_timescales(lag_time=5 * traj.dt_ps)
-    assert its.shape == (4,)
+    op = TransferOperator(net, dt=traj.dt_ps).fit(traj.positions)
+    its = op.implied_timescales()
+    # 4 learned features and the constant (stationary: inf), at the DPNet's lag of 5 frames
+    assert op.lag_ == 5 and its.shape == (5,) and its[0] == np.inf
     assert np.all(np.isfinite(its[1:])) and np.all(its[1:] > 0)
     ref = msm_reference(traj.phi, traj.psi, dt_ps=traj.dt_ps, kT=traj.kT, lags=(1, 5))
     assert np.all(np.asarray(ref["timescales_ps"])[:, 0] > 0)

@@ -101,7 +101,7 @@ def test_dmd_recovers_eigenvalues(lgs: LinearGaussian, traj: np.ndarray) -> None
     assert match_error(dmd.eig(), lgs.eigvals()) < 0.02
     assert dmd.features is None
     # rank = d is a rotation of the full state: same estimator
-    full = TransferOperator(None).fit(traj)
+    full = TransferOperator(None, constant=False).fit(traj)
     x = traj[:20]
     np.testing.assert_allclose(
         DMD(rank=2).fit(traj).predict(x, t=[1, 4]), full.predict(x, t=[1, 4]), atol=1e-12
@@ -141,7 +141,7 @@ def test_edmd_linear_and_chebyshev(lgs: LinearGaussian, traj: np.ndarray) -> Non
 
 # --------------------------------------------------------------------------- kernel DMD
 def test_kernel_dmd_linear_kernel_equals_dmd(lgs: LinearGaussian, traj: np.ndarray) -> None:
-    full = TransferOperator(None).fit(traj)
+    full = TransferOperator(None, constant=False).fit(traj)
     x, x2 = traj[:9], traj[100:109]
     for est in ("rrr", "pcr"):
         kd = KernelDMD("linear", rank=2, estimator=est, ridge=0.0).fit(traj)

@@ -11,7 +11,10 @@ def test_demo_runs_and_saves(tmp_path, capsys):
         == 0
     )
     text = capsys.readouterr().out
-    assert "| 3 |" in text and "exp(-k dt)" in text
+    assert "| 4 |" in text and "exp(-k dt)" in text
+    # the constant mode (k = 0) reports an infinite timescale, never a fake finite one
+    row0 = next(ln for ln in text.splitlines() if ln.startswith("| 0 |"))
+    assert row0.split("|")[5].strip() == "inf" and row0.split("|")[2].strip() == "1.0000"
     net = dpnets.load(out)
     assert net.transform(np.zeros((3, 1))).shape == (3, 4)
 

@@ -14,7 +14,7 @@ import torch
 from dpnets import DPNet, load
 from dpnets.experiments import logistic_map as lmx
 from dpnets.nn.embeddings import FourierEmbedding, PeriodicMLP
-from dpnets.scores import metric_distortion
+from dpnets.scores import metric_distortion, projection_score_from_covariances
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +59,7 @@ def test_spectral_error_from_eigvals(setup: lmx.Setup) -> None:
 
 def test_paper_gamma_is_kooplearn_convention() -> None:
     # kooplearn: score - 0.5 * gamma_k * (mean f(eig Cx) + mean f(eig Cy)), f = l^2 - l - ln l,
-    # with gamma_k = 1 in the paper; ours: score - gamma * (R(Cx) + R(Cy)), R = trace.
+    # with gamma_k = 1 in the paper; ours: score - gamma * (R(Cx) + R(Cy)) / (2r), R = trace.
     gen = torch.Generator().manual_seed(0)
     a = torch.randn(lmx.RANK, lmx.RANK, generator=gen, dtype=torch.float64)
     b = torch.randn(lmx.RANK, lmx.RANK, generator=gen, dtype=torch.float64)
@@ -70,8 +70,14 @@ def test_paper_gamma_is_kooplearn_convention() -> None:
         return float(torch.mean(ev**2 - ev - torch.log(ev)))
 
     kooplearn = 0.5 * 1.0 * (f_mean(cx) + f_mean(cy))
-    ours = lmx.PAPER_GAMMA * float(metric_distortion(cx) + metric_distortion(cy))
-    assert ours == pytest.approx(kooplearn, rel=1e-12)
+    assert lmx.PAPER_GAMMA == 1.0
+    cxy = 0.3 * cx
+    penalty = float(
+        projection_score_from_covariances(cx, cy, cxy, 0.0)
+        - projection_score_from_covariances(cx, cy, cxy, lmx.PAPER_GAMMA)
+    )
+    assert penalty == pytest.approx(kooplearn, rel=1e-12)
+    assert float(metric_distortion(cx)) == pytest.approx(7 * f_mean(cx), rel=1e-12)  # a trace
 
 
 # ------------------------------------------------------------------ end to end

@@ -205,7 +205,8 @@ def test_generator_score_of_hermite_features_is_sum_of_eigenvalues():
     assert float(generator_score(psi, dpsi)) == pytest.approx(-sum(range(r)), abs=1e-9)
     gamma = 3.0
     cx = covariances(psi)[0]
-    expected = -sum(range(r)) - gamma * float(metric_distortion(cx))
+    # gamma on the scale of the discrete scores: R averaged over the r eigenvalues
+    expected = -sum(range(r)) - gamma / r * float(metric_distortion(cx))
     assert float(generator_score(psi, dpsi, gamma)) == pytest.approx(expected, abs=1e-8)
     loss = GeneratorLoss(gamma)(psi, dpsi)
     assert float(loss) == pytest.approx(-expected, abs=1e-8)
@@ -333,8 +334,12 @@ def test_generator_forms_and_options():
     np.testing.assert_allclose(dirichlet.cxd_, dirichlet.cxd_.T)
     np.testing.assert_allclose(dirichlet.eig().real, [0.0, -1.0, -2.0], atol=0.06)
     # drift/diffusion instead of an SDE object; identity features (linear: DMD-like)
+    # "auto" adds the constant (eigenvalue 0) to linear features, which do not span it
     lin = Generator(None, drift=lambda y: -y, diffusion=1.0).fit(x)
-    np.testing.assert_allclose(lin.eig().real, [-1.0])
+    assert lin.constant_ and ito.constant_ is False  # Hermite features hold H_0 = 1
+    np.testing.assert_allclose(lin.eig().real, [0.0, -1.0], atol=1e-12)
+    lin0 = Generator(None, drift=lambda y: -y, diffusion=1.0, constant=False).fit(x)
+    np.testing.assert_allclose(lin0.eig().real, [-1.0])
     # ridge: L = (Cx + rho I)^+ C_d ~ -k / (1 + rho) on (near-)orthonormal eigenfunctions
     ridge = Generator(psi, sde, ridge=0.1).fit(x)
     assert np.all(ridge.eig().real[1:] > ito.eig().real[1:])
@@ -405,7 +410,8 @@ def one_thread():
 
 
 def test_dpnet_learns_ou_generator(one_thread):
-    """Learned features (r = 4) recover the OU generator eigenvalues -1, -2, -3 within 5%."""
+    """Learned features (r = 4, and the constant) recover the OU generator eigenvalues -1..-4
+    within 5%."""
     sde = ou_sde()
     x = OrnsteinUhlenbeck(theta=1.0, sigma=math.sqrt(2.0), dt=1.0).sample(20000, seed=0)
     torch.manual_seed(0)
@@ -424,11 +430,12 @@ def test_dpnet_learns_ou_generator(one_thread):
     assert np.all(np.isfinite(net.history_["train_score"]))
     lam = Generator(net).fit(x).eig()  # the SDE is taken from the DPNet
     np.testing.assert_allclose(lam.imag, 0.0, atol=1e-6)
-    np.testing.assert_allclose(lam.real[1:], [-1.0, -2.0, -3.0], rtol=0.05)
-    assert abs(lam.real[0]) < 0.05
-    # the learned (gamma-penalised) score on fresh samples approaches the bound -6 (Thm. 2)
+    np.testing.assert_allclose(lam.real[1:], [-1.0, -2.0, -3.0, -4.0], rtol=0.05)
+    assert abs(lam.real[0]) < 1e-10  # the added constant: exactly stationary
+    # the learned (gamma-penalised) score of [1, psi] on fresh samples approaches the bound
+    # 0 - 1 - 2 - 3 - 4 = -10 (Thm. 2)
     fresh = np.random.default_rng(9).standard_normal((20000, 1))
-    assert -6.5 < net.evaluate(fresh) < -6.0 + 0.05
+    assert -10.6 < net.evaluate(fresh) < -10.0 + 0.05
 
 
 def test_dpnet_generator_mode_dirichlet_validation_and_io(tmp_path):
@@ -471,7 +478,7 @@ def test_dpnet_generator_mode_dirichlet_validation_and_io(tmp_path):
             epochs=1,
             progress=False,
         ).fit(x)
-    with pytest.raises(ValueError, match="unknown score"):
+    with pytest.raises(ValueError, match="score must be one of"):
         DPNet(MLP(1, (4,), 2), score="generatr").fit(x)
 
 

@@ -51,7 +51,7 @@ def test_predict_is_consistent_with_matrix_powers(ar1):
 
 def test_eigenfunctions_are_eigenfunctions(ar1):
     _, x = ar1
-    op = TransferOperator().fit(x)
+    op = TransferOperator(constant=False).fit(x)
     lam, left, right = op.eig(vectors=True)
     np.testing.assert_allclose(op.operator_ @ right, right * lam, atol=1e-10)
     np.testing.assert_allclose(left.conj().T @ right, np.eye(3), atol=1e-10)
@@ -83,9 +83,15 @@ def test_implied_timescales():
     x = sys.sample(50_000, seed=3)
     op = TransferOperator().fit(x, lag=2)
     ts = op.implied_timescales()
+    # the constant is added (linear features do not span it): the stationary mode is inf
+    assert op.constant_ and ts[0] == np.inf
     ref = -2.0 / np.log(np.array([0.81, 0.25]))
-    np.testing.assert_allclose(ts, ref, rtol=0.05)
-    np.testing.assert_allclose(op.implied_timescales(lag_time=0.2), 0.1 * ts)
+    np.testing.assert_allclose(ts[1:], ref, rtol=0.05)
+    # dt is the time per frame: the lag of fit multiplies it
+    np.testing.assert_allclose(op.implied_timescales(dt=0.1), 0.1 * ts)
+    np.testing.assert_allclose(
+        TransferOperator(dt=0.1).fit(x, lag=2).implied_timescales(), 0.1 * ts
+    )
 
 
 def test_multiple_trajectories_never_cross_boundaries():

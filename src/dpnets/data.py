@@ -15,7 +15,7 @@ mini-batches by tensor indexing, with no per-sample collation.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,6 +30,8 @@ __all__ = [
     "is_streaming",
     "IndexBatcher",
     "to_numpy",
+    "resolve_lag",
+    "states_to_tensor",
 ]
 
 
@@ -47,6 +49,12 @@ def check_states(a: object, name: str = "data", min_samples: int = 1) -> np.ndar
     non-numeric data. A 1-D array is returned as ``(n, 1)``.
     """
     arr = to_numpy(a)
+    if np.issubdtype(arr.dtype, np.complexfloating):
+        raise ValueError(
+            f"{name} is complex ({arr.dtype}); dpnets models real states: pass the real and "
+            "imaginary parts as separate coordinates (e.g. np.concatenate([z.real, z.imag], "
+            "axis=-1))"
+        )
     if arr.dtype == object or not (
         np.issubdtype(arr.dtype, np.number) or np.issubdtype(arr.dtype, np.bool_)
     ):
@@ -69,6 +77,19 @@ def check_lag(lag: object) -> int:
     if isinstance(lag, bool) or not isinstance(lag, (int, np.integer)) or lag < 1:
         raise ValueError(f"lag must be a positive integer, got {lag!r}")
     return int(lag)
+
+
+def resolve_lag(data: object, lag: object) -> tuple[int, int | None]:
+    """``(pairing lag, model lag)`` for ``fit(data, lag)``.
+
+    Trajectories are paired at ``lag`` (default 1), which is also the model's lag. Pre-paired
+    ``(X, Y)`` tuples and Datasets are used as they are: ``lag`` then only *records* the lag
+    at which the pairs were made (``None``: unknown, and timescales will ask for it).
+    """
+    if isinstance(data, tuple) or is_streaming(data):
+        return 1, (None if lag is None else check_lag(lag))
+    lag = 1 if lag is None else check_lag(lag)
+    return lag, lag
 
 
 def is_streaming(data: object) -> bool:
@@ -143,7 +164,10 @@ def pairs(data: object, lag: int = 1) -> Pairs:
                 "pass several trajectories as a list"
             )
         if lag != 1:
-            raise ValueError("lag applies to trajectories; (X, Y) pairs are already lagged")
+            raise ValueError(
+                "(X, Y) pairs are already lagged: pair them at the lag you want, and give that "
+                "lag to fit(..., lag=k) of a model only to record it"
+            )
         x = check_states(data[0], "X")
         y = check_states(data[1], "Y")
         if x.shape[0] != y.shape[0]:
@@ -198,6 +222,9 @@ class IndexBatcher:
     ``(x_states[i[b]], y_states[j[b]])``. The index permutation is split into
     ``max(1, n // batch_size)`` nearly equal chunks, so every batch has at least
     ``batch_size`` samples (score estimates from tiny trailing batches are avoided).
+    ``transform`` (e.g. the input standardisation) is applied once, in float64, while the
+    states are converted; ``like`` reuses the converted states of another batcher over the
+    same :class:`Pairs` states (a validation subset).
     """
 
     def __init__(
@@ -209,9 +236,18 @@ class IndexBatcher:
         dtype: torch.dtype,
         shuffle: bool = True,
         generator: torch.Generator | None = None,
+        transform: Callable[[np.ndarray], np.ndarray] | None = None,
+        like: IndexBatcher | None = None,
     ) -> None:
-        self.x = _as_tensor(p.x_states, device, dtype)
-        self.y = self.x if p.y_states is p.x_states else _as_tensor(p.y_states, device, dtype)
+        if like is not None:  # pairs of the same states: share the converted tensors
+            self.x, self.y = like.x, like.y
+        else:
+            self.x = states_to_tensor(p.x_states, device, dtype, transform)
+            self.y = (
+                self.x
+                if p.y_states is p.x_states
+                else states_to_tensor(p.y_states, device, dtype, transform)
+            )
         self.i = torch.as_tensor(p.i, device=device)
         self.j = torch.as_tensor(p.j, device=device)
         self.batch_size = int(batch_size)
@@ -231,11 +267,29 @@ class IndexBatcher:
             yield self.x[self.i[b]], self.y[self.j[b]]
 
 
-def _as_tensor(a: np.ndarray, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
-    t = torch.as_tensor(a)
-    if t.is_floating_point():
-        t = t.to(dtype)
-    return t.to(device)
+def states_to_tensor(
+    a: np.ndarray,
+    device: torch.device,
+    dtype: torch.dtype,
+    transform: Callable[[np.ndarray], np.ndarray] | None = None,
+    chunk: int = 65536,
+) -> torch.Tensor:
+    """States as a ``dtype`` tensor on ``device``; integer and bool states are cast too.
+
+    With ``transform`` the states are converted chunk by chunk through it in float64, so a
+    large offset or scale (``x + 1e6``) is removed before rounding to ``dtype`` and no
+    float64 copy of the whole array is made.
+    """
+    if transform is None:
+        t = torch.as_tensor(a)
+        if t.dtype != dtype and not t.is_complex():
+            t = t.to(dtype)
+        return t.to(device)
+    out = torch.empty(a.shape, dtype=dtype, device=device)
+    for sl in chunks(a.shape[0], chunk):
+        part = transform(np.asarray(a[sl], dtype=np.float64))
+        out[sl] = torch.as_tensor(part).to(device=device, dtype=dtype)
+    return out
 
 
 def chunks(n: int, size: int) -> Sequence[slice]:

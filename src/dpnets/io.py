@@ -25,7 +25,9 @@ from dpnets.nn.registry import build, describe
 __all__ = ["save", "load", "register", "dump_features", "restore_features", "arrays_to_tensors"]
 
 _FORMAT = "dpnets"
-_VERSION = 1
+#: 2: gamma on the paper's scale, DPNet ``standardize``/``constant``, operator ``constant_``
+#: and ``dt``. Version-1 files load with the behaviour they were saved with.
+_VERSION = 2
 
 #: kind name -> (class, dump, restore). ``dump(model, tensors) -> config dict`` fills
 #: ``tensors``; ``restore(config, tensors, **load_kwargs) -> model``.
@@ -59,6 +61,8 @@ def _dpnet_payload(model: Any, prefix: str, tensors: dict[str, torch.Tensor]) ->
         "batch_size": int(model.batch_size),
         "epochs": int(model.epochs),
         "val_fraction": float(model.val_fraction),
+        "standardize": model.standardize,
+        "constant": bool(model.constant),
         "optimizer": model.optimizer if isinstance(model.optimizer, str) else "adam",
         "optimizer_kwargs": model.optimizer_kwargs,
         "seed": model.seed,
@@ -79,6 +83,9 @@ def _dpnet_payload(model: Any, prefix: str, tensors: dict[str, torch.Tensor]) ->
         ),
         "has_lagged_encoder": model.lagged_encoder_ is not None,
     }
+    if model.input_shift_ is not None:
+        tensors[f"{prefix}input_shift_"] = torch.from_numpy(np.asarray(model.input_shift_))
+        tensors[f"{prefix}input_scale_"] = torch.from_numpy(np.asarray(model.input_scale_))
     for k, v in model.encoder_.state_dict().items():
         tensors[f"{prefix}encoder.{k}"] = v.detach().cpu()
     if model.lagged_encoder_ is not None:
@@ -127,9 +134,17 @@ def _operator_payload(model: Any, tensors: dict[str, torch.Tensor]) -> dict:
 
     check_is_fitted(model, "operator_")
     arrays_to_tensors(model, _OPERATOR_ARRAYS, tensors)
+    if getattr(model, "feature_shift_", None) is not None:
+        arrays_to_tensors(model, ("feature_shift_", "feature_scale_"), tensors)
     return {
-        "params": {"ridge": float(model.ridge), "rtol": model.rtol},
+        "params": {
+            "ridge": float(model.ridge),
+            "rtol": model.rtol,
+            "constant": model.constant,
+            "dt": float(model.dt),
+        },
         "fitted": {
+            "constant_": bool(model.constant_),
             "lag_": model.lag_,
             "rank_": int(model.rank_),
             "n_samples_": int(model.n_samples_),
@@ -204,6 +219,9 @@ def _load_dpnet(
         ).to(device)
     model = DPNet(enc, lagged_encoder=lag_enc, device=device, **cfg["params"])
     model.encoder_, model.lagged_encoder_ = enc, lag_enc
+    shift = tensors.get(prefix + "input_shift_")
+    model.input_shift_ = None if shift is None else shift.numpy()
+    model.input_scale_ = None if shift is None else tensors[prefix + "input_scale_"].numpy()
     f = cfg["fitted"]
     model.history_ = f["history_"]
     model.best_epoch_ = f["best_epoch_"]
@@ -226,12 +244,16 @@ def _restore_operator(cfg: dict, tensors: dict[str, torch.Tensor], **kw: Any) ->
     op = TransferOperator(restore_features(cfg["features"], tensors, **kw), **cfg["params"])
     for name in _OPERATOR_ARRAYS:
         setattr(op, name, tensors[name].numpy())
+    shift = tensors.get("feature_shift_")
+    op.feature_shift_ = None if shift is None else shift.numpy()
+    op.feature_scale_ = None if shift is None else tensors["feature_scale_"].numpy()
     restore_fitted_operator(op, cfg["fitted"])
     return op
 
 
 def restore_fitted_operator(model: Any, fitted: dict) -> None:
     """Set the fitted scalars saved by :func:`_operator_payload` and recompute the spectrum."""
+    model.constant_ = bool(fitted.get("constant_", False))
     model.lag_ = fitted["lag_"]
     model.rank_ = fitted["rank_"]
     model.n_samples_ = fitted["n_samples_"]
@@ -271,12 +293,15 @@ def load(
     payload = torch.load(os.fspath(path), map_location="cpu", weights_only=True)
     if not isinstance(payload, dict) or payload.get("format") != _FORMAT:
         raise ValueError(f"{path} is not a dpnets model file")
-    if payload.get("version") != _VERSION:
-        raise ValueError(f"unsupported dpnets file version {payload.get('version')}")
+    version = payload.get("version")
+    if version not in (1, _VERSION):
+        raise ValueError(f"unsupported dpnets file version {version} in {path}")
     kind = payload.get("kind")
     if kind not in _KINDS:
         raise ValueError(f"unknown model kind {kind!r} in {path}")
     cfg = json.loads(payload["config"])
+    if version == 1:
+        _upgrade_v1(cfg)
     restore = _KINDS[kind][2]
     return restore(
         cfg,
@@ -287,6 +312,24 @@ def load(
         device=device,
         **modules,
     )
+
+
+def _upgrade_v1(cfg: Any) -> None:
+    """Version-1 configs: DPNets without standardisation or constant, gamma on the old
+    trace scale (converted), operators without an added constant. In place, recursively."""
+    if not isinstance(cfg, dict):
+        return
+    params, fitted = cfg.get("params"), cfg.get("fitted")
+    if isinstance(params, dict) and isinstance(fitted, dict) and "modules" in cfg:  # a DPNet
+        params.setdefault("standardize", "none")
+        params.setdefault("constant", False)
+        d = int(fitted["n_features_"])
+        generator = params.get("score") in ("generator", "dirichlet")
+        params["gamma"] = float(params["gamma"]) * (d if generator else 2 * d)
+    elif isinstance(params, dict) and "ridge" in params:  # an operator
+        params.setdefault("constant", False)
+    for value in cfg.values():
+        _upgrade_v1(value)
 
 
 def _register_core() -> None:

@@ -8,6 +8,7 @@ Koopman modes and implied timescales.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -15,11 +16,19 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from dpnets.data import check_states, chunks, is_streaming, pairs, to_numpy
+from dpnets.data import check_states, chunks, is_streaming, pairs, resolve_lag, to_numpy
 from dpnets.exceptions import check_is_fitted
 from dpnets.linalg import eig_biorthogonal, sym_matrix_function
+from dpnets.params import check_choice, check_int, check_real
 
-__all__ = ["SpectralModel", "TransferOperator", "FeatureMap", "as_feature_map"]
+__all__ = [
+    "SpectralModel",
+    "TransferOperator",
+    "FeatureMap",
+    "as_feature_map",
+    "constant_in_span",
+    "timescales_from_eigvals",
+]
 
 FeatureMap = Callable[[np.ndarray], np.ndarray]
 
@@ -44,8 +53,7 @@ def as_feature_map(features: Any) -> FeatureMap:
             out = []
             with torch.no_grad():
                 for sl in chunks(x.shape[0], 8192):
-                    xb = torch.as_tensor(x[sl]).to(device)
-                    out.append(module(xb.to(dtype) if xb.is_floating_point() else xb).cpu())
+                    out.append(module(torch.as_tensor(x[sl]).to(device=device, dtype=dtype)).cpu())
             return torch.cat(out).numpy()
 
         return lambda x: _as_features(run_module(x), x.shape[0])
@@ -56,6 +64,37 @@ def as_feature_map(features: Any) -> FeatureMap:
     raise TypeError(
         "features must be None, a fitted DPNet, a torch.nn.Module or a callable states -> (n, r)"
     )
+
+
+#: ``1 - |lambda|`` below which an eigenvalue counts as stationary (implied timescale inf)
+STATIONARY_TOL = 1e-10
+
+
+def constant_in_span(phi: np.ndarray, tol: float = 1e-8) -> bool:
+    """Whether the constant function lies in the span of features ``phi`` (n, r) on the data.
+
+    The squared empirical distance of ``1`` to the span is ``1 - mu^T Cx^+ mu`` with
+    ``mu`` the feature mean and ``Cx`` the uncentred covariance; it is in the span when that
+    is at most ``tol``. The columns are first scaled to unit root mean square, so features
+    of any scale (raw coordinates far from the origin) give the same answer.
+    """
+    n = phi.shape[0]
+    rms = np.sqrt(np.mean(phi * phi, axis=0))
+    phi = phi / np.where(rms > 0, rms, 1.0)
+    mu = phi.mean(0)
+    cx_pinv, _ = sym_matrix_function(phi.T @ phi / n, -1.0)
+    return bool(1.0 - float(mu @ cx_pinv @ mu) <= tol)
+
+
+def _resolve_constant(setting: Any, phi: np.ndarray) -> bool:
+    """``constant="auto"``: add the constant unless the features already span it."""
+    if setting == "auto":
+        return not constant_in_span(phi)
+    return bool(setting)
+
+
+def _prepend_ones(phi: np.ndarray) -> np.ndarray:
+    return np.concatenate([np.ones((phi.shape[0], 1)), phi], axis=1)
 
 
 def _as_features(phi: Any, n: int) -> np.ndarray:
@@ -90,9 +129,23 @@ class SpectralModel:
             self.operator_, metric=self.cx_
         )
 
+    def _check_regression_params(self) -> None:
+        check_real("ridge", self.ridge, 0.0)
+        if self.rtol is not None:
+            check_real("rtol", self.rtol, 0.0, 1.0, low_open=True, high_open=True)
+        if getattr(self, "dt", 1.0) is not None:
+            check_real("dt", getattr(self, "dt", 1.0), 0.0, low_open=True)
+        if hasattr(self, "constant") and not isinstance(self.constant, bool):
+            check_choice("constant", self.constant, ("auto", True, False))
+
     def _regress(self, cx: np.ndarray, c: np.ndarray) -> None:
         """Least squares ``operator_ = (Cx + ridge I)^+ C`` (App. D.2 / App. E) and its state."""
         r = cx.shape[0]
+        if not np.any(cx):
+            raise ValueError(
+                "the feature covariance is zero: the features vanish on the data (a collapsed "
+                "or untrained feature map)"
+            )
         cx_pinv, rank = sym_matrix_function(cx + float(self.ridge) * np.eye(r), -1.0, self.rtol)
         self.operator_ = cx_pinv @ c
         self.cx_ = cx
@@ -127,10 +180,24 @@ class SpectralModel:
         return self.eigvals_
 
     def transform(self, X: Any) -> np.ndarray:
-        """Features ``psi(X)`` used by the estimator, float64 (n, r)."""
+        """Features used by the estimator at ``X``, float64 (n, n_features_).
+
+        ``psi(X)``; when the estimator added the constant function (``constant_``), the
+        basis ``[1, (psi(X) - feature_shift_) / feature_scale_]`` (see
+        :meth:`TransferOperator.fit`).
+        """
         check_is_fitted(self, "operator_")
         x = self._check_X(X)
-        return as_feature_map(self.features)(x)
+        return self._basis(as_feature_map(self.features)(x))
+
+    def _basis(self, phi: np.ndarray) -> np.ndarray:
+        """The regression basis from raw features: ``[1, (phi - shift) / scale]`` or ``phi``."""
+        if not getattr(self, "constant_", False):
+            return phi
+        shift = getattr(self, "feature_shift_", None)
+        if shift is not None:
+            phi = (phi - shift) / self.feature_scale_
+        return _prepend_ones(phi)
 
     def _check_X(self, X: Any) -> np.ndarray:
         x = check_states(X, "X")
@@ -197,6 +264,8 @@ class SpectralModel:
         check_is_fitted(self, "operator_")
         scalar = np.ndim(t) == 0
         ts = [self._check_time(s) for s in ([t] if scalar else list(t))]
+        if not ts:
+            raise ValueError("t is empty: give a horizon or a non-empty sequence of horizons")
         coef, obs_shape = self._observable_coef(observable)
         phi = self.transform(X)
         out = []
@@ -234,13 +303,31 @@ class TransferOperator(SpectralModel):
     ridge : float, default 0.0
         Tikhonov regularisation added to ``Cx``.
     rtol : float, optional
-        Relative rank cut-off for the pseudo-inverse of ``Cx + ridge I``
+        Relative rank cut-off for the pseudo-inverse of ``Cx + ridge I``, in ``(0, 1)``
         (default ``r * eps``).
+    constant : {"auto", True, False}, default "auto"
+        Regress on ``[1, psi]``: the constant function (the stationary eigenfunction, with
+        eigenvalue 1 and timescale inf) is added to the features. "auto" adds it unless
+        the features already span it on the training data (:func:`constant_in_span`), so
+        every feature map gives correct timescales: DPNets (whose features are centred by
+        default), VAMPNets (centred by construction), autoencoders, dictionaries.
+        ``False`` is plain (E)DMD on the features as given. With the constant the
+        regression works in the basis ``[1, (psi - mean) / std]`` (means and standard
+        deviations of the training inputs' features): the same span, so the same estimator,
+        but well conditioned for features of any offset and scale (raw coordinates in
+        DMD); ``ridge`` then acts on the standardised features.
+    dt : float, default 1.0
+        Physical time between consecutive frames of the data; timescales are in its units
+        (``lag_ * dt`` is the time of one estimator step).
 
     Attributes
     ----------
     operator_ : ndarray (r, r)
-        The estimator matrix ``T``.
+        The estimator matrix ``T`` (``r`` counts the constant when it was added).
+    constant_ : bool
+        Whether the constant function was added to the features.
+    feature_shift_, feature_scale_ : ndarray (r,) or None
+        Standardisation of the features in the basis with the constant (None without).
     cx_, cxy_ : ndarray (r, r)
         Empirical covariances.
     eigvals_ : ndarray (r,), complex
@@ -249,41 +336,77 @@ class TransferOperator(SpectralModel):
         Biorthogonal (``L^H R = I``) eigenvectors; right eigenfunctions have unit empirical
         norm ``r_i^H Cx r_i = 1``.
     lag_ : int or None
-        Lag used to fit (None for pre-paired or streamed data).
+        Lag in frames (from ``fit``; None for pre-paired data fitted without ``lag``).
     n_samples_ : int
     n_features_ : int
     """
 
-    def __init__(self, features: Any = None, ridge: float = 0.0, rtol: float | None = None):
+    def __init__(
+        self,
+        features: Any = None,
+        ridge: float = 0.0,
+        rtol: float | None = None,
+        constant: str | bool = "auto",
+        dt: float = 1.0,
+    ):
         self.features = features
         self.ridge = ridge
         self.rtol = rtol
+        self.constant = constant
+        self.dt = dt
 
     # ------------------------------------------------------------------ fitting
-    def fit(self, data: Any, lag: int = 1) -> TransferOperator:
+    def _fit_lag(self, data: Any, lag: Any) -> tuple[int, int | None]:
+        """Pairing and model lag; defaults to (and checks against) a DPNet's own lag."""
+        feature_lag = getattr(self.features, "lag_", None)
+        if lag is None and feature_lag is not None:
+            lag = feature_lag
+        elif lag is not None and feature_lag is not None and lag != feature_lag:
+            warnings.warn(
+                f"the operator is fitted at lag={lag} on features trained at lag="
+                f"{feature_lag}; this is intended only when validating across lags (the "
+                "operator's lag sets its timescales)",
+                stacklevel=3,
+            )
+        return resolve_lag(data, lag)
+
+    def fit(self, data: Any, lag: int | None = None) -> TransferOperator:
         """Estimate the operator from ``data`` (same forms as :meth:`dpnets.DPNet.fit`).
+
+        Parameters
+        ----------
+        data : array, list of arrays, tuple (X, Y), Dataset or DataLoader
+        lag : int, optional
+            Trajectories: lag in frames (default: the lag the feature map was trained at,
+            else 1; a different lag warns). Pre-paired data: the lag of the pairs, recorded
+            for the timescales.
 
         Returns
         -------
         self
         """
-        if not self.ridge >= 0:
-            raise ValueError(f"ridge must be >= 0, got {self.ridge}")
+        self._check_regression_params()
         fmap = as_feature_map(self.features)
+        pair_lag, self.lag_ = self._fit_lag(data, lag)
         if is_streaming(data):
-            phi_x, phi_y, xty, state_shape = self._stream(data, fmap)
-            self.lag_ = None
+            phi_x, phi_y, y_flat_parts, state_shape = self._stream(data, fmap)
         else:
-            p = pairs(data, lag)
+            p = pairs(data, pair_lag)
             phi_x = fmap(p.X)
             phi_y = fmap(p.Y)
-            y_states = p.Y
-            xty = phi_x.T @ np.asarray(y_states, dtype=np.float64).reshape(len(p), -1)
+            y_flat_parts = [np.asarray(p.Y, dtype=np.float64).reshape(len(p), -1)]
             state_shape = p.state_shape
-            self.lag_ = None if isinstance(data, tuple) else int(lag)
-        n, r = phi_x.shape
         if phi_y.shape != phi_x.shape:
             raise ValueError(f"features of X and Y differ in shape: {phi_x.shape}, {phi_y.shape}")
+        self.constant_ = _resolve_constant(self.constant, phi_x)
+        self.feature_shift_ = self.feature_scale_ = None
+        if self.constant_:
+            sd = phi_x.std(0)
+            self.feature_shift_ = phi_x.mean(0)
+            self.feature_scale_ = np.where(sd > 0, sd, 1.0)
+            phi_x, phi_y = self._basis(phi_x), self._basis(phi_y)
+        xty = phi_x.T @ np.concatenate(y_flat_parts)
+        n, r = phi_x.shape
         if n < r:
             raise ValueError(f"fewer samples ({n}) than features (r={r}); provide more data")
         cx = phi_x.T @ phi_x / n
@@ -302,21 +425,18 @@ class TransferOperator(SpectralModel):
         """Features of a Dataset/DataLoader of pairs, batch by batch; the states are never
         held in memory together (only the r-dimensional features and ``Phi_X^T Y``)."""
         loader = data if isinstance(data, DataLoader) else DataLoader(data, batch_size=8192)
-        phx, phy = [], []
-        xty = None
+        phx, phy, ys = [], [], []
         shape: tuple[int, ...] = ()
         for xb, yb in loader:
             xb = check_states(xb, "X batch")
             yb = check_states(yb, "Y batch")
-            fx = fmap(xb)
-            phx.append(fx)
+            phx.append(fmap(xb))
             phy.append(fmap(yb))
-            part = fx.T @ np.asarray(yb, dtype=np.float64).reshape(yb.shape[0], -1)
-            xty = part if xty is None else xty + part
+            ys.append(np.asarray(yb, dtype=np.float64).reshape(yb.shape[0], -1))
             shape = tuple(yb.shape[1:])
-        if xty is None:
+        if not phx:
             raise ValueError("the Dataset/DataLoader yielded no samples")
-        return np.concatenate(phx), np.concatenate(phy), xty, shape
+        return np.concatenate(phx), np.concatenate(phy), ys, shape
 
     def _time_factor(self, t: float) -> np.ndarray:
         return self.eigvals_ ** (int(t) - 1)
@@ -339,30 +459,35 @@ class TransferOperator(SpectralModel):
         m = np.where(small[:, None], 0.0, proj / safe[:, None])
         return m.reshape(m.shape[0], *obs_shape)
 
-    def implied_timescales(self, lag_time: float | None = None) -> np.ndarray:
-        """Implied timescales ``-lag_time / ln|lambda_i|`` from the eigenvalues.
+    def implied_timescales(self, dt: float | None = None) -> np.ndarray:
+        """Implied timescales ``-lag_ * dt / ln|lambda_i|`` from the eigenvalues.
 
         Parameters
         ----------
-        lag_time : float, optional
-            Physical time of one estimator step. Default: ``lag_`` (timescales in units of the
-            data's sampling step), or 1 for pre-paired data.
+        dt : float, optional
+            Physical time between consecutive frames; default: the estimator's ``dt``
+            (1: timescales in frames). The lag is the one of ``fit`` (``lag_``).
 
         Returns
         -------
         ndarray (r,)
-            In the order of :meth:`eig`; ``inf`` for ``|lambda| >= 1``, ``0`` for ``lambda = 0``.
+            In the order of :meth:`eig`: ``inf`` for the stationary eigenvalue (and any
+            ``|lambda| >= 1 - 1e-10``), ``0`` for ``lambda = 0``.
+
+        Raises
+        ------
+        ValueError
+            If the lag is unknown (pre-paired data fitted without ``lag=``) or ``dt`` is not
+            a finite positive number.
         """
         check_is_fitted(self, "operator_")
-        if lag_time is None:
-            lag_time = float(self.lag_ or 1)
-        mod = np.abs(self.eigvals_)
-        with np.errstate(divide="ignore"):
-            log = np.log(mod)
-        out = np.full(mod.shape, np.inf)
-        ok = log < 0
-        out[ok] = -float(lag_time) / log[ok]
-        return out
+        dt = check_real("dt", getattr(self, "dt", 1.0) if dt is None else dt, 0.0, low_open=True)
+        if self.lag_ is None:
+            raise ValueError(
+                "the lag of the training pairs is unknown: pass it when fitting on pre-paired "
+                "data or a Dataset, fit(data, lag=k), so that timescales are in time units"
+            )
+        return timescales_from_eigvals(self.eigvals_, self.lag_ * dt)
 
     def stationary_weights(self, X: Any = None) -> np.ndarray:
         r"""Equilibrium weights of states relative to the training data (Koopman reweighting).
@@ -401,6 +526,16 @@ class TransferOperator(SpectralModel):
         return (phi @ u) / norm
 
 
+def timescales_from_eigvals(eigvals: np.ndarray, lag_time: float) -> np.ndarray:
+    """``-lag_time / ln|lambda|``; ``inf`` where ``1 - |lambda| <= STATIONARY_TOL``."""
+    mod = np.abs(np.asarray(eigvals))
+    out = np.full(mod.shape, np.inf)
+    ok = mod < 1.0 - STATIONARY_TOL
+    with np.errstate(divide="ignore"):
+        out[ok] = -float(lag_time) / np.log(mod[ok])
+    return out
+
+
 # ---------------------------------------------------------------------------- generator
 # Continuous-time estimator (paper Sec. 3 "Generator learning", App. E).
 
@@ -417,9 +552,8 @@ def _torch_features(features: Any, dtype: torch.dtype) -> tuple[Callable, torch.
 
     if features is None:
         return (lambda x: x.reshape(x.shape[0], -1)), torch.device("cpu")
-    if isinstance(features, DPNet):
-        check_is_fitted(features, "encoder_")
-        features = features.encoder_
+    if isinstance(features, DPNet):  # its standardisation and encoder, on raw states
+        features = features.feature_module()
     if isinstance(features, torch.nn.Module):
         module = copy.deepcopy(features)
         p = next(module.parameters(), None)
@@ -469,6 +603,10 @@ class Generator(SpectralModel):
     symmetrize : bool, default False
         Replace ``C_d`` by its symmetric part (for reversible processes: a self-adjoint
         estimator with real spectrum; leave False otherwise).
+    constant : {"auto", True, False}, default "auto"
+        Add the constant function (eigenvalue 0, the stationary state) to the features;
+        "auto" adds it unless the features already span it, as in
+        :class:`TransferOperator`.
     ridge : float, default 0.0
         Tikhonov regularisation added to ``Cx``.
     rtol : float, optional
@@ -525,6 +663,7 @@ class Generator(SpectralModel):
         rtol: float | None = None,
         batch_size: int = 8192,
         dtype: torch.dtype = torch.float64,
+        constant: str | bool = "auto",
     ) -> None:
         self.features = features
         self.sde = sde
@@ -536,6 +675,7 @@ class Generator(SpectralModel):
         self.rtol = rtol
         self.batch_size = batch_size
         self.dtype = dtype
+        self.constant = constant
 
     # ------------------------------------------------------------------ helpers
     def _resolve_sde(self):
@@ -558,11 +698,19 @@ class Generator(SpectralModel):
             "the SDE is unknown: pass sde=dpnets.ito.SDE(...) (or drift= and diffusion=)"
         )
 
-    def _evaluate(self, x: np.ndarray, what: str, sde: Any = None):
-        """Features (and derivatives) of states ``x`` in chunks, as float64 numpy."""
+    def _evaluate(self, x: np.ndarray, what: str, sde: Any = None, constant: bool = False):
+        """Features (and derivatives) of states ``x`` in chunks, as float64 numpy; with
+        ``constant`` the constant function comes first (its derivatives are zero)."""
         from dpnets.ito import diffusion_jacobian, ito_derivative
+        from dpnets.scores import with_constant
 
         fn, device = _torch_features(self.features, self.dtype)
+        if constant:
+            base = fn
+
+            def fn(xb: torch.Tensor) -> torch.Tensor:
+                return with_constant(base(xb))
+
         outs: list[list[np.ndarray]] = []
         with torch.no_grad():
             for sl in chunks(x.shape[0], int(self.batch_size)):
@@ -603,10 +751,8 @@ class Generator(SpectralModel):
         """
         if self.form not in ("ito", "dirichlet"):
             raise ValueError(f"form must be 'ito' or 'dirichlet', got {self.form!r}")
-        if not self.ridge >= 0:
-            raise ValueError(f"ridge must be >= 0, got {self.ridge}")
-        if int(self.batch_size) < 1:
-            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+        self._check_regression_params()
+        check_int("batch_size", self.batch_size, 1)
         from dpnets.ito import check_samples, warn_if_piecewise_linear
 
         sde = self._resolve_sde()
@@ -623,7 +769,10 @@ class Generator(SpectralModel):
         elif self.form == "ito" and isinstance(self.features, torch.nn.Module):
             warn_if_piecewise_linear(self.features)
         w = self._check_weights(sample_weight, x.shape[0])
-        phi, d = self._evaluate(x, self.form, sde)
+        phi, d = self._evaluate(x, self.form, sde, constant=True)
+        self.constant_ = _resolve_constant(self.constant, phi[:, 1:])
+        if not self.constant_:
+            phi, d = phi[:, 1:], d[:, 1:]
         n, r = phi.shape
         if n < r:
             raise ValueError(f"fewer samples ({n}) than features (r={r}); provide more data")
@@ -707,7 +856,7 @@ class Generator(SpectralModel):
     def transform(self, X: Any) -> np.ndarray:
         """Features ``psi(X)`` (evaluated in ``dtype``), float64 (n, r)."""
         check_is_fitted(self, "operator_")
-        return self._evaluate(self._check_X(X), "features")[0]
+        return self._evaluate(self._check_X(X), "features", constant=self.constant_)[0]
 
     # ------------------------------------------------------------------ time
     def _check_time(self, t: Any) -> float:
@@ -761,8 +910,10 @@ def _dump_generator(model: Generator, tensors: dict) -> dict:
             "ridge": float(model.ridge),
             "rtol": model.rtol,
             "batch_size": int(model.batch_size),
+            "constant": model.constant,
         },
         "fitted": {
+            "constant_": bool(model.constant_),
             "rank_": int(model.rank_),
             "partial_trace_": float(model.partial_trace_),
             "n_samples_": int(model.n_samples_),
@@ -776,7 +927,9 @@ def _dump_generator(model: Generator, tensors: dict) -> dict:
 def _restore_generator(cfg: dict, tensors: dict, **kw: Any) -> Generator:
     from dpnets.io import restore_features
 
-    gen = Generator(restore_features(cfg["features"], tensors, **kw), **cfg["params"])
+    params = {"constant": False, **cfg["params"]}  # files before the constant: none added
+    gen = Generator(restore_features(cfg["features"], tensors, **kw), **params)
+    gen.constant_ = False
     for name in _GENERATOR_ARRAYS:
         setattr(gen, name, tensors[name].numpy())
     sw = tensors.get("sample_weight_")

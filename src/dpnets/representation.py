@@ -12,12 +12,68 @@ import torch
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset, random_split
 
-from dpnets.data import IndexBatcher, Pairs, check_states, chunks, is_streaming, pairs
+from dpnets.data import (
+    IndexBatcher,
+    Pairs,
+    check_states,
+    chunks,
+    is_streaming,
+    pairs,
+    resolve_lag,
+)
 from dpnets.exceptions import check_is_fitted
+from dpnets.params import check_bool, check_choice, check_int, check_real, check_seed
 from dpnets.scores import GENERATOR_SCORES, SCORES, make_loss
 from dpnets.training import resolve_device, train_estimator
 
-__all__ = ["DPNet"]
+__all__ = ["DPNet", "InputScaler", "DEFAULTS"]
+
+#: The defaults of :class:`DPNet`, chosen on ``benchmarks/bench_out_of_box.py`` (five systems
+#: with reference timescales, raw and rescaled data; see ``benchmarks/results/out_of_box``).
+DEFAULTS: dict[str, Any] = {
+    "score": "projection",
+    "gamma": 1.0,
+    "lr": 1e-3,
+    "batch_size": 1024,
+    "epochs": 30,
+}
+
+_STANDARDIZE = ("auto", "coordinate", "global", "none")
+
+
+class InputScaler(nn.Module):
+    """``x -> (x - shift) / scale`` with buffers broadcast over the batch axis.
+
+    The input standardisation of a fitted :class:`DPNet` as a module, so that derivatives
+    (generator learning) are taken with respect to the raw states.
+    """
+
+    def __init__(self, shift: Tensor, scale: Tensor) -> None:
+        super().__init__()
+        self.register_buffer("shift", torch.as_tensor(shift))
+        self.register_buffer("scale", torch.as_tensor(scale))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return (x - self.shift) / self.scale
+
+
+def _moments(arrays: list[np.ndarray], axes: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """Float64 mean and standard deviation over ``axes``, chunk by chunk (no full copy)."""
+    total = 0
+    s1 = s2 = None
+    for a in arrays:
+        for sl in chunks(a.shape[0], 65536):
+            part = np.asarray(a[sl], dtype=np.float64)
+            c1 = part.sum(axis=axes, keepdims=True)
+            s1 = c1 if s1 is None else s1 + c1
+            total += part.size // c1.size
+    mean = s1 / total
+    for a in arrays:
+        for sl in chunks(a.shape[0], 65536):
+            c2 = ((np.asarray(a[sl], dtype=np.float64) - mean) ** 2).sum(axis=axes, keepdims=True)
+            s2 = c2 if s2 is None else s2 + c2
+    std = np.sqrt(s2 / total)
+    return mean[0], std[0]
 
 
 def _module_dtype(module: nn.Module) -> torch.dtype:
@@ -54,17 +110,35 @@ class DPNet:
     lagged_encoder : torch.nn.Module, optional
         psi' for the evolved states. ``None`` (default) shares psi's weights, which is exact
         for normal (e.g. reversible) operators and halves the cost.
-    score : {"relaxed", "projection", "vamp1", "vamp2", "generator", "dirichlet"}
-        Default "relaxed".
+    score : {"projection", "relaxed", "vamp1", "vamp2", "generator", "dirichlet"}
+        Default "projection" (``P^gamma``), which got the most benchmark systems right at a
+        modest budget; "relaxed" (``S^gamma``) is the better choice when the feature
+        covariances are too ill-conditioned to invert (see :func:`dpnets.scores.relaxed_score`).
     gamma : float, default 1.0
-        Weight of the metric distortion penalty ``R`` (paper uses 1).
+        Weight of the metric distortion penalty on the paper's scale: the scores subtract
+        ``gamma (R(Cx) + R(Cy)) / (2d)`` (``R`` averaged over the eigenvalues, as in the
+        authors' code), so ``gamma = 1`` is the paper's setting for any ``r``.
     lr : float, default 1e-3
         Learning rate.
     batch_size : int, default 1024
         Mini-batch size ``m``. Scores are biased for small batches; prefer ``m >> r``.
-    epochs : int, default 100
+    epochs : int, default 30
     val_fraction : float, default 0.1
         Fraction of pairs held out (at random) to select the best epoch; 0 disables.
+    standardize : {"auto", "coordinate", "global", "none"}, default "auto"
+        Input standardisation fitted on the training states and stored with the model, so
+        that raw data in any units gives the same result as z-scored data. "coordinate":
+        each state coordinate to zero mean and unit variance; "global": one shift and scale
+        for all coordinates; "none": inputs as given. "auto" is "coordinate" for vector
+        states ``(T, d)`` and "none" for states with more axes (images, molecular positions)
+        and for encoders that declare ``standardize_inputs = False`` (periodic embeddings,
+        :class:`~dpnets.nn.ConvEncoder`, :class:`~dpnets.nn.SchNetEncoder`).
+    constant : bool, default True
+        Complement the ``r`` learned features with the constant function: the score is that
+        of ``[1, psi]`` (see :mod:`dpnets.scores`), so ``r`` learned features describe ``r``
+        non-trivial processes and come out centred; :class:`dpnets.TransferOperator` adds
+        the constant back. ``False`` is the paper's convention (the network must spend one
+        of its ``r`` outputs on the constant), used by the paper experiments.
     optimizer : str or torch.optim.Optimizer subclass, default "adam"
     optimizer_kwargs : dict, optional
     seed : int, optional
@@ -91,14 +165,16 @@ class DPNet:
         Feature dimension ``r``.
     state_shape_ : tuple
         Shape of one state.
-    lag_ : int
-        Lag used in ``fit``.
+    lag_ : int or None
+        Lag used in ``fit`` (for pre-paired data the ``lag`` given to ``fit``, else None).
+    input_shift_, input_scale_ : ndarray or None
+        The fitted input standardisation (None when inputs are used as given).
 
     Examples
     --------
     >>> from dpnets import DPNet
     >>> from dpnets.nn import MLP
-    >>> net = DPNet(MLP(1, (32, 32), 4), epochs=10, progress=False)  # doctest: +SKIP
+    >>> net = DPNet(MLP(1, (32, 32), 4), progress=False)                # doctest: +SKIP
     >>> net.fit(trajectory, lag=1).transform(trajectory).shape         # doctest: +SKIP
     (T, 4)
     """
@@ -108,12 +184,14 @@ class DPNet:
         encoder: nn.Module,
         *,
         lagged_encoder: nn.Module | None = None,
-        score: str = "relaxed",
-        gamma: float = 1.0,
-        lr: float = 1e-3,
-        batch_size: int = 1024,
-        epochs: int = 100,
+        score: str = DEFAULTS["score"],
+        gamma: float = DEFAULTS["gamma"],
+        lr: float = DEFAULTS["lr"],
+        batch_size: int = DEFAULTS["batch_size"],
+        epochs: int = DEFAULTS["epochs"],
         val_fraction: float = 0.1,
+        standardize: str | bool = "auto",
+        constant: bool = True,
         optimizer: str | type[torch.optim.Optimizer] = "adam",
         optimizer_kwargs: dict[str, Any] | None = None,
         seed: int | None = None,
@@ -129,6 +207,8 @@ class DPNet:
         self.batch_size = batch_size
         self.epochs = epochs
         self.val_fraction = val_fraction
+        self.standardize = standardize
+        self.constant = constant
         self.optimizer = optimizer
         self.optimizer_kwargs = optimizer_kwargs
         self.seed = seed
@@ -142,27 +222,23 @@ class DPNet:
             raise TypeError(f"encoder must be a torch.nn.Module, got {type(self.encoder)}")
         if self.lagged_encoder is not None and not isinstance(self.lagged_encoder, nn.Module):
             raise TypeError("lagged_encoder must be a torch.nn.Module or None")
-        if self.score not in SCORES + GENERATOR_SCORES:
-            raise ValueError(
-                f"unknown score {self.score!r}; expected one of "
-                f"{', '.join(SCORES + GENERATOR_SCORES)}"
-            )
-        if not self.gamma >= 0:
-            raise ValueError(f"gamma must be >= 0, got {self.gamma}")
-        if not self.lr > 0:
-            raise ValueError(f"lr must be > 0, got {self.lr}")
-        if int(self.batch_size) < 2:
-            raise ValueError(f"batch_size must be >= 2, got {self.batch_size}")
-        if int(self.epochs) < 1:
-            raise ValueError(f"epochs must be >= 1, got {self.epochs}")
-        if not 0.0 <= self.val_fraction < 1.0:
-            raise ValueError(f"val_fraction must be in [0, 1), got {self.val_fraction}")
+        check_choice("score", self.score, SCORES + GENERATOR_SCORES)
+        check_real("gamma", self.gamma, 0.0)
+        check_real("lr", self.lr, 0.0, low_open=True)
+        check_int("batch_size", self.batch_size, 2)
+        check_int("epochs", self.epochs, 1)
+        check_real("val_fraction", self.val_fraction, 0.0, 1.0, high_open=True)
+        if self.standardize is not True and self.standardize is not False:
+            check_choice("standardize", self.standardize, _STANDARDIZE)
+        check_bool("constant", self.constant)
+        check_bool("progress", self.progress)
+        check_seed(self.seed)
 
     # ------------------------------------------------------------------ fitting
     def fit(
         self,
         data: Any,
-        lag: int = 1,
+        lag: int | None = None,
         *,
         callback: Callable[[int, DPNet], None] | None = None,
     ) -> DPNet:
@@ -174,10 +250,13 @@ class DPNet:
             One trajectory ``(T, *state_shape)``; a list of trajectories (pairs never cross
             a boundary); already-paired ``(X, Y)``; or a torch ``Dataset``/``DataLoader``
             yielding ``(x, y)`` pairs (a DataLoader is used as is, without validation).
+            Integer and bool states are cast to floats; complex states are refused.
             Generator scores: samples ``(n, *state_shape)`` of the invariant distribution
             (or a list of such arrays); ``lag`` is ignored.
-        lag : int, default 1
-            Lag in steps between paired states (trajectory input only).
+        lag : int, optional
+            Trajectories: the lag in steps between paired states (default 1). Pre-paired
+            data and Datasets: the lag at which the pairs were made, recorded in ``lag_``
+            for :class:`dpnets.TransferOperator` and timescales (default: unknown).
         callback : callable, optional
             ``callback(epoch, model)`` after every epoch, with ``model`` usable (e.g.
             ``model.transform``) on the current weights — for learning curves of any metric.
@@ -185,6 +264,13 @@ class DPNet:
         Returns
         -------
         self
+
+        Raises
+        ------
+        FloatingPointError
+            If training diverges (non-finite score, failed eigendecomposition, or a score
+            that ends below the initial one), with the likely cause and fix. A divergence
+            after some good epochs restores the best epoch with a warning instead.
         """
         self._check_params()
         if self.score in GENERATOR_SCORES:
@@ -198,23 +284,32 @@ class DPNet:
             else None
         )
         dtype = _module_dtype(enc)
-        loss_fn = make_loss(self.score, float(self.gamma))
-
-        def to_dev(t: Tensor) -> Tensor:
-            t = t.to(device, non_blocking=True)
-            return t.to(dtype) if t.is_floating_point() else t
+        loss_fn = make_loss(self.score, float(self.gamma), constant=bool(self.constant))
+        pair_lag, model_lag = resolve_lag(data, lag)
 
         if is_streaming(data):
+            self._set_scaler_streaming(data, enc)
             train_batches, val_batches, n_train, sample = self._streaming(data, gen)
             state_shape = tuple(sample.shape[1:])
-            self.lag_ = None
+            scaler = self._scaler_module(device, dtype)
+
+            def to_dev(t: Tensor) -> Tensor:
+                t = t.to(device, non_blocking=True).to(dtype)
+                return t if scaler is None else scaler(t)
+
         else:
-            p = pairs(data, lag)
+            p = pairs(data, pair_lag)
             state_shape = p.state_shape
+            states = [p.x_states] if p.y_states is p.x_states else [p.x_states, p.y_states]
+            self._set_scaler(states, enc)
             train_batches, val_batches, n_train = self._batchers(p, gen, device, dtype)
-            self.lag_ = int(lag)
-            sample = torch.as_tensor(p.x_states[p.i[:2]])
-        r = self._feature_dim(enc, to_dev(sample), n_train)
+            sample = torch.as_tensor(self._scaled(p.x_states[p.i[:2]]))
+
+            def to_dev(t: Tensor) -> Tensor:  # batches are standardised at conversion
+                return t.to(device, non_blocking=True).to(dtype)
+
+        self.lag_ = model_lag
+        r = self._feature_dim(enc, sample.to(device=device, dtype=dtype), n_train)
 
         def features(xb: Tensor, yb: Tensor) -> tuple[Tensor, Tensor]:
             if lag_enc is None:  # shared weights: one forward pass on the stacked batch
@@ -250,8 +345,6 @@ class DPNet:
             desc=f"DPNet[{self.score}]",
             callback=callback,
         )
-        self.state_shape_ = tuple(state_shape)
-        self.n_features_ = r
         self.n_train_ = n_train
         return self
 
@@ -276,24 +369,25 @@ class DPNet:
         if self.score == "generator":
             warn_if_piecewise_linear(enc)
         dtype = _module_dtype(enc)
+        self._set_scaler([x], enc)
+        # derivatives are taken through the standardisation, with respect to the raw states
+        fmap = self._compose(enc, device, dtype)
         form = "ito" if self.score == "generator" else "dirichlet"
-        loss_fn = GeneratorLoss(float(self.gamma), form)
+        loss_fn = GeneratorLoss(float(self.gamma), form, constant=bool(self.constant))
         sde = self.sde
 
         def derivatives(xb: Tensor) -> tuple[Tensor, Tensor]:
             xb = xb.to(device, non_blocking=True).to(dtype)
             if form == "ito":
-                return sde.ito_derivative(enc, xb)
-            return sde.diffusion_jacobian(enc, xb)
+                return sde.ito_derivative(fmap, xb)
+            return sde.diffusion_jacobian(fmap, xb)
 
         idx = np.arange(x.shape[0], dtype=np.int64)
         train_batches, val_batches, n_train = self._batchers(
-            Pairs(x, x, idx, idx), gen, device, dtype
+            Pairs(x, x, idx, idx), gen, device, dtype, scale=False
         )
-        sample = torch.as_tensor(x[:2]).to(device)
-        r = self._feature_dim(
-            enc, sample.to(dtype) if sample.is_floating_point() else sample, n_train
-        )
+        sample = torch.as_tensor(x[:2]).to(device=device, dtype=dtype)
+        r = self._feature_dim(fmap, sample, n_train)
 
         def batch_loss(batch: tuple[Tensor, Tensor]) -> Tensor:
             return loss_fn(*derivatives(batch[0]))
@@ -335,22 +429,22 @@ class DPNet:
                 f"X has state shape {tuple(x.shape[1:])}; the model was fitted on "
                 f"{self.state_shape_}"
             )
-        enc = self.encoder_
-        enc.eval()
-        device = next(enc.parameters()).device
-        dtype = _module_dtype(enc)
+        fmap = self.feature_module()
+        fmap.eval()
+        device = next(self.encoder_.parameters()).device
+        dtype = _module_dtype(self.encoder_)
         fs, ds = [], []
         with torch.no_grad():
             for sl in chunks(x.shape[0], 8192):
                 xb = torch.as_tensor(x[sl]).to(device=device, dtype=dtype)
                 if score == "generator":
-                    f, d = self.sde.ito_derivative(enc, xb)
+                    f, d = self.sde.ito_derivative(fmap, xb)
                 else:
-                    f, d = self.sde.diffusion_jacobian(enc, xb)
+                    f, d = self.sde.diffusion_jacobian(fmap, xb)
                 fs.append(f)
                 ds.append(d)
             form = "ito" if score == "generator" else "dirichlet"
-            loss = GeneratorLoss(float(self.gamma), form)
+            loss = GeneratorLoss(float(self.gamma), form, constant=bool(self.constant))
             return -float(loss(torch.cat(fs), torch.cat(ds)))
 
     def _generator(self) -> torch.Generator:
@@ -363,20 +457,100 @@ class DPNet:
             gen.seed()
         return gen
 
+    # ------------------------------------------------------------------ standardisation
+    def _standardize_mode(self, enc: nn.Module, state_ndim: int) -> str:
+        mode = self.standardize
+        if mode is True:
+            return "coordinate"
+        if mode is False:
+            return "none"
+        if mode == "auto":
+            if state_ndim == 1 and getattr(enc, "standardize_inputs", True):
+                return "coordinate"
+            return "none"
+        return mode
+
+    def _set_scaler(self, states: list[np.ndarray], enc: nn.Module) -> None:
+        """Fit ``input_shift_`` / ``input_scale_`` on the training states (float64)."""
+        mode = self._standardize_mode(enc, states[0].ndim - 1)
+        if mode == "none":
+            self.input_shift_ = self.input_scale_ = None
+            return
+        axes = tuple(range(states[0].ndim)) if mode == "global" else (0,)
+        mean, std = _moments(states, axes)
+        self.input_shift_ = mean
+        self.input_scale_ = np.where(np.isfinite(std) & (std > 0), std, 1.0)
+
+    def _set_scaler_streaming(self, data: Dataset | DataLoader, enc: nn.Module) -> None:
+        """As :meth:`_set_scaler`, from one pass over the (x, y) pairs of a Dataset/Loader."""
+        loader = data if isinstance(data, DataLoader) else DataLoader(data, batch_size=8192)
+        first = torch.as_tensor(next(iter(loader))[0])
+        if self._standardize_mode(enc, first.ndim - 1) == "none":
+            self.input_shift_ = self.input_scale_ = None
+            return
+        parts = [check_states(b[k], "batch") for b in loader for k in (0, 1)]
+        self._set_scaler(parts, enc)
+
+    def _scaled(self, x: np.ndarray) -> np.ndarray:
+        """Standardised states (float64), or ``x`` itself without standardisation."""
+        if getattr(self, "input_shift_", None) is None:
+            return x
+        return (np.asarray(x, dtype=np.float64) - self.input_shift_) / self.input_scale_
+
+    def _scaler_module(self, device: torch.device, dtype: torch.dtype) -> InputScaler | None:
+        if getattr(self, "input_shift_", None) is None:
+            return None
+        return InputScaler(
+            torch.as_tensor(self.input_shift_, dtype=dtype),
+            torch.as_tensor(self.input_scale_, dtype=dtype),
+        ).to(device)
+
+    def _compose(self, enc: nn.Module, device: torch.device, dtype: torch.dtype) -> nn.Module:
+        scaler = self._scaler_module(device, dtype)
+        return enc if scaler is None else nn.Sequential(scaler, enc)
+
+    def feature_module(self, lagged: bool = False) -> nn.Module:
+        """The learned feature map on *raw* states as one torch module.
+
+        The input standardisation followed by the trained encoder (``lagged=True``: the
+        lagged encoder psi'), sharing the encoder's weights; differentiable, so derivatives
+        are taken with respect to the raw states (generator learning). The constant
+        function is not included.
+        """
+        check_is_fitted(self, "encoder_")
+        enc = (
+            self.lagged_encoder_ if (lagged and self.lagged_encoder_ is not None) else self.encoder_
+        )
+        p = next(enc.parameters(), None)
+        device = p.device if p is not None else torch.device("cpu")
+        return self._compose(enc, device, _module_dtype(enc))
+
     def _batchers(
-        self, p: Pairs, gen: torch.Generator, device: torch.device, dtype: torch.dtype
+        self,
+        p: Pairs,
+        gen: torch.Generator,
+        device: torch.device,
+        dtype: torch.dtype,
+        scale: bool = True,
     ) -> tuple[IndexBatcher, IndexBatcher | None, int]:
         """Random train/validation split of ``p`` (``val_fraction``) into index batchers."""
         n = len(p)
         perm = torch.randperm(n, generator=gen).numpy()
         n_val = int(round(self.val_fraction * n))
         p_train, p_val = p.subset(np.sort(perm[n_val:])), p.subset(np.sort(perm[:n_val]))
-        train = IndexBatcher(p_train, self.batch_size, device=device, dtype=dtype, generator=gen)
-        val = (
-            IndexBatcher(p_val, 8192, device=device, dtype=dtype, shuffle=False)
-            if n_val > 0
-            else None
+        transform = self._scaled if (scale and self.input_shift_ is not None) else None
+        train = IndexBatcher(
+            p_train,
+            self.batch_size,
+            device=device,
+            dtype=dtype,
+            generator=gen,
+            transform=transform,
         )
+        val = None
+        if n_val > 0:
+            # the validation batcher shares the converted states of the training one
+            val = IndexBatcher(p_val, 8192, device=device, dtype=dtype, shuffle=False, like=train)
         return train, val, len(p_train)
 
     def _feature_dim(self, enc: nn.Module, sample: Tensor, n_train: int) -> int:
@@ -390,14 +564,22 @@ class DPNet:
                 f"encoder must map (batch, *state_shape) to (batch, r); got {tuple(out.shape)}"
             )
         r = int(out.shape[1])
-        if n_train < r:
-            raise ValueError(
-                f"fewer training samples ({n_train}) than features (r={r}); provide more data"
+        if r < 1:
+            raise ValueError("encoder returns r = 0 features; it must return at least one")
+        if not torch.all(torch.isfinite(out)):
+            raise FloatingPointError(
+                "the encoder returns NaN or inf on the training states before any training; "
+                "check its initialisation and the input scale (standardize='coordinate')"
             )
-        if int(self.batch_size) < r:
+        d = r + int(bool(self.constant))
+        if n_train < d:
+            raise ValueError(
+                f"fewer training samples ({n_train}) than features (r={d}); provide more data"
+            )
+        if int(self.batch_size) < d:
             warnings.warn(
-                f"batch_size={self.batch_size} is smaller than r={r}: batch covariances are "
-                "rank-deficient",
+                f"batch_size={self.batch_size} is smaller than the number of features ({d}): "
+                "batch covariances are rank-deficient",
                 stacklevel=3,
             )
         return r
@@ -420,7 +602,7 @@ class DPNet:
             generator=gen,
             drop_last=len(train_ds) > int(self.batch_size),
         )
-        x0 = torch.as_tensor(data[0][0])[None]
+        x0 = torch.as_tensor(self._scaled(check_states(data[0][0][None], "x")))
         return loader, val_loader, n - n_val, x0
 
     # ------------------------------------------------------------------ inference
@@ -441,17 +623,21 @@ class DPNet:
         out = []
         with torch.no_grad():
             for sl in chunks(x.shape[0], batch_size):
-                xb = torch.as_tensor(x[sl]).to(device)
-                out.append(enc(xb.to(dtype) if xb.is_floating_point() else xb))
+                xb = torch.as_tensor(self._scaled(x[sl])).to(device=device, dtype=dtype)
+                out.append(enc(xb))
         return torch.cat(out)
 
     def transform(self, X: Any, lagged: bool = False, batch_size: int = 8192) -> np.ndarray:
-        """Features ``psi(X)`` (or ``psi'(X)`` with ``lagged=True``) as a numpy array (n, r)."""
+        """Learned features ``psi(X)`` (``psi'(X)`` with ``lagged=True``), numpy (n, r).
+
+        The states are standardised as in training; the constant function is not included
+        (:class:`dpnets.TransferOperator` adds it).
+        """
         return self._encode(X, lagged, batch_size).cpu().numpy()
 
     __call__ = transform
 
-    def evaluate(self, data: Any, lag: int = 1, score: str | None = None) -> float:
+    def evaluate(self, data: Any, lag: int | None = None, score: str | None = None) -> float:
         """The score (default: the training score, with ``gamma``) on held-out ``data``.
 
         For the generator scores ``data`` are samples of the invariant distribution.
@@ -459,10 +645,10 @@ class DPNet:
         check_is_fitted(self, "encoder_")
         if (score or self.score) in GENERATOR_SCORES:
             return self._evaluate_generator(data, score or self.score)
-        p = pairs(data, lag)
+        p = pairs(data, resolve_lag(data, lag)[0])
         fx = self._encode(p.X, False, 8192)
         fy = self._encode(p.Y, True, 8192)
-        loss = make_loss(score or self.score, float(self.gamma))
+        loss = make_loss(score or self.score, float(self.gamma), constant=bool(self.constant))
         with torch.no_grad():
             return -float(loss(fx, fy))
 

@@ -13,6 +13,19 @@ Equation numbers refer to the ICLR 2024 paper (``shared/paper/dpnets-iclr2024.te
 * relaxed score ``S^gamma``: Eq. (9);
 * Theorem 1 (Eq. 10): ``S^0 <= P^0 <= sum_{i<=r} sigma_i(T)^2``.
 
+Scale of ``gamma`` (the paper's): the penalty is ``gamma * (R(Cx) + R(Cy)) / (2 d)`` for
+``d x d`` covariances, i.e. ``R`` averaged over the ``2 d`` eigenvalues, as in the authors'
+code (kooplearn). So ``gamma = 1`` is the setting of the paper's experiments (App. F), and
+the same ``gamma`` means the same trade-off whatever the feature dimension. The generator
+score uses ``gamma * R(Cx) / d``.
+
+The constant function: with ``constant=True`` the scores are those of the feature map
+``[1, psi]`` (a column of ones prepended to ``x`` and ``y``), i.e. the paper's scores of
+``r + 1`` functions of which one is fixed to the constant. ``r`` learned features then
+describe ``r`` non-trivial processes, and the penalty's optimum ``Cov([1, psi]) = I`` makes
+``psi`` centred and white. For the VAMP scores (centred, ``+1``) the constant is already
+implicit; ``constant`` then only enters the penalty.
+
 Numerical choices
 -----------------
 * Covariances are computed in the input dtype (TF32 is switched off for them on GPU); all
@@ -54,6 +67,7 @@ __all__ = [
     "VAMPLoss",
     "SCORES",
     "make_loss",
+    "with_constant",
 ]
 
 
@@ -177,9 +191,18 @@ def metric_distortion(c: Tensor, rtol: float | None = None) -> Tensor:
 
 
 def _reg(ex: SymEig, ey: SymEig, gamma: float, rtol: float) -> Tensor | float:
+    """``gamma (R(Cx) + R(Cy)) / (2 d)``: the paper's scale (module docstring)."""
     if gamma == 0.0:
         return 0.0
-    return gamma * (_metric_distortion(ex, rtol) + _metric_distortion(ey, rtol))
+    coef = gamma / (2 * ex.s.shape[-1])
+    return coef * (_metric_distortion(ex, rtol) + _metric_distortion(ey, rtol))
+
+
+def with_constant(x: Tensor) -> Tensor:
+    """``[1, x]``: a column of ones prepended to features ``x`` of shape (n, r)."""
+    if x.ndim != 2:
+        raise ValueError(f"features must be 2-D (n, r); got shape {tuple(x.shape)}")
+    return torch.cat([torch.ones_like(x[:, :1]), x], dim=1)
 
 
 def projection_score_from_covariances(
@@ -217,12 +240,14 @@ def projection_score(
     *,
     weights: Tensor | None = None,
     rtol: float | None = None,
+    constant: bool = False,
 ) -> Tensor:
     """Projection score ``P^gamma`` (paper Eq. 7).
 
-    ``P^gamma = ||Cx^{+/2} Cxy Cy^{+/2}||_HS^2 - gamma (R(Cx) + R(Cy))`` with uncentred
-    covariances. Computed as ``tr(Cx^+ Cxy Cy^+ Cxy^T)``; the pseudo-inverses use a
-    symmetric eigendecomposition with relative cut-off ``rtol`` (default
+    ``P^gamma = ||Cx^{+/2} Cxy Cy^{+/2}||_HS^2 - gamma (R(Cx) + R(Cy)) / (2r)`` with
+    uncentred covariances (``gamma`` on the paper's scale, see the module docstring).
+    Computed as ``tr(Cx^+ Cxy Cy^+ Cxy^T)``; the pseudo-inverses use a symmetric
+    eigendecomposition with relative cut-off ``rtol`` (default
     ``r * eps(dtype)``). Cost ``O(n r^2 + r^3)``.
 
     Parameters
@@ -235,24 +260,41 @@ def projection_score(
         Sample weights (see :func:`covariances`).
     rtol : float, optional
         Relative rank cut-off for the pseudo-inverses.
+    constant : bool, default False
+        Score the feature map ``[1, psi]`` (module docstring).
 
     Returns
     -------
     Tensor
         Scalar score, to be maximised.
     """
+    if constant:
+        x, y = with_constant(x), with_constant(y)
     cx, cy, cxy = covariances(x, y, weights=weights)
     return projection_score_from_covariances(cx, cy, cxy, gamma, rtol)
 
 
 def relaxed_score(
-    x: Tensor, y: Tensor, gamma: float = 0.0, *, weights: Tensor | None = None
+    x: Tensor,
+    y: Tensor,
+    gamma: float = 0.0,
+    *,
+    weights: Tensor | None = None,
+    constant: bool = False,
 ) -> Tensor:
     """Relaxed score ``S^gamma`` (paper Eq. 9).
 
-    ``S^gamma = ||Cxy||_HS^2 / (||Cx|| ||Cy||) - gamma (R(Cx) + R(Cy))``, where the
+    ``S^gamma = ||Cxy||_HS^2 / (||Cx|| ||Cy||) - gamma (R(Cx) + R(Cy)) / (2r)``, where the
     denominator holds operator norms. No matrix inversion: well conditioned by design.
     Theorem 1: ``S^0 <= P^0``.
+
+    When to prefer it over :func:`projection_score`: when the feature covariances are so
+    ill-conditioned that the pseudo-inverses of ``P^gamma`` are unreliable (very large ``r``
+    against the batch size, or features of wildly different scales), as for the paper's
+    fluid-flow example. It is a *lower bound* whose maximisers weigh the features by their
+    correlation, so at a small budget it resolves the slowest processes less sharply than
+    ``P^gamma``: measured on ``benchmarks/bench_out_of_box.py`` it gives timescales further
+    from the reference on most systems, which is why it is not the default.
 
     Parameters
     ----------
@@ -262,7 +304,11 @@ def relaxed_score(
         Weight of the metric distortion penalty.
     weights : Tensor of shape (n,), optional
         Sample weights (see :func:`covariances`).
+    constant : bool, default False
+        Score the feature map ``[1, psi]`` (module docstring).
     """
+    if constant:
+        x, y = with_constant(x), with_constant(y)
     cx, cy, cxy = covariances(x, y, weights=weights)
     return relaxed_score_from_covariances(cx, cy, cxy, gamma)
 
@@ -275,6 +321,7 @@ def vamp_score(
     *,
     weights: Tensor | None = None,
     rtol: float | None = None,
+    constant: bool = False,
 ) -> Tensor:
     """VAMP-p score of VAMPNets (Mardt et al. 2018), ``p in {1, 2}``.
 
@@ -286,7 +333,8 @@ def vamp_score(
 
     Hence ``vamp_score(x, y, 2) == projection_score([1, x], [1, y])`` with uncentred
     features (tested). With ``gamma > 0`` the metric distortion of the *uncentred*
-    covariances is subtracted, as for the DPNets scores.
+    covariances is subtracted, as for the DPNets scores (of ``[1, psi]`` with
+    ``constant=True``; the VAMP part already holds the constant and does not change).
 
     Parameters
     ----------
@@ -310,6 +358,8 @@ def vamp_score(
         core = torch.linalg.svdvals(k).sum()
     score = 1.0 + core
     if gamma != 0.0:
+        if constant:
+            x, y = with_constant(x), with_constant(y)
         ux, uy, _ = covariances(x, y, weights=weights)
         score = score - _reg(*_eigs(ux, uy), gamma, rtol)
     return score.to(cxy.dtype)
@@ -321,55 +371,62 @@ def vamp_score(
 class ProjectionLoss(nn.Module):
     """Negative projection score ``-P^gamma`` (Eq. 7). See :func:`projection_score`."""
 
-    def __init__(self, gamma: float = 0.0, rtol: float | None = None) -> None:
+    def __init__(
+        self, gamma: float = 0.0, rtol: float | None = None, constant: bool = False
+    ) -> None:
         super().__init__()
         self.gamma = float(gamma)
         self.rtol = rtol
+        self.constant = bool(constant)
 
     def forward(self, x: Tensor, y: Tensor) -> Tensor:
-        return -projection_score(x, y, self.gamma, rtol=self.rtol)
+        return -projection_score(x, y, self.gamma, rtol=self.rtol, constant=self.constant)
 
 
 class RelaxedLoss(nn.Module):
     """Negative relaxed score ``-S^gamma`` (Eq. 9). See :func:`relaxed_score`."""
 
-    def __init__(self, gamma: float = 0.0) -> None:
+    def __init__(self, gamma: float = 0.0, constant: bool = False) -> None:
         super().__init__()
         self.gamma = float(gamma)
+        self.constant = bool(constant)
 
     def forward(self, x: Tensor, y: Tensor) -> Tensor:
-        return -relaxed_score(x, y, self.gamma)
+        return -relaxed_score(x, y, self.gamma, constant=self.constant)
 
 
 class VAMPLoss(nn.Module):
     """Negative VAMP-p score. See :func:`vamp_score`."""
 
-    def __init__(self, p: int = 2, gamma: float = 0.0, rtol: float | None = None) -> None:
+    def __init__(
+        self, p: int = 2, gamma: float = 0.0, rtol: float | None = None, constant: bool = False
+    ) -> None:
         super().__init__()
         if p not in (1, 2):
             raise ValueError(f"VAMPLoss supports p=1 or p=2, got p={p!r}")
         self.p = p
         self.gamma = float(gamma)
         self.rtol = rtol
+        self.constant = bool(constant)
 
     def forward(self, x: Tensor, y: Tensor) -> Tensor:
-        return -vamp_score(x, y, self.p, self.gamma, rtol=self.rtol)
+        return -vamp_score(x, y, self.p, self.gamma, rtol=self.rtol, constant=self.constant)
 
 
 #: Score names accepted by :class:`dpnets.DPNet` and :func:`make_loss`.
 SCORES: tuple[str, ...] = ("projection", "relaxed", "vamp1", "vamp2")
 
 
-def make_loss(score: str, gamma: float = 0.0) -> nn.Module:
+def make_loss(score: str, gamma: float = 0.0, constant: bool = False) -> nn.Module:
     """Build the loss module for a score name in :data:`SCORES`."""
     if score == "projection":
-        return ProjectionLoss(gamma)
+        return ProjectionLoss(gamma, constant=constant)
     if score == "relaxed":
-        return RelaxedLoss(gamma)
+        return RelaxedLoss(gamma, constant=constant)
     if score == "vamp1":
-        return VAMPLoss(1, gamma)
+        return VAMPLoss(1, gamma, constant=constant)
     if score == "vamp2":
-        return VAMPLoss(2, gamma)
+        return VAMPLoss(2, gamma, constant=constant)
     raise ValueError(f"unknown score {score!r}; expected one of {', '.join(SCORES)}")
 
 
@@ -397,7 +454,7 @@ def generator_score_from_covariances(
     e = torch_sym_eig(cx)
     score = torch.sum(spectral_power(e, -1.0, rtol) * cd.to(torch.float64).T)
     if gamma != 0.0:
-        score = score - gamma * _metric_distortion(e, rtol)
+        score = score - (gamma / cx.shape[0]) * _metric_distortion(e, rtol)
     return score.to(cd.dtype)
 
 
@@ -409,7 +466,7 @@ def generator_score(
     weights: Tensor | None = None,
     rtol: float | None = None,
 ) -> Tensor:
-    r"""Generator score ``P_d^gamma = tr(Cx^+ C_d) - gamma R(Cx)`` (paper Thm. 2, Eq. 14).
+    r"""Generator score ``P_d^gamma = tr(Cx^+ C_d) - gamma R(Cx) / r`` (paper Thm. 2, Eq. 14).
 
     ``Cx = E[psi psi^T]`` and ``C_d = E[psi (d psi)^T]`` with ``d psi`` the Itô derivative of
     the features (Eqs. 12-13, :func:`dpnets.ito.ito_derivative`), estimated on samples of the
@@ -430,7 +487,8 @@ def generator_score(
     x, dx : Tensor of shape (n, r)
         Features ``psi(X)`` and their Itô derivatives ``d psi(X)`` at samples ``X ~ pi``.
     gamma : float, default 0.0
-        Weight of the metric distortion penalty ``R(Cx)`` (the paper uses 50 for Langevin).
+        Weight of the metric distortion penalty ``R(Cx) / r`` (``R`` averaged over the
+        eigenvalues, the scale of the discrete scores).
     weights : Tensor of shape (n,), optional
         Sample weights (e.g. quadrature weights); see :func:`covariances`.
     rtol : float, optional
@@ -501,17 +559,28 @@ class GeneratorLoss(nn.Module):
 
     ``form="ito"``: ``forward(psi, dpsi)`` (see :func:`generator_score`);
     ``form="dirichlet"``: ``forward(psi, jac)`` (see :func:`dirichlet_score`).
+    ``constant=True`` scores ``[1, psi]`` (the constant's derivatives are zero).
     """
 
-    def __init__(self, gamma: float = 0.0, form: str = "ito", rtol: float | None = None) -> None:
+    def __init__(
+        self,
+        gamma: float = 0.0,
+        form: str = "ito",
+        rtol: float | None = None,
+        constant: bool = False,
+    ) -> None:
         super().__init__()
         if form not in ("ito", "dirichlet"):
             raise ValueError(f"form must be 'ito' or 'dirichlet', got {form!r}")
         self.gamma = float(gamma)
         self.form = form
         self.rtol = rtol
+        self.constant = bool(constant)
 
     def forward(self, x: Tensor, d: Tensor) -> Tensor:
+        if self.constant:  # [1, psi]: the constant's derivatives vanish
+            x = with_constant(x)
+            d = torch.cat([torch.zeros_like(d[:, :1]), d], dim=1)
         if self.form == "ito":
             return -generator_score(x, d, self.gamma, rtol=self.rtol)
         return -dirichlet_score(x, d, self.gamma, rtol=self.rtol)

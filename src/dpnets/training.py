@@ -132,7 +132,12 @@ def train(
     Raises
     ------
     FloatingPointError
-        If a loss becomes NaN or inf.
+        If training diverges before any good epoch: a NaN/inf loss, a failed
+        eigendecomposition (``torch.linalg.LinAlgError``), validation scores that are never
+        finite, or a best validation score far below the one at initialisation
+        (``best < initial - max(1, |initial|)``). The message names the cause and the fix.
+        A divergence after good epochs stops training, restores the best (or last finite)
+        epoch and warns instead.
     """
     if epochs < 1:
         raise ValueError(f"epochs must be >= 1, got {epochs}")
@@ -147,41 +152,62 @@ def train(
         raise ValueError("no trainable parameters")
     opt = make_optimizer(optimizer, params, lr, optimizer_kwargs)
     history: dict[str, list[float]] = {"train_score": []}
+    fix = f"lower the learning rate (lr={lr:g}), standardise the inputs, or use fewer features"
+    initial = math.nan
     if val_score is not None:
         history["val_score"] = []
+        initial = _safe_score(val_score, modules)
     best = -math.inf
     best_state: list[dict[str, Tensor]] | None = None
     best_epoch: int | None = None
+    last_state: list[dict[str, Tensor]] | None = None  # last finite epoch, without validation
+    last_epoch: int | None = None
     bar = progress_bar(range(epochs), progress, desc, total=epochs)
     for epoch in bar:
         for m in modules:
             m.train()
         total: Tensor | None = None  # accumulated on the device: no per-step sync
         count = 0
-        for batch in batches:
-            opt.zero_grad(set_to_none=True)
-            loss = batch_loss(batch)
-            loss.backward()
-            opt.step()
-            total = loss.detach() if total is None else total + loss.detach()
-            count += 1
+        failure = None
+        try:
+            for batch in batches:
+                opt.zero_grad(set_to_none=True)
+                loss = batch_loss(batch)
+                loss.backward()
+                opt.step()
+                total = loss.detach() if total is None else total + loss.detach()
+                count += 1
+        except torch.linalg.LinAlgError as err:
+            failure = f"an eigendecomposition failed ({str(err).splitlines()[0]})"
         train_score = -float(total) / count if total is not None else math.nan
-        if not math.isfinite(train_score):
-            raise FloatingPointError(
-                f"the training loss became {train_score} at epoch {epoch}; lower the learning "
-                "rate, increase the batch size, or use score='relaxed'"
+        if failure is None and not math.isfinite(train_score):
+            failure = f"the training score became {train_score}"
+        if failure is not None:
+            keep = best_state if best_state is not None else last_state
+            kept = best_epoch if best_state is not None else last_epoch
+            if keep is None:
+                raise FloatingPointError(f"training diverged at epoch {epoch}: {failure}; {fix}")
+            for m, st in zip(modules, keep, strict=False):
+                m.load_state_dict(st)
+            warnings.warn(
+                f"training diverged at epoch {epoch} ({failure}); stopped and restored epoch "
+                f"{kept}. To train further, {fix}",
+                RuntimeWarning,
+                stacklevel=3,
             )
+            break
         history["train_score"].append(train_score)
         postfix = {"train": f"{train_score:.4g}"}
         if val_score is not None:
-            for m in modules:
-                m.eval()
-            v = float(val_score())
+            v = _safe_score(val_score, modules)
             history["val_score"].append(v)
             postfix["val"] = f"{v:.4g}"
             if math.isfinite(v) and v > best:
                 best, best_epoch = v, epoch
                 best_state = [copy.deepcopy(m.state_dict()) for m in modules]
+        else:
+            last_state = [copy.deepcopy(m.state_dict()) for m in modules]
+            last_epoch = epoch
         if callback is not None:
             callback(epoch)
         if hasattr(bar, "set_postfix"):
@@ -189,11 +215,26 @@ def train(
     if best_state is not None:
         for m, s in zip(modules, best_state, strict=False):
             m.load_state_dict(s)
+        if math.isfinite(initial) and best < initial - max(1.0, abs(initial)):
+            raise FloatingPointError(
+                f"training diverged: the best validation score ({best:.4g}) is far below the "
+                f"score at initialisation ({initial:.4g}); {fix}"
+            )
     elif val_score is not None:
-        warnings.warn("validation score was never finite; keeping the last epoch", stacklevel=2)
+        raise FloatingPointError(f"training diverged: the validation score was never finite; {fix}")
     for m in modules:
         m.eval()
     return TrainResult(history=history, best_epoch=best_epoch)
+
+
+def _safe_score(val_score: Callable[[], float], modules: Sequence[nn.Module]) -> float:
+    """``val_score()`` in eval mode; NaN where it fails numerically."""
+    for m in modules:
+        m.eval()
+    try:
+        return float(val_score())
+    except torch.linalg.LinAlgError:
+        return math.nan
 
 
 def train_estimator(

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from dpnets.data import IndexBatcher, Pairs, chunks, is_streaming, pairs
+from dpnets.data import IndexBatcher, Pairs, chunks, is_streaming, pairs, resolve_lag
 from dpnets.exceptions import check_is_fitted
 from dpnets.linalg import sym_pinv
 from dpnets.operators import SpectralModel, TransferOperator
@@ -73,7 +73,7 @@ def _windows(data: Any, lag: int, n_steps: int) -> Pairs:
                 f"(X, Y) pairs hold one step; n_steps={n_steps} needs trajectories "
                 "(an array or a list of arrays)"
             )
-        p = pairs(data, lag)
+        p = pairs(data, 1)
         return Pairs(p.x_states, p.y_states, p.i, p.j[:, None])
     p = pairs(data, lag * n_steps)
     offsets = lag * np.arange(1, n_steps + 1, dtype=np.int64)
@@ -141,7 +141,7 @@ class _KoopmanAutoencoder(SpectralModel):
     def fit(
         self,
         data: Any,
-        lag: int = 1,
+        lag: int | None = None,
         *,
         callback: Callable[[int, Any], None] | None = None,
     ) -> _KoopmanAutoencoder:
@@ -171,7 +171,7 @@ class _KoopmanAutoencoder(SpectralModel):
             torch.manual_seed(int(self.seed))
         else:
             gen.seed()
-        w = _windows(data, lag, int(self.n_steps))
+        w = _windows(data, resolve_lag(data, lag)[0], int(self.n_steps))
         n = len(w)
         enc = copy.deepcopy(self.encoder).to(device)
         dec = copy.deepcopy(self.decoder).to(device)
@@ -208,7 +208,7 @@ class _KoopmanAutoencoder(SpectralModel):
                 back.weight.copy_(q.T.to(dtype))  # the inverse of the rotation
         self.encoder_, self.decoder_, self.latent_, self.backward_latent_ = enc, dec, latent, back
         self.state_shape_, self.n_features_ = state_shape, r
-        self.lag_ = None if isinstance(data, tuple) else int(lag)
+        self.lag_ = resolve_lag(data, lag)[1]
         modules = [m for m in (enc, dec, latent, back) if m is not None]
 
         def batch_loss(batch: tuple[Tensor, Tensor]) -> Tensor:
@@ -316,10 +316,10 @@ class _KoopmanAutoencoder(SpectralModel):
                 outs.append(torch.cat(parts).numpy())
         return outs[0] if scalar else np.stack(outs)
 
-    def implied_timescales(self, lag_time: float | None = None) -> np.ndarray:
-        """Implied timescales ``-lag_time / ln|lambda_i|`` of the eigenvalues of ``K``
-        (see :meth:`dpnets.TransferOperator.implied_timescales`)."""
-        return TransferOperator.implied_timescales(self, lag_time)  # type: ignore[arg-type]
+    def implied_timescales(self, dt: float | None = None) -> np.ndarray:
+        """Implied timescales ``-lag_ * dt / ln|lambda_i|`` of the eigenvalues of ``K``
+        (see :meth:`dpnets.TransferOperator.implied_timescales`; ``dt`` default 1)."""
+        return TransferOperator.implied_timescales(self, dt)  # type: ignore[arg-type]
 
 
 _COMMON_DOC = """

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import scipy.linalg
 
-from dpnets.data import is_streaming, pairs
+from dpnets.data import is_streaming, pairs, resolve_lag
 from dpnets.operators import TransferOperator
 
 from .dictionaries import DICTIONARIES, ChebyshevFeatures, MonomialFeatures, ProjectionFeatures
@@ -29,7 +29,7 @@ __all__ = ["DMD", "EDMD"]
 class DMD(TransferOperator):
     """Dynamic mode decomposition (Schmid 2010): least squares on linear features.
 
-    With ``rank=None`` this is ``TransferOperator(features=None)`` (exact DMD on the full
+    With ``rank=None`` this is ``TransferOperator(None, constant=False)`` (exact DMD on the full
     state). With ``rank=r`` the states are first projected on the ``r`` leading right
     singular vectors of the (uncentred) data matrix of initial states ``X`` (POD modes), and
     the ``r x r`` operator is fitted on the projected coordinates, as in Schmid's projected
@@ -43,6 +43,11 @@ class DMD(TransferOperator):
         Tikhonov regularisation added to ``Cx`` (Eq. 15 with ridge).
     rtol : float, optional
         Relative rank cut-off of the pseudo-inverse (see :class:`dpnets.TransferOperator`).
+    constant : {"auto", True, False}, default False
+        Add the constant function to the linear features (affine DMD); ``False`` is
+        classical DMD. See :class:`dpnets.TransferOperator`.
+    dt : float, default 1.0
+        Time between frames (units of the timescales).
 
     Attributes
     ----------
@@ -60,17 +65,26 @@ class DMD(TransferOperator):
     >>> DMD(rank=2).fit(trajectory).eig()  # doctest: +SKIP
     """
 
-    def __init__(self, rank: int | None = None, ridge: float = 0.0, rtol: float | None = None):
+    def __init__(
+        self,
+        rank: int | None = None,
+        ridge: float = 0.0,
+        rtol: float | None = None,
+        constant: str | bool = False,
+        dt: float = 1.0,
+    ):
         self.rank = rank
         self.ridge = ridge
         self.rtol = rtol
+        self.constant = constant
+        self.dt = dt
 
     @property
     def features(self) -> ProjectionFeatures | None:  # type: ignore[override]
         """The feature map in use: the fitted POD projection, or ``None`` (identity)."""
         return getattr(self, "projection_", None)
 
-    def fit(self, data: Any, lag: int = 1) -> DMD:
+    def fit(self, data: Any, lag: int | None = None) -> DMD:
         """Fit on ``data`` (same forms as :meth:`dpnets.TransferOperator.fit`).
 
         Raises
@@ -91,7 +105,7 @@ class DMD(TransferOperator):
                 raise ValueError(f"rank must be a positive integer or None, got {self.rank!r}")
             if is_streaming(data):
                 raise TypeError("DMD with rank needs in-memory data (array, list or (X, Y))")
-            x = pairs(data, lag).X
+            x = pairs(data, resolve_lag(data, lag)[0]).X
             flat = np.asarray(x, dtype=np.float64).reshape(x.shape[0], -1)
             if self.rank > min(flat.shape):
                 raise ValueError(
@@ -120,6 +134,10 @@ class EDMD(TransferOperator):
         Tikhonov regularisation added to ``Cx``.
     rtol : float, optional
         Relative rank cut-off of the pseudo-inverse.
+    constant : {"auto", True, False}, default "auto"
+        Add the constant function unless the dictionary spans it (the polynomial ones do).
+    dt : float, default 1.0
+        Time between frames (units of the timescales).
 
     Attributes
     ----------
@@ -139,19 +157,23 @@ class EDMD(TransferOperator):
         domain: Sequence[Any] | None = None,
         ridge: float = 0.0,
         rtol: float | None = None,
+        constant: str | bool = "auto",
+        dt: float = 1.0,
     ):
         self.dictionary = dictionary
         self.degree = degree
         self.domain = domain
         self.ridge = ridge
         self.rtol = rtol
+        self.constant = constant
+        self.dt = dt
 
     @property
     def features(self) -> Any:  # type: ignore[override]
         """The fitted dictionary (``dictionary_``)."""
         return getattr(self, "dictionary_", None)
 
-    def _build_dictionary(self, data: Any, lag: int) -> Any:
+    def _build_dictionary(self, data: Any, lag: int | None) -> Any:
         if callable(self.dictionary):
             return self.dictionary
         if self.dictionary not in DICTIONARIES:
@@ -165,7 +187,7 @@ class EDMD(TransferOperator):
         if domain is None:
             if is_streaming(data):
                 raise TypeError("give the Chebyshev domain explicitly for streamed data")
-            p = pairs(data, lag)
+            p = pairs(data, resolve_lag(data, lag)[0])
             flat = np.asarray(p.x_states, dtype=np.float64).reshape(p.x_states.shape[0], -1)
             if p.y_states is not p.x_states:
                 y = np.asarray(p.y_states, dtype=np.float64).reshape(p.y_states.shape[0], -1)
@@ -175,7 +197,7 @@ class EDMD(TransferOperator):
             domain = (low - pad, high + pad)
         return ChebyshevFeatures(self.degree, domain)
 
-    def fit(self, data: Any, lag: int = 1) -> EDMD:
+    def fit(self, data: Any, lag: int | None = None) -> EDMD:
         """Build the dictionary (and its domain) and fit the operator (Eq. 15)."""
         self.dictionary_ = self._build_dictionary(data, lag)
         super().fit(data, lag)

@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 import scipy.linalg
 
-from dpnets.data import check_states, chunks, is_streaming, pairs
+from dpnets.data import check_states, chunks, is_streaming, pairs, resolve_lag
 from dpnets.exceptions import check_is_fitted
 from dpnets.linalg import default_rtol
 from dpnets.operators import TransferOperator
@@ -276,7 +276,7 @@ class _KernelRegression(TransferOperator):
     def _solve(self, p: Any, x: np.ndarray, y: np.ndarray, kernel: Callable) -> dict:
         raise NotImplementedError  # pragma: no cover
 
-    def fit(self, data: Any, lag: int = 1) -> _KernelRegression:
+    def fit(self, data: Any, lag: int | None = None) -> _KernelRegression:
         """Fit the estimator on ``data`` (array, list of trajectories or ``(X, Y)``).
 
         Returns
@@ -294,7 +294,7 @@ class _KernelRegression(TransferOperator):
         self._check_params()
         if is_streaming(data):
             raise TypeError("kernel estimators need in-memory data (array, list or (X, Y))")
-        p = pairs(data, lag)
+        p = pairs(data, resolve_lag(data, lag)[0])
         n = len(p)
         if n < 2:
             raise ValueError(f"at least 2 pairs are needed, got {n}")
@@ -316,7 +316,7 @@ class _KernelRegression(TransferOperator):
         self.rank_ = r
         self.n_samples_, self.n_features_ = n, r
         self.state_shape_ = tuple(p.state_shape)
-        self.lag_ = None if isinstance(data, tuple) else int(lag)
+        self.lag_ = resolve_lag(data, lag)[1]
         self._set_spectrum()
         return self
 

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from dpnets.representation import DPNet
+from dpnets.representation import DEFAULTS, DPNet
 
 __all__ = ["VAMPNet"]
 
@@ -34,8 +34,14 @@ class VAMPNet(DPNet):
         a deep copy of ``encoder`` (same initial weights, trained independently). To share the
         weights of the two lobes, use ``DPNet(encoder, score="vamp2", gamma=0)``.
     score : {"vamp2", "vamp1"}, default "vamp2"
-    lr, batch_size, epochs, val_fraction, optimizer, optimizer_kwargs, seed, device, progress
-        As :class:`dpnets.DPNet`. VAMP scores invert the batch covariances: prefer large
+    lr, batch_size, epochs, val_fraction, standardize, optimizer, optimizer_kwargs, seed,
+    device, progress
+        As :class:`dpnets.DPNet` (``lr``, ``batch_size``, ``epochs`` with its defaults).
+    constant : bool, default True
+        The VAMP scores hold the constant function implicitly (centred covariances, ``+1``),
+        so this only matters for the record: ``TransferOperator(vampnet)`` adds the constant
+        to the centred VAMP features either way (``constant="auto"``), which is what gives
+        correct timescales. VAMP scores invert the batch covariances: prefer large
         batches (``batch_size >> r``).
 
     Attributes
@@ -49,8 +55,8 @@ class VAMPNet(DPNet):
     --------
     >>> from dpnets.baselines import VAMPNet
     >>> from dpnets.nn import MLP
-    >>> net = VAMPNet(MLP(1, (32, 32), 4), epochs=10).fit(trajectory)  # doctest: +SKIP
-    >>> TransferOperator(net).fit(trajectory).eig()                      # doctest: +SKIP
+    >>> net = VAMPNet(MLP(1, (32, 32), 4)).fit(trajectory, lag=5)     # doctest: +SKIP
+    >>> TransferOperator(net).fit(trajectory).implied_timescales()     # doctest: +SKIP
     """
 
     def __init__(
@@ -59,10 +65,12 @@ class VAMPNet(DPNet):
         *,
         lagged_encoder: nn.Module | None = None,
         score: str = "vamp2",
-        lr: float = 1e-3,
-        batch_size: int = 1024,
-        epochs: int = 100,
+        lr: float = DEFAULTS["lr"],
+        batch_size: int = DEFAULTS["batch_size"],
+        epochs: int = DEFAULTS["epochs"],
         val_fraction: float = 0.1,
+        standardize: str | bool = "auto",
+        constant: bool = True,
         optimizer: str | type[torch.optim.Optimizer] = "adam",
         optimizer_kwargs: dict[str, Any] | None = None,
         seed: int | None = None,
@@ -78,6 +86,8 @@ class VAMPNet(DPNet):
             batch_size=batch_size,
             epochs=epochs,
             val_fraction=val_fraction,
+            standardize=standardize,
+            constant=constant,
             optimizer=optimizer,
             optimizer_kwargs=optimizer_kwargs,
             seed=seed,

@@ -52,8 +52,8 @@ pilot run of ``P^gamma`` the moduli of the four non-trivial eigenvalues were sti
 same state is reached at epoch 75. The default is therefore ``3e-3`` for *every* network
 (one learning rate for all, no per-method search); ``run(lr=9e-4)`` uses the paper's
 setting (see ``benchmarks/results/ordered_mnist/README.md``).
-``gamma = 1`` is in this library's convention (the metric distortion is a trace, see
-:func:`dpnets.scores.metric_distortion`).
+``gamma = 10`` on the paper's scale (:mod:`dpnets.scores`) is the weight 1 per trace of ``R``
+that the committed results were run with (``r = 5``).
 
 Evaluation
 ----------
@@ -113,7 +113,7 @@ CONFIG: dict[str, Any] = {
     "horizon": 15,
     "batch_size": 128,
     "epochs": 150,
-    "gamma": 1.0,
+    "gamma": 10.0,  # 1 per trace of R (r = 5), on the paper's scale (x 2r)
     "val_fraction": 0.1,
     # one learning rate for every network: 3e-3 (tuned, see the module docstring); the
     # paper's App. F Table 5 used 9e-4 for all five (``run(lr=9e-4)``)
@@ -419,7 +419,7 @@ def _operator_on(setup: Setup, model: Any, train_s: float) -> dict[str, Any]:
 
     return _fitted(
         setup,
-        TransferOperator(model),
+        TransferOperator(model, constant=False),
         train_s,
         int(setup.cfg["epochs"]),
         getattr(model, "best_epoch_", None),
@@ -434,6 +434,7 @@ def _fit_dpnet(score: str, name: str) -> Callable[[Setup, int], dict[str, Any]]:
             _encoder(setup, seed),
             score=score,
             gamma=setup.cfg["gamma"],
+            constant=False,  # the paper's convention (the committed results use it)
             **_neural_kwargs(setup, name, seed),
         )
         t0 = time.perf_counter()
@@ -523,7 +524,9 @@ def _oracle_edmd(setup: Setup) -> Any:
     from dpnets.baselines import EDMD
 
     oracle = setup.oracle
-    return EDMD(dictionary=lambda x: oracle_logits(oracle, np.asarray(x)))
+    # constant=False: the committed results' setting (the logits alone; adding the constant
+    # lifts the quick run's worst accuracy from 0.18 to 0.22 and its mean from 0.30 to 0.57)
+    return EDMD(dictionary=lambda x: oracle_logits(oracle, np.asarray(x)), constant=False)
 
 
 #: The rows of the table, in the paper's order (DPNets first).

@@ -110,6 +110,10 @@ class ConvEncoder(nn.Module):
     >>> net.fit(images)  # images: (T, 28, 28)                          # doctest: +SKIP
     """
 
+    #: not standardised by DPNet(standardize="auto"):
+    #: images: pixels share one scale
+    standardize_inputs = False
+
     def __init__(
         self,
         out_dim: int = 5,
@@ -227,6 +231,10 @@ class ConvClassifier(nn.Module):
     dropout : float, default 0.3
         Dropout probability before the output layer (training only).
     """
+
+    #: not standardised by DPNet(standardize="auto"):
+    #: images: pixels share one scale
+    standardize_inputs = False
 
     def __init__(
         self,

@@ -41,6 +41,10 @@ class FourierEmbedding(nn.Module):
     (each block of width ``in_dim``), so that ``K = 1`` gives ``[sin 2 pi x, cos 2 pi x]``.
     """
 
+    #: not standardised by DPNet(standardize="auto"):
+    #: periodic states: the period is in raw units
+    standardize_inputs = False
+
     def __init__(self, in_dim: int = 1, n_harmonics: int = 1, period: float = 1.0) -> None:
         super().__init__()
         if int(in_dim) < 1 or int(n_harmonics) < 1:
@@ -96,6 +100,10 @@ class PeriodicMLP(nn.Module):
         (``U(-sqrt(3 / fan_in), sqrt(3 / fan_in))``), zero biases. Draws from torch's global
         RNG, so seed it with ``torch.manual_seed`` before construction.
     """
+
+    #: not standardised by DPNet(standardize="auto"):
+    #: periodic states: the period is in raw units
+    standardize_inputs = False
 
     def __init__(
         self,

@@ -94,6 +94,10 @@ class SchNetEncoder(nn.Module):
     ``(B, out_dim)``.
     """
 
+    #: not standardised by DPNet(standardize="auto"):
+    #: positions in Å: distances and the cutoff are physical
+    standardize_inputs = False
+
     def __init__(
         self,
         atomic_numbers: Sequence[int],
