@@ -32,7 +32,7 @@ __all__ = ["DPNet", "InputScaler", "DEFAULTS"]
 #: with reference timescales, raw and rescaled data; see ``benchmarks/results/out_of_box``).
 DEFAULTS: dict[str, Any] = {
     "score": "projection",
-    "gamma": 1.0,
+    "gamma": 0.1,
     "lr": 1e-3,
     "batch_size": 1024,
     "epochs": 30,
@@ -114,10 +114,14 @@ class DPNet:
         Default "projection" (``P^gamma``), which got the most benchmark systems right at a
         modest budget; "relaxed" (``S^gamma``) is the better choice when the feature
         covariances are too ill-conditioned to invert (see :func:`dpnets.scores.relaxed_score`).
-    gamma : float, default 1.0
+    gamma : float, default 0.1
         Weight of the metric distortion penalty on the paper's scale: the scores subtract
         ``gamma (R(Cx) + R(Cy)) / (2d)`` (``R`` averaged over the eigenvalues, as in the
-        authors' code), so ``gamma = 1`` is the paper's setting for any ``r``.
+        authors' code), so ``gamma = 1`` is the paper's setting for any ``r``. The default
+        0.1 keeps the feature covariances well conditioned (condition number about 1e2
+        against 2e4 without the penalty, r = 16 on the triple well) while biasing timescales
+        less than the paper's 1 at a modest budget (benchmark sweep: worst error 4.9%
+        against 12.8% at a quarter of the data).
     lr : float, default 1e-3
         Learning rate.
     batch_size : int, default 1024

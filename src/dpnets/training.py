@@ -152,7 +152,7 @@ def train(
         raise ValueError("no trainable parameters")
     opt = make_optimizer(optimizer, params, lr, optimizer_kwargs)
     history: dict[str, list[float]] = {"train_score": []}
-    fix = f"lower the learning rate (lr={lr:g}), standardise the inputs, or use fewer features"
+    fix = f"lower the learning rate (lr={lr:g}; try {lr / 10:g}) or use fewer features"
     initial = math.nan
     if val_score is not None:
         history["val_score"] = []
