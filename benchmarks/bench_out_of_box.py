@@ -471,6 +471,12 @@ SWEEP: dict[str, dict[str, Any]] = {
 
 def run_sweep(systems: list[System], seeds: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
+    # the floor: a non-learned estimator on the same data (statistical error of the data)
+    floor = [float(np.max(rel_err(s.extra["data_check"], s.ref))) for s in systems]
+    out["data check (MSM / EDMD on the same data)"] = {
+        "max_err": dict(zip([s.name for s in systems], floor, strict=True)),
+        "fit_s": [float("nan")] * len(systems),
+    }
     for label, kw in SWEEP.items():
         errs, fits = [], []
         for s in systems:

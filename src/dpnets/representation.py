@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -57,23 +57,30 @@ class InputScaler(nn.Module):
         return (x - self.shift) / self.scale
 
 
-def _moments(arrays: list[np.ndarray], axes: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
-    """Float64 mean and standard deviation over ``axes``, chunk by chunk (no full copy)."""
-    total = 0
-    s1 = s2 = None
-    for a in arrays:
-        for sl in chunks(a.shape[0], 65536):
-            part = np.asarray(a[sl], dtype=np.float64)
-            c1 = part.sum(axis=axes, keepdims=True)
-            s1 = c1 if s1 is None else s1 + c1
-            total += part.size // c1.size
+def _moments(parts: Iterable[np.ndarray], axes: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """Float64 mean and standard deviation over ``axes`` in one pass over chunks of states.
+
+    Sums are taken around the first chunk's mean, so a large offset (``x + 1e6``) does not
+    cancel the variance away; nothing but the current chunk is held in memory.
+    """
+    total, pilot, s1, s2 = 0, None, 0.0, 0.0
+    for part in parts:
+        part = np.asarray(part, dtype=np.float64)
+        if pilot is None:
+            pilot = part.mean(axis=axes, keepdims=True)
+        d = part - pilot
+        s1 = s1 + d.sum(axis=axes, keepdims=True)
+        s2 = s2 + (d * d).sum(axis=axes, keepdims=True)
+        total += part.size // pilot.size
     mean = s1 / total
+    std = np.sqrt(np.maximum(s2 / total - mean * mean, 0.0))
+    return (pilot + mean)[0], std[0]
+
+
+def _chunked(arrays: list[np.ndarray], size: int = 65536) -> Iterator[np.ndarray]:
     for a in arrays:
-        for sl in chunks(a.shape[0], 65536):
-            c2 = ((np.asarray(a[sl], dtype=np.float64) - mean) ** 2).sum(axis=axes, keepdims=True)
-            s2 = c2 if s2 is None else s2 + c2
-    std = np.sqrt(s2 / total)
-    return mean[0], std[0]
+        for sl in chunks(a.shape[0], size):
+            yield a[sl]
 
 
 def _module_dtype(module: nn.Module) -> torch.dtype:
@@ -480,20 +487,24 @@ class DPNet:
         if mode == "none":
             self.input_shift_ = self.input_scale_ = None
             return
-        axes = tuple(range(states[0].ndim)) if mode == "global" else (0,)
-        mean, std = _moments(states, axes)
+        self._store_moments(_chunked(states), mode, states[0].ndim)
+
+    def _store_moments(self, parts: Iterable[np.ndarray], mode: str, ndim: int) -> None:
+        axes = tuple(range(ndim)) if mode == "global" else (0,)
+        mean, std = _moments(parts, axes)
         self.input_shift_ = mean
         self.input_scale_ = np.where(np.isfinite(std) & (std > 0), std, 1.0)
 
     def _set_scaler_streaming(self, data: Dataset | DataLoader, enc: nn.Module) -> None:
         """As :meth:`_set_scaler`, from one pass over the (x, y) pairs of a Dataset/Loader."""
         loader = data if isinstance(data, DataLoader) else DataLoader(data, batch_size=8192)
-        first = torch.as_tensor(next(iter(loader))[0])
-        if self._standardize_mode(enc, first.ndim - 1) == "none":
+        first = check_states(next(iter(loader))[0], "X batch")
+        mode = self._standardize_mode(enc, first.ndim - 1)
+        if mode == "none":
             self.input_shift_ = self.input_scale_ = None
             return
-        parts = [check_states(b[k], "batch") for b in loader for k in (0, 1)]
-        self._set_scaler(parts, enc)
+        parts = (check_states(b[k], "batch") for b in loader for k in (0, 1))
+        self._store_moments(parts, mode, first.ndim)
 
     def _scaled(self, x: np.ndarray) -> np.ndarray:
         """Standardised states (float64), or ``x`` itself without standardisation."""
