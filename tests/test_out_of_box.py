@@ -111,6 +111,21 @@ def test_vampnet_route_to_transfer_operator_gives_exact_timescales(chain_data):
     assert abs(wrong[0] - exact_timescales()[0]) > 0.5 * exact_timescales()[0]
 
 
+def test_kernel_and_autoencoder_features_route_to_transfer_operator(chain_data):
+    """Any feature map of the library: the operator adds the constant where it is missing."""
+    from dpnets.baselines import DynamicAutoencoder, NystromKernelDMD
+
+    _, x = chain_data
+    nys = NystromKernelDMD("rbf", n_centers=200, rank=3, seed=0).fit(x)
+    op = TransferOperator(nys.features).fit(x)
+    assert op.constant_ and op.implied_timescales()[0] == np.inf
+    np.testing.assert_allclose(op.implied_timescales()[1:3], exact_timescales(), rtol=0.05)
+    torch.manual_seed(0)
+    ae = DynamicAutoencoder(MLP(2, (32,), 2), MLP(2, (32,), 2), epochs=2, progress=False)
+    op = TransferOperator(ae.fit(x).encoder_).fit(x)
+    assert op.constant_ and op.implied_timescales()[0] == np.inf
+
+
 def test_r_learned_features_resolve_r_processes(chain_data):
     """r = 2 network outputs and the constant: both non-trivial processes of a 3-state chain."""
     _, x = chain_data
