@@ -389,9 +389,10 @@ def _print_row(s: System, label: str, runs: list[dict[str, Any]]) -> None:
     ts = np.mean([r["ts"] for r in runs], axis=0)
     err = rel_err(ts.tolist(), s.ref)
     fit = np.mean([r["fit_s"] for r in runs])
+    worst = f"{100 * np.max(err):5.1f}%" if np.all(np.isfinite(err)) else "  n/a"
     print(
         f"{s.name:15s} {label:22s} ts={np.round(ts, 3)} ref={np.round(s.ref, 3)} "
-        f"max err={100 * np.nanmax(err):5.1f}% fit={fit:5.1f}s",
+        f"max err={worst} fit={fit:5.1f}s",
         flush=True,
     )
 
@@ -427,11 +428,15 @@ def summarise(rows: dict[str, Any]) -> str:
             dt_mean, dt_sd, dt_err, dt_fit = (
                 stats(ok) if ok else (np.full(ref.shape, np.nan), ref * 0, np.nan, np.nan)
             )
-            note = f" ({failed} of {len(res['deeptime'])} runs failed)" if failed else ""
-            dt_cols = (
-                f"{fmt(dt_mean)} ± {fmt(dt_sd)}{note} | {100 * dt_err:.1f}% | {raw_fit:.1f} / "
-                f"{dt_fit:.1f} | {dt_fit / raw_fit:.1f}x"
-            )
+            if not ok:
+                why = res["deeptime"][0]["error"].split(":")[0]
+                dt_cols = f"failed in {failed} of {failed} runs ({why}) | - | {raw_fit:.1f} / - | -"
+            else:
+                note = f" ({failed} of {len(res['deeptime'])} runs failed)" if failed else ""
+                dt_cols = (
+                    f"{fmt(dt_mean)} ± {fmt(dt_sd)}{note} | {100 * dt_err:.1f}% | "
+                    f"{raw_fit:.1f} / {dt_fit:.1f} | {dt_fit / raw_fit:.1f}x"
+                )
         else:
             dt_cols = "- | - | - | -"
         check = res.get("data_check")
