@@ -154,6 +154,19 @@ def test_constant_auto_detects_features_that_already_span_it(chain_data):
     op = TransferOperator().fit(raw)
     assert op.constant_
     np.testing.assert_allclose(op.eig().real, [1.0, 0.9], atol=0.01)
+    # forecasts of the state in the standardised basis equal the affine least-squares map
+    # x_{t+1} = a + b x_t (np.linalg.lstsq) iterated three times
+    x0 = np.array([[4000.0], [5000.0], [5600.0]])
+    design = np.hstack([np.ones((raw.shape[0] - 1, 1)), raw[:-1]])
+    (a, b), *_ = np.linalg.lstsq(design, raw[1:, 0], rcond=None)
+    np.testing.assert_allclose(op.predict(x0, t=3), a * (1 + b + b**2) + b**3 * x0, rtol=1e-9)
+    # the same estimator from a Dataset of pairs (sums accumulated batch by batch)
+    from torch.utils.data import TensorDataset
+
+    ds = TensorDataset(torch.as_tensor(raw[:-1]), torch.as_tensor(raw[1:]))
+    op_ds = TransferOperator().fit(ds, lag=1)
+    np.testing.assert_allclose(op_ds.operator_, op.operator_, atol=1e-9)
+    np.testing.assert_allclose(op_ds.predict(x0, t=3), op.predict(x0, t=3), rtol=1e-9)
     assert DMD().fit(raw).constant_ is False  # classical DMD: no constant unless asked
 
 

@@ -389,12 +389,13 @@ class TransferOperator(SpectralModel):
         fmap = as_feature_map(self.features)
         pair_lag, self.lag_ = self._fit_lag(data, lag)
         if is_streaming(data):
-            phi_x, phi_y, y_flat_parts, state_shape = self._stream(data, fmap)
+            phi_x, phi_y, raw_xty, sum_y, state_shape = self._stream(data, fmap)
         else:
             p = pairs(data, pair_lag)
             phi_x = fmap(p.X)
             phi_y = fmap(p.Y)
-            y_flat_parts = [np.asarray(p.Y, dtype=np.float64).reshape(len(p), -1)]
+            y_flat = np.asarray(p.Y, dtype=np.float64).reshape(len(p), -1)
+            raw_xty, sum_y = phi_x.T @ y_flat, y_flat.sum(0)
             state_shape = p.state_shape
         if phi_y.shape != phi_x.shape:
             raise ValueError(f"features of X and Y differ in shape: {phi_x.shape}, {phi_y.shape}")
@@ -405,7 +406,10 @@ class TransferOperator(SpectralModel):
             self.feature_shift_ = phi_x.mean(0)
             self.feature_scale_ = np.where(sd > 0, sd, 1.0)
             phi_x, phi_y = self._basis(phi_x), self._basis(phi_y)
-        xty = phi_x.T @ np.concatenate(y_flat_parts)
+            # Phi^T Y in the basis [1, (phi - shift) / scale], from the raw sums
+            centred = raw_xty - self.feature_shift_[:, None] * sum_y[None, :]
+            raw_xty = np.vstack([sum_y[None, :], centred / self.feature_scale_[:, None]])
+        xty = raw_xty
         n, r = phi_x.shape
         if n < r:
             raise ValueError(f"fewer samples ({n}) than features (r={r}); provide more data")
@@ -423,20 +427,26 @@ class TransferOperator(SpectralModel):
 
     def _stream(self, data: Any, fmap: FeatureMap):
         """Features of a Dataset/DataLoader of pairs, batch by batch; the states are never
-        held in memory together (only the r-dimensional features and ``Phi_X^T Y``)."""
+        held in memory together (only the r-dimensional features, ``Phi_X^T Y`` and the sum
+        of the ``Y`` states)."""
         loader = data if isinstance(data, DataLoader) else DataLoader(data, batch_size=8192)
-        phx, phy, ys = [], [], []
+        phx, phy = [], []
+        xty = sum_y = None
         shape: tuple[int, ...] = ()
         for xb, yb in loader:
             xb = check_states(xb, "X batch")
             yb = check_states(yb, "Y batch")
-            phx.append(fmap(xb))
+            fx = fmap(xb)
+            phx.append(fx)
             phy.append(fmap(yb))
-            ys.append(np.asarray(yb, dtype=np.float64).reshape(yb.shape[0], -1))
+            y_flat = np.asarray(yb, dtype=np.float64).reshape(yb.shape[0], -1)
+            part, total = fx.T @ y_flat, y_flat.sum(0)
+            xty = part if xty is None else xty + part
+            sum_y = total if sum_y is None else sum_y + total
             shape = tuple(yb.shape[1:])
-        if not phx:
+        if xty is None:
             raise ValueError("the Dataset/DataLoader yielded no samples")
-        return np.concatenate(phx), np.concatenate(phy), ys, shape
+        return np.concatenate(phx), np.concatenate(phy), xty, sum_y, shape
 
     def _time_factor(self, t: float) -> np.ndarray:
         return self.eigvals_ ** (int(t) - 1)
