@@ -1,8 +1,20 @@
-"""Saving and loading fitted models without executing code.
+"""Saving and loading fitted models without executing code, losing or corrupting them.
 
 A file is a ``torch.save`` of a plain dictionary ``{"format", "version", "kind", "config",
-"tensors"}``: ``config`` is a JSON string, ``tensors`` a flat ``name -> Tensor`` mapping. It
-is read back with ``torch.load(weights_only=True)``, which refuses arbitrary pickled objects.
+"tensors", "checksum"}``: ``config`` is a JSON string, ``tensors`` a flat ``name -> Tensor``
+mapping, ``checksum`` a SHA-256 of both. It is read back with
+``torch.load(weights_only=True)``, which refuses arbitrary pickled objects.
+
+Safety:
+
+* :func:`save` is atomic: it writes a temporary file in the target's folder, fsyncs it and
+  renames it over the target, so a crash or ``kill -9`` at any moment leaves either the
+  previous file or the new one, never a broken one.
+* :func:`load` answers every malformed, truncated, foreign or corrupted file with one
+  ``ValueError`` saying that it is not a valid dpnets model file and why: the checksum must
+  match (version-2 files), every floating tensor must be finite, and every module is first
+  built on torch's ``meta`` device (no memory) and its parameter shapes checked against the
+  stored tensors before it is built for real, so a small file cannot ask for huge layers.
 
 Encoders from :mod:`dpnets.nn` are rebuilt from their stored ``config``; for any other
 ``torch.nn.Module`` pass an instance of the same architecture to :func:`load` (its weights are
@@ -11,8 +23,11 @@ replaced), exactly as with a PyTorch ``state_dict``.
 
 from __future__ import annotations
 
+import hashlib
+import io as _io
 import json
 import os
+import tempfile
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -22,7 +37,21 @@ from torch import nn
 
 from dpnets.nn.registry import build, describe
 
-__all__ = ["save", "load", "register", "dump_features", "restore_features", "arrays_to_tensors"]
+__all__ = [
+    "save",
+    "load",
+    "register",
+    "dump_features",
+    "restore_features",
+    "arrays_to_tensors",
+    "atomic_write",
+    "InvalidModelFile",
+]
+
+
+class InvalidModelFile(ValueError):
+    """A file that is not a valid dpnets model file (malformed, truncated, foreign or
+    corrupted); the message says which file and why."""
 
 _FORMAT = "dpnets"
 #: 2: gamma on the paper's scale, DPNet ``standardize``/``constant``, operator ``constant_``
@@ -165,14 +194,58 @@ def save(model: Any, path: str | os.PathLike) -> None:
     kind, dump = matches[0]
     tensors: dict[str, torch.Tensor] = {}
     cfg = dump(model, tensors)
+    config = json.dumps(cfg)
+    tensors = {k: v.detach().cpu().contiguous() for k, v in tensors.items()}
     payload = {
         "format": _FORMAT,
         "version": _VERSION,
         "kind": kind,
-        "config": json.dumps(cfg),
+        "config": config,
         "tensors": tensors,
+        "checksum": _checksum(kind, config, tensors),
     }
-    torch.save(payload, os.fspath(path))
+    atomic_write(path, lambda fh: torch.save(payload, fh))
+
+
+def atomic_write(path: str | os.PathLike, write: Callable[[Any], None]) -> None:
+    """Write ``path`` atomically: ``write(file)`` fills a temporary file in the same folder,
+    which is flushed, fsynced and renamed over ``path`` (``os.replace``). On any error, or
+    a crash at any moment, the previous ``path`` is left as it was."""
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".dpnets-", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    try:  # make the rename itself durable
+        dir_fd = os.open(folder, os.O_RDONLY)
+    except OSError:  # pragma: no cover - platforms without directory handles
+        return
+    try:
+        os.fsync(dir_fd)
+    except OSError:  # pragma: no cover
+        pass
+    finally:
+        os.close(dir_fd)
+
+
+def _checksum(kind: str, config: str, tensors: dict[str, torch.Tensor]) -> str:
+    """SHA-256 of the kind, the config and every tensor's name, dtype, shape and bytes."""
+    h = hashlib.sha256()
+    h.update(kind.encode())
+    h.update(config.encode())
+    for name in sorted(tensors):
+        t = tensors[name].detach().cpu().contiguous()
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
 
 
 def _sub_state(tensors: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
@@ -183,8 +256,18 @@ def _restore_module(
     spec: dict | None, given: nn.Module | None, state: dict, what: str
 ) -> nn.Module:
     if given is not None:
+        _check_state(given, state, what)
         module = given
     elif spec is not None:
+        try:
+            with torch.device("meta"):  # shapes only: nothing is allocated
+                probe = build(spec)
+        except (NotImplementedError, RuntimeError):  # pragma: no cover - meta-unsafe init
+            probe = None
+        except (TypeError, ValueError, KeyError) as err:
+            raise InvalidModelFile(f"the stored {what} configuration is invalid: {err}") from err
+        if probe is not None:
+            _check_state(probe, state, what)
         module = build(spec)
     else:
         raise ValueError(
@@ -193,6 +276,26 @@ def _restore_module(
         )
     module.load_state_dict(state, strict=True)
     return module.eval()
+
+
+def _check_state(module: nn.Module, state: dict, what: str) -> None:
+    """The stored tensors must be exactly the module's parameters and buffers, by shape."""
+    expected = {k: tuple(v.shape) for k, v in module.state_dict().items()}
+    stored = {k: tuple(v.shape) for k, v in state.items()}
+    if expected != stored:
+        missing = sorted(set(expected) - set(stored))
+        extra = sorted(set(stored) - set(expected))
+        wrong = sorted(k for k in set(expected) & set(stored) if expected[k] != stored[k])
+        detail = "; ".join(
+            part
+            for part in (
+                f"missing {missing[:3]}" if missing else "",
+                f"unexpected {extra[:3]}" if extra else "",
+                ", ".join(f"{k} is {stored[k]}, expected {expected[k]}" for k in wrong[:3]),
+            )
+            if part
+        )
+        raise InvalidModelFile(f"the stored {what} does not match its configuration ({detail})")
 
 
 def _load_dpnet(
@@ -229,7 +332,30 @@ def _load_dpnet(
     model.n_features_ = f["n_features_"]
     model.lag_ = f["lag_"]
     model.n_train_ = f["n_train_"]
+    _check_dpnet(model)
     return model
+
+
+def _check_dpnet(model: Any) -> None:
+    """A restored DPNet's recorded dimensions must match its encoder."""
+    shape, r = model.state_shape_, model.n_features_
+    if not all(isinstance(d, int) and d >= 1 for d in shape) or not isinstance(r, int):
+        raise InvalidModelFile(f"invalid state_shape_={shape!r} or n_features_={r!r}")
+    if int(np.prod(shape)) <= 10**6:  # a one-state forward pass checks the output size
+        p = next(model.encoder_.parameters(), None)
+        dtype = p.dtype if p is not None and p.is_floating_point() else torch.float32
+        device = p.device if p is not None else torch.device("cpu")
+        with torch.no_grad():
+            try:
+                out = model.encoder_(torch.zeros((2, *shape), dtype=dtype, device=device))
+            except Exception as err:  # noqa: BLE001
+                raise InvalidModelFile(
+                    f"the encoder does not accept states of shape {shape} ({err})"
+                ) from None
+        if out.ndim != 2 or out.shape[1] != r:
+            raise InvalidModelFile(
+                f"the encoder returns {tuple(out.shape[1:])} features, the file says {r}"
+            )
 
 
 def _restore_dpnet(cfg: dict, tensors: dict[str, torch.Tensor], **kw: Any) -> Any:
@@ -259,7 +385,31 @@ def restore_fitted_operator(model: Any, fitted: dict) -> None:
     model.n_samples_ = fitted["n_samples_"]
     model.n_features_ = fitted["n_features_"]
     model.state_shape_ = tuple(fitted["state_shape_"])
+    check_fitted_arrays(model)
     model._set_spectrum()
+
+
+def check_fitted_arrays(model: Any) -> None:
+    """The restored operator's scalars and arrays must agree (``InvalidModelFile`` if not)."""
+    r, n = model.n_features_, model.n_samples_
+    if not (isinstance(r, int) and isinstance(n, int) and 1 <= r <= n):
+        raise InvalidModelFile(f"invalid n_features_={r!r} / n_samples_={n!r}")
+    if not (isinstance(model.rank_, int) and 0 <= model.rank_ <= r):
+        raise InvalidModelFile(f"invalid rank_={model.rank_!r} for {r} features")
+    if model.lag_ is not None and not (isinstance(model.lag_, int) and model.lag_ >= 1):
+        raise InvalidModelFile(f"invalid lag_={model.lag_!r}")
+    if not all(isinstance(d, int) and d >= 1 for d in model.state_shape_):
+        raise InvalidModelFile(f"invalid state_shape_={model.state_shape_!r}")
+    d = int(np.prod(model.state_shape_))
+    shapes = {"operator_": (r, r), "cx_": (r, r), "_cx_pinv": (r, r), "features_x_": (n, r)}
+    shapes["state_coef_"] = (r, d)
+    for name, shape in shapes.items():
+        value = getattr(model, name, None)
+        if value is not None and tuple(np.shape(value)) != shape:
+            raise InvalidModelFile(
+                f"{name} has shape {tuple(np.shape(value))}, expected {shape} for "
+                f"n_features_={r}, n_samples_={n}"
+            )
 
 
 def load(
@@ -290,28 +440,71 @@ def load(
     """
     import dpnets  # noqa: F401 - populates the registry
 
-    payload = torch.load(os.fspath(path), map_location="cpu", weights_only=True)
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        raise InvalidModelFile(f"{path} is not a valid dpnets model file: it is a folder")
+    kind, cfg, tensors = _read(path)
+    restore = _KINDS[kind][2]
+    try:
+        return restore(
+            cfg,
+            tensors,
+            encoder=encoder,
+            lagged_encoder=lagged_encoder,
+            features=features,
+            device=device,
+            **modules,
+        )
+    except InvalidModelFile as err:
+        raise InvalidModelFile(f"{path} is not a valid dpnets model file: {err}") from None
+    except (KeyError, TypeError, IndexError, AttributeError, RuntimeError) as err:
+        raise InvalidModelFile(
+            f"{path} is not a valid dpnets model file: missing or malformed entry "
+            f"({type(err).__name__}: {err})"
+        ) from None
+
+
+def _read(path: str) -> tuple[str, dict, dict[str, torch.Tensor]]:
+    """Load and check the payload: structure, version, kind, checksum, finite tensors."""
+
+    def bad(why: str) -> InvalidModelFile:
+        return InvalidModelFile(f"{path} is not a valid dpnets model file: {why}")
+
+    with open(path, "rb") as fh:  # FileNotFoundError / PermissionError stay as they are
+        raw = fh.read()
+    if not raw:
+        raise bad("the file is empty")
+    try:
+        payload = torch.load(_io.BytesIO(raw), map_location="cpu", weights_only=True)
+    except Exception as err:  # noqa: BLE001 - every unreadable file gets the same answer
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise bad(f"unreadable ({type(err).__name__}: {first[:200]})") from None
     if not isinstance(payload, dict) or payload.get("format") != _FORMAT:
-        raise ValueError(f"{path} is not a dpnets model file")
+        raise bad("not a dpnets model (no dpnets format tag)")
     version = payload.get("version")
     if version not in (1, _VERSION):
-        raise ValueError(f"unsupported dpnets file version {version} in {path}")
-    kind = payload.get("kind")
+        raise bad(f"unsupported file version {version!r}")
+    kind, config, tensors = payload.get("kind"), payload.get("config"), payload.get("tensors")
     if kind not in _KINDS:
-        raise ValueError(f"unknown model kind {kind!r} in {path}")
-    cfg = json.loads(payload["config"])
+        raise bad(f"unknown model kind {kind!r}")
+    if not isinstance(config, str) or not isinstance(tensors, dict):
+        raise bad("malformed config or tensors")
+    if not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in tensors.items()):
+        raise bad("malformed tensors")
+    if version >= 2 and payload.get("checksum") != _checksum(kind, config, tensors):
+        raise bad("checksum mismatch (the file is corrupted or was modified)")
+    for name, t in tensors.items():
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            raise bad(f"tensor {name!r} holds NaN or inf values")
+    try:
+        cfg = json.loads(config)
+    except json.JSONDecodeError as err:
+        raise bad(f"the config is not valid JSON ({err})") from None
+    if not isinstance(cfg, dict):
+        raise bad("the config is not a mapping")
     if version == 1:
         _upgrade_v1(cfg)
-    restore = _KINDS[kind][2]
-    return restore(
-        cfg,
-        payload["tensors"],
-        encoder=encoder,
-        lagged_encoder=lagged_encoder,
-        features=features,
-        device=device,
-        **modules,
-    )
+    return kind, cfg, tensors
 
 
 def _upgrade_v1(cfg: Any) -> None:

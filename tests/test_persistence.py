@@ -1,0 +1,220 @@
+"""Model files cannot be lost or corrupted silently (issue 14, persistence): atomic saves that
+survive kill -9, and one clear error for every malformed, crafted, truncated, foreign or
+bit-flipped file."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+import torch
+
+import dpnets
+from dpnets import DPNet, TransferOperator
+from dpnets import io as dio
+from dpnets.nn import MLP
+from dpnets.systems import OrnsteinUhlenbeck
+
+INVALID = "not a valid dpnets model file"
+
+
+@pytest.fixture(scope="module")
+def fitted():
+    x = OrnsteinUhlenbeck(dt=0.2).sample(2000, seed=0)
+    torch.manual_seed(0)
+    net = DPNet(MLP(1, (16,), 3), epochs=2, batch_size=256, progress=False, seed=0).fit(x)
+    return x, net, TransferOperator(net).fit(x)
+
+
+def _payload(path) -> dict:
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def _rewrite(path, payload: dict, fix_checksum: bool = True) -> None:
+    """Write a crafted payload, with a valid checksum as an attacker would."""
+    if fix_checksum:
+        payload["checksum"] = dio._checksum(payload["kind"], payload["config"], payload["tensors"])
+    torch.save(payload, path)
+
+
+# ------------------------------------------------------------------ atomic save
+def test_a_failing_save_keeps_the_previous_file(tmp_path, fitted, monkeypatch):
+    x, net, op = fitted
+    path = tmp_path / "op.pt"
+    op.save(path)
+    before = path.read_bytes()
+
+    def crash(obj, fh):
+        fh.write(b"partial")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(torch, "save", crash)
+    with pytest.raises(OSError, match="disk full"):
+        op.save(path)
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["op.pt"]  # no temporary file left
+    monkeypatch.undo()
+    np.testing.assert_array_equal(dpnets.load(path).eig(), op.eig())
+
+
+def test_kill_9_during_resaves_never_destroys_the_previous_file(tmp_path, fitted):
+    """20 processes re-saving a model in a loop, each killed at a random moment."""
+    _, _, op = fitted
+    path = tmp_path / "model.pt"
+    op.save(path)
+    script = textwrap.dedent(
+        f"""
+        import sys, dpnets
+        op = dpnets.load({str(path)!r})
+        print("ready", flush=True)
+        while True:
+            op.save({str(path)!r})
+        """
+    )
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        proc = subprocess.Popen(
+            [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+        )
+        assert proc.stdout.readline().strip() == b"ready"
+        time.sleep(float(rng.uniform(0.0, 0.05)))
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        np.testing.assert_array_equal(dpnets.load(path).eig(), op.eig())
+    leftovers = [p for p in tmp_path.iterdir() if p.name != "model.pt"]
+    for p in leftovers:  # a killed writer can leave its temporary file, never a broken model
+        assert p.name.startswith(".dpnets-") and p.suffix == ".tmp"
+
+
+# ------------------------------------------------------------------ crafted files
+def test_a_small_file_cannot_ask_for_huge_layers(tmp_path, fitted):
+    _, net, _ = fitted
+    path = tmp_path / "net.pt"
+    net.save(path)
+    payload = _payload(path)
+    cfg = json.loads(payload["config"])
+    cfg["modules"]["encoder"]["config"]["hidden"] = [200_000_000]
+    payload["config"] = json.dumps(cfg)
+    _rewrite(path, payload)
+    assert path.stat().st_size < 8192
+    t0 = time.perf_counter()
+    with pytest.raises(ValueError, match=f"{INVALID}.*does not match its configuration"):
+        dpnets.load(path)
+    assert time.perf_counter() - t0 < 1.0  # built on the meta device: nothing allocated
+
+
+@pytest.mark.parametrize(
+    ("edit", "match"),
+    [
+        (
+            lambda p, c: p["tensors"].__setitem__(
+                "encoder.net.0.weight", p["tensors"]["encoder.net.0.weight"] * np.nan
+            ),
+            "NaN or inf",
+        ),  # noqa: E501
+        (lambda p, c: c["fitted"].__setitem__("n_features_", 999), "features"),
+        (lambda p, c: c["fitted"].__setitem__("state_shape_", [0]), "state_shape_"),
+        (lambda p, c: c.pop("fitted"), "missing or malformed entry"),
+    ],
+)
+def test_crafted_dpnet_files_are_refused(tmp_path, fitted, edit, match):
+    _, net, _ = fitted
+    path = tmp_path / "net.pt"
+    net.save(path)
+    payload = _payload(path)
+    cfg = json.loads(payload["config"])
+    edit(payload, cfg)
+    payload["config"] = json.dumps(cfg)
+    _rewrite(path, payload)
+    with pytest.raises(ValueError, match=f"{INVALID}.*{match}"):
+        dpnets.load(path)
+
+
+@pytest.mark.parametrize(
+    ("edit", "match"),
+    [
+        (lambda p, c: p["tensors"].__setitem__("cx_", p["tensors"]["cx_"] * np.nan), "NaN"),
+        (lambda p, c: c["fitted"].__setitem__("rank_", 10**18), "rank_"),
+        (lambda p, c: c["fitted"].__setitem__("n_features_", 999), "n_features_"),
+        (lambda p, c: p["tensors"].__setitem__("operator_", torch.zeros(2, 2)), "operator_"),
+        (lambda p, c: c["fitted"].__setitem__("lag_", -3), "lag_"),
+    ],
+)
+def test_crafted_operator_files_are_refused(tmp_path, fitted, edit, match):
+    _, _, op = fitted
+    path = tmp_path / "op.pt"
+    op.save(path)
+    payload = _payload(path)
+    cfg = json.loads(payload["config"])
+    edit(payload, cfg)
+    payload["config"] = json.dumps(cfg)
+    _rewrite(path, payload)
+    with pytest.raises(ValueError, match=f"{INVALID}.*{match}"):
+        dpnets.load(path)
+
+
+def test_a_modified_file_fails_its_checksum(tmp_path, fitted):
+    _, _, op = fitted
+    path = tmp_path / "op.pt"
+    op.save(path)
+    payload = _payload(path)
+    payload["tensors"]["operator_"] = payload["tensors"]["operator_"] * 1.001
+    _rewrite(path, payload, fix_checksum=False)
+    with pytest.raises(ValueError, match=f"{INVALID}: checksum mismatch"):
+        dpnets.load(path)
+
+
+# ------------------------------------------------------------------ broken and foreign files
+def test_truncated_empty_and_foreign_files(tmp_path, fitted):
+    _, _, op = fitted
+    good = tmp_path / "op.pt"
+    op.save(good)
+    data = good.read_bytes()
+    cases = {
+        "empty.pt": b"",
+        "truncated.pt": data[: len(data) // 2],
+        "text.pt": b"hello, I am not a model\n",
+    }
+    for name, content in cases.items():
+        (tmp_path / name).write_bytes(content)
+    np.save(tmp_path / "array.npy", np.arange(5.0))
+    torch.save(torch.arange(3.0), tmp_path / "tensor.pt")
+    torch.save({"format": "dpnets", "version": 99}, tmp_path / "future.pt")
+    for name in [*cases, "array.npy", "tensor.pt", "future.pt"]:
+        with pytest.raises(ValueError, match=INVALID):
+            dpnets.load(tmp_path / name)
+    with pytest.raises(ValueError, match=f"{INVALID}: it is a folder"):
+        dpnets.load(tmp_path)
+    with pytest.raises(FileNotFoundError):
+        dpnets.load(tmp_path / "missing.pt")
+
+
+def test_single_byte_corruptions_never_load_silently_different(tmp_path, fitted):
+    """Every flipped byte either raises the clear error or leaves the model bit-identical."""
+    x, _, op = fitted
+    good = tmp_path / "op.pt"
+    op.save(good)
+    data = bytearray(good.read_bytes())
+    rng = np.random.default_rng(1)
+    ref = op.predict(x[:20], t=[1, 3])
+    raised = 0
+    for pos in rng.choice(len(data), size=40, replace=False):
+        bad = bytearray(data)
+        bad[pos] ^= 0xFF
+        path = tmp_path / "flipped.pt"
+        path.write_bytes(bytes(bad))
+        try:
+            back = dpnets.load(path)
+        except ValueError as err:
+            assert INVALID in str(err)
+            raised += 1
+            continue
+        np.testing.assert_array_equal(back.predict(x[:20], t=[1, 3]), ref)
+    assert raised >= 30
