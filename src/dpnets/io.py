@@ -53,6 +53,7 @@ class InvalidModelFile(ValueError):
     """A file that is not a valid dpnets model file (malformed, truncated, foreign or
     corrupted); the message says which file and why."""
 
+
 _FORMAT = "dpnets"
 #: 2: gamma on the paper's scale, DPNet ``standardize``/``constant``, operator ``constant_``
 #: and ``dt``. Version-1 files load with the behaviour they were saved with.

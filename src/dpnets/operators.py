@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
+from dpnets.base import BaseEstimator
 from dpnets.data import check_states, chunks, is_streaming, pairs, resolve_lag, to_numpy
 from dpnets.exceptions import check_is_fitted
 from dpnets.linalg import eig_biorthogonal, sym_matrix_function
@@ -108,7 +109,7 @@ def _as_features(phi: Any, n: int) -> np.ndarray:
     return phi
 
 
-class SpectralModel:
+class SpectralModel(BaseEstimator):
     """Shared downstream API of the linear models on a feature map.
 
     Subclasses set, in ``fit``: ``operator_`` (r, r), ``cx_``, ``_cx_pinv``,

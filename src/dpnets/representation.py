@@ -12,6 +12,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset, random_split
 
+from dpnets.base import BaseEstimator
 from dpnets.data import (
     IndexBatcher,
     Pairs,
@@ -24,7 +25,7 @@ from dpnets.data import (
 from dpnets.exceptions import check_is_fitted
 from dpnets.params import check_bool, check_choice, check_int, check_real, check_seed
 from dpnets.scores import GENERATOR_SCORES, SCORES, make_loss
-from dpnets.training import resolve_device, train_estimator
+from dpnets.training import local_seed, resolve_device, train_estimator
 
 __all__ = ["DPNet", "InputScaler", "DEFAULTS"]
 
@@ -90,7 +91,7 @@ def _module_dtype(module: nn.Module) -> torch.dtype:
     return torch.get_default_dtype()
 
 
-class DPNet:
+class DPNet(BaseEstimator):
     """Deep Projection Network: a learned feature map ``psi: X -> R^r``.
 
     Trains ``encoder`` (and optionally a separate ``lagged_encoder`` psi') by mini-batch
@@ -153,8 +154,9 @@ class DPNet:
     optimizer : str or torch.optim.Optimizer subclass, default "adam"
     optimizer_kwargs : dict, optional
     seed : int, optional
-        Seeds the data split, batch order and torch's global RNG (dropout) for
-        reproducible fits. Weight initialisation is the encoder's as passed in.
+        Seeds the data split, the batch order and, inside ``fit`` only, torch's RNG
+        (dropout) for reproducible fits; the caller's global RNG state is restored after
+        ``fit``. Weight initialisation is the encoder's as passed in.
     device : str or torch.device, optional
         Default: CUDA if available, else CPU.
     progress : bool, default True
@@ -287,13 +289,24 @@ class DPNet:
         if self.score in GENERATOR_SCORES:
             return self._fit_generator(data, callback)
         device = resolve_device(self.device)
+        with local_seed(self.seed, device):
+            return self._fit_pairs(data, lag, callback, device)
+
+    def _lagged_template(self) -> nn.Module | None:
+        """The module psi' starts from (None: shared with psi); VAMPNet overrides it."""
+        return self.lagged_encoder
+
+    def _fit_pairs(
+        self,
+        data: Any,
+        lag: int | None,
+        callback: Callable[[int, DPNet], None] | None,
+        device: torch.device,
+    ) -> DPNet:
         gen = self._generator()
         enc = copy.deepcopy(self.encoder).to(device)
-        lag_enc = (
-            copy.deepcopy(self.lagged_encoder).to(device)
-            if self.lagged_encoder is not None
-            else None
-        )
+        template = self._lagged_template()
+        lag_enc = copy.deepcopy(template).to(device) if template is not None else None
         dtype = _module_dtype(enc)
         loss_fn = make_loss(self.score, float(self.gamma), constant=bool(self.constant))
         pair_lag, model_lag = resolve_lag(data, lag)
@@ -361,8 +374,7 @@ class DPNet:
 
     def _fit_generator(self, data: Any, callback: Callable[[int, DPNet], None] | None) -> DPNet:
         """Continuous-time mode: maximise ``P_d^gamma`` (Thm. 2, Eq. 14) on samples of pi."""
-        from dpnets.ito import SDE, check_samples, warn_if_piecewise_linear
-        from dpnets.scores import GeneratorLoss
+        from dpnets.ito import SDE, check_samples
 
         if not isinstance(self.sde, SDE):
             raise ValueError(
@@ -375,6 +387,15 @@ class DPNet:
             raise ValueError("score='dirichlet' needs a reversible SDE; use score='generator'")
         x = check_samples(data)
         device = resolve_device(self.device)
+        with local_seed(self.seed, device):
+            return self._fit_samples(x, callback, device)
+
+    def _fit_samples(
+        self, x: np.ndarray, callback: Callable[[int, DPNet], None] | None, device: torch.device
+    ) -> DPNet:
+        from dpnets.ito import warn_if_piecewise_linear
+        from dpnets.scores import GeneratorLoss
+
         gen = self._generator()
         enc = copy.deepcopy(self.encoder).to(device)
         if self.score == "generator":
@@ -459,11 +480,10 @@ class DPNet:
             return -float(loss(torch.cat(fs), torch.cat(ds)))
 
     def _generator(self) -> torch.Generator:
-        """RNG for the split and batch order; with ``seed`` also seeds torch (dropout)."""
+        """RNG for the split and batch order (seeded with ``seed``)."""
         gen = torch.Generator()
         if self.seed is not None:
             gen.manual_seed(int(self.seed))
-            torch.manual_seed(int(self.seed))
         else:
             gen.seed()
         return gen

@@ -8,10 +8,11 @@ and (optionally) a function returning a validation *score* (higher is better).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import warnings
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +20,7 @@ import torch
 from torch import Tensor, nn
 
 __all__ = [
+    "local_seed",
     "resolve_device",
     "make_optimizer",
     "progress_bar",
@@ -33,6 +35,23 @@ _OPTIMIZERS = {
     "sgd": torch.optim.SGD,
     "rmsprop": torch.optim.RMSprop,
 }
+
+
+@contextlib.contextmanager
+def local_seed(seed: int | None, device: torch.device) -> Iterator[None]:
+    """Seed torch's RNG for the block only (dropout, random init inside ``fit``).
+
+    With ``seed`` the global CPU (and, on CUDA, the device's) RNG state is saved, seeded and
+    restored afterwards, so a fit is reproducible without changing the caller's random
+    stream; without it the block runs as it is.
+    """
+    if seed is None:
+        yield
+        return
+    devices = [device.index or 0] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(int(seed))
+        yield
 
 
 def resolve_device(device: str | torch.device | None) -> torch.device:

@@ -37,7 +37,7 @@ from dpnets.data import IndexBatcher, Pairs, chunks, is_streaming, pairs, resolv
 from dpnets.exceptions import check_is_fitted
 from dpnets.linalg import sym_pinv
 from dpnets.operators import SpectralModel, TransferOperator
-from dpnets.training import resolve_device, train_estimator
+from dpnets.training import local_seed, resolve_device, train_estimator
 
 __all__ = ["DynamicAutoencoder", "ConsistentAutoencoder", "LatentLinear"]
 
@@ -165,10 +165,19 @@ class _KoopmanAutoencoder(SpectralModel):
         if is_streaming(data):
             raise TypeError("autoencoders need in-memory trajectories (array, list or (X, Y))")
         device = resolve_device(self.device)
+        with local_seed(self.seed, device):
+            return self._fit(data, lag, callback, device)
+
+    def _fit(
+        self,
+        data: Any,
+        lag: int | None,
+        callback: Callable[[int, Any], None] | None,
+        device: torch.device,
+    ) -> _KoopmanAutoencoder:
         gen = torch.Generator()
         if self.seed is not None:
             gen.manual_seed(int(self.seed))
-            torch.manual_seed(int(self.seed))
         else:
             gen.seed()
         w = _windows(data, resolve_lag(data, lag)[0], int(self.n_steps))

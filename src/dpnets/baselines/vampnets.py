@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 from typing import Any
 
@@ -104,19 +103,18 @@ class VAMPNet(DPNet):
         if self.gamma != 0:
             raise ValueError("VAMPNet has no metric distortion penalty (gamma=0); use DPNet")
 
+    def _lagged_template(self) -> nn.Module:
+        """A separate lobe with the same initial weights (Mardt et al.) unless one is given;
+        ``fit`` copies it, so the parameter ``lagged_encoder`` is never changed."""
+        return self.lagged_encoder if self.lagged_encoder is not None else self.encoder
+
     def fit(
         self,
         data: Any,
-        lag: int = 1,
+        lag: int | None = None,
         *,
         callback: Callable[[int, DPNet], None] | None = None,
     ) -> VAMPNet:
         """Train both lobes on ``data`` (same forms as :meth:`dpnets.DPNet.fit`)."""
-        given = self.lagged_encoder
-        if given is None:  # a separate lobe with the same initial weights (Mardt et al.)
-            self.lagged_encoder = copy.deepcopy(self.encoder)
-        try:
-            super().fit(data, lag, callback=callback)
-        finally:
-            self.lagged_encoder = given
+        super().fit(data, lag, callback=callback)
         return self
