@@ -453,12 +453,15 @@ def test_dpnet_generator_mode_dirichlet_validation_and_io(tmp_path):
     assert net.lag_ is None and net.n_features_ == 3 and len(net.history_["val_score"]) == 3
     assert np.isfinite(net.evaluate(x))
     net.save(tmp_path / "net.pt")
-    back = dpnets.load(tmp_path / "net.pt")
+    with pytest.raises(ValueError, match=r"trained with an SDE.*load\(path, sde=\.\.\.\)"):
+        dpnets.load(tmp_path / "net.pt")  # the SDE (callables) is not stored: asked for
+    back = dpnets.load(tmp_path / "net.pt", sde=sde)
+    assert back.sde is sde and back.score == "dirichlet"
     np.testing.assert_allclose(back.transform(x[:5]), net.transform(x[:5]), rtol=1e-6)
-    assert back.score == "dirichlet"
+    assert np.isfinite(back.evaluate(x))
     gen = Generator(net).fit(x)  # the SDE comes from the DPNet
     gen.save(tmp_path / "gen.pt")
-    gback = dpnets.load(tmp_path / "gen.pt")  # the DPNet feature map is stored with it
+    gback = dpnets.load(tmp_path / "gen.pt", sde=None)  # the DPNet feature map is stored too
     assert isinstance(gback.features, DPNet) and gback.sde is None
     np.testing.assert_allclose(gback.eig(), gen.eig(), rtol=1e-12)
     np.testing.assert_allclose(gback.predict(x[:3], 0.7), gen.predict(x[:3], 0.7), rtol=1e-6)

@@ -218,3 +218,34 @@ def test_single_byte_corruptions_never_load_silently_different(tmp_path, fitted)
             continue
         np.testing.assert_array_equal(back.predict(x[:20], t=[1, 3]), ref)
     assert raised >= 30
+
+
+def test_optimizer_classes_are_saved_or_refused(tmp_path, fitted):
+    x, _, _ = fitted
+    torch.manual_seed(0)
+    net = DPNet(
+        MLP(1, (8,), 2), optimizer=torch.optim.SGD, epochs=1, batch_size=256, progress=False
+    ).fit(x)
+    net.save(tmp_path / "sgd.pt")
+    assert dpnets.load(tmp_path / "sgd.pt").optimizer is torch.optim.SGD
+
+    class MyAdam(torch.optim.Adam):
+        pass
+
+    net.optimizer = MyAdam
+    with pytest.raises(TypeError, match="cannot save optimizer="):
+        net.save(tmp_path / "mine.pt")
+    assert not (tmp_path / "mine.pt").exists()
+
+
+def test_files_of_the_previous_layout_still_load(tmp_path, fitted):
+    """An operator whose DPNet feature map was stored under the earlier "dpnet" layout."""
+    x, _, op = fitted
+    path = tmp_path / "op.pt"
+    op.save(path)
+    payload = _payload(path)
+    cfg = json.loads(payload["config"])
+    cfg["features"] = {"kind": "dpnet", "config": cfg["features"]["config"]}
+    payload["config"] = json.dumps(cfg)
+    _rewrite(path, payload)
+    np.testing.assert_array_equal(dpnets.load(path).predict(x[:5], 2), op.predict(x[:5], 2))

@@ -23,8 +23,4 @@ __all__ = [
     "__version__",
 ]
 
-from dpnets.io import _register_core  # noqa: E402
-
-_register_core()
-
 from dpnets import baselines  # noqa: E402,F401  (registers the baseline kinds for load)

@@ -35,7 +35,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from dpnets.nn.registry import build, describe
+from dpnets.nn.registry import build
 
 __all__ = [
     "save",
@@ -46,6 +46,9 @@ __all__ = [
     "arrays_to_tensors",
     "atomic_write",
     "InvalidModelFile",
+    "kind_of",
+    "sub_state",
+    "restore_module",
 ]
 
 
@@ -80,115 +83,53 @@ def arrays_to_tensors(model: Any, names: Sequence[str], tensors: dict[str, torch
         tensors[name] = torch.from_numpy(np.ascontiguousarray(getattr(model, name)))
 
 
-def _dpnet_payload(model: Any, prefix: str, tensors: dict[str, torch.Tensor]) -> dict:
-    from dpnets.exceptions import check_is_fitted
-
-    check_is_fitted(model, "encoder_")
-    cfg = {
-        "score": model.score,
-        "gamma": float(model.gamma),
-        "lr": float(model.lr),
-        "batch_size": int(model.batch_size),
-        "epochs": int(model.epochs),
-        "val_fraction": float(model.val_fraction),
-        "standardize": model.standardize,
-        "constant": bool(model.constant),
-        "optimizer": model.optimizer if isinstance(model.optimizer, str) else "adam",
-        "optimizer_kwargs": model.optimizer_kwargs,
-        "seed": model.seed,
-        "progress": bool(model.progress),
-    }
-    fitted = {
-        "history_": model.history_,
-        "best_epoch_": model.best_epoch_,
-        "state_shape_": list(model.state_shape_),
-        "n_features_": int(model.n_features_),
-        "lag_": model.lag_,
-        "n_train_": int(model.n_train_),
-    }
-    spec = {
-        "encoder": describe(model.encoder_),
-        "lagged_encoder": (
-            describe(model.lagged_encoder_) if model.lagged_encoder_ is not None else None
-        ),
-        "has_lagged_encoder": model.lagged_encoder_ is not None,
-    }
-    if model.input_shift_ is not None:
-        tensors[f"{prefix}input_shift_"] = torch.from_numpy(np.asarray(model.input_shift_))
-        tensors[f"{prefix}input_scale_"] = torch.from_numpy(np.asarray(model.input_scale_))
-    for k, v in model.encoder_.state_dict().items():
-        tensors[f"{prefix}encoder.{k}"] = v.detach().cpu()
-    if model.lagged_encoder_ is not None:
-        for k, v in model.lagged_encoder_.state_dict().items():
-            tensors[f"{prefix}lagged_encoder.{k}"] = v.detach().cpu()
-    return {"params": cfg, "fitted": fitted, "modules": spec}
+def kind_of(model: Any) -> str | None:
+    """The registered kind name of ``model``'s exact class, or None."""
+    for kind, (cls, _, _) in _KINDS.items():
+        if type(model) is cls:
+            return kind
+    return None
 
 
 def dump_features(features: Any, tensors: dict[str, torch.Tensor]) -> dict:
-    """Config for a model's feature map: identity (None), a DPNet (stored), or custom."""
-    from dpnets.representation import DPNet
-
+    """Config of a model's feature map: identity (None), a registered dpnets model (stored
+    whole, its tensors under ``features.``), or a custom callable (given again at load)."""
     if features is None:
         return {"kind": "identity", "config": None}
-    if isinstance(features, DPNet):
-        return {"kind": "dpnet", "config": _dpnet_payload(features, "features.", tensors)}
+    kind = kind_of(features)
+    if kind is not None:
+        sub: dict[str, torch.Tensor] = {}
+        cfg = _KINDS[kind][1](features, sub)
+        tensors.update({f"features.{k}": v for k, v in sub.items()})
+        return {"kind": "model", "model_kind": kind, "config": cfg}
     return {"kind": "custom", "config": None}
 
 
-def restore_features(
-    cfg: dict,
-    tensors: dict[str, torch.Tensor],
-    *,
-    features: Any = None,
-    encoder: nn.Module | None = None,
-    lagged_encoder: nn.Module | None = None,
-    device: str | torch.device = "cpu",
-) -> Any:
-    """Inverse of :func:`dump_features`."""
+def restore_features(cfg: dict, tensors: dict[str, torch.Tensor], **kw: Any) -> Any:
+    """Inverse of :func:`dump_features`; ``kw`` are :func:`load`'s keyword arguments
+    (``features=`` supplies a custom feature map)."""
     if cfg["kind"] == "identity":
         return None
-    if cfg["kind"] == "dpnet":
-        return _load_dpnet(cfg["config"], tensors, "features.", encoder, lagged_encoder, device)
-    if features is None:
+    if cfg["kind"] in ("model", "dpnet"):  # "dpnet": the layout of earlier files
+        kind = cfg.get("model_kind", "DPNet")
+        if kind not in _KINDS:
+            raise InvalidModelFile(f"unknown feature-map kind {kind!r}")
+        sub = sub_state(tensors, "features.")
+        return _KINDS[kind][2](cfg["config"], sub, **{**kw, "features": None})
+    if kw.get("features") is None:
         raise ValueError(
             "this model was fitted on a custom feature map; pass it as load(path, features=...)"
         )
-    return features
+    return kw["features"]
 
 
-_OPERATOR_ARRAYS = ("operator_", "cx_", "cxy_", "_cx_pinv", "features_x_", "state_coef_")
-
-
-def _operator_payload(model: Any, tensors: dict[str, torch.Tensor]) -> dict:
-    from dpnets.exceptions import check_is_fitted
-
-    check_is_fitted(model, "operator_")
-    arrays_to_tensors(model, _OPERATOR_ARRAYS, tensors)
-    if getattr(model, "feature_shift_", None) is not None:
-        arrays_to_tensors(model, ("feature_shift_", "feature_scale_"), tensors)
-    return {
-        "params": {
-            "ridge": float(model.ridge),
-            "rtol": model.rtol,
-            "constant": model.constant,
-            "dt": float(model.dt),
-        },
-        "fitted": {
-            "constant_": bool(model.constant_),
-            "lag_": model.lag_,
-            "rank_": int(model.rank_),
-            "n_samples_": int(model.n_samples_),
-            "n_features_": int(model.n_features_),
-            "state_shape_": list(model.state_shape_),
-        },
-        "features": dump_features(model.features, tensors),
-    }
+def sub_state(tensors: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
+    """The tensors whose names start with ``prefix``, with the prefix removed."""
+    return {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
 
 
 def save(model: Any, path: str | os.PathLike) -> None:
-    """Save a fitted dpnets model (DPNet, TransferOperator, ...) to ``path``."""
-    import dpnets  # noqa: F401 - populates the registry
-
+    """Save a fitted dpnets model (DPNet, TransferOperator, ...) to ``path`` atomically."""
     matches = [(k, v[1]) for k, v in _KINDS.items() if type(model) is v[0]]
     if not matches:
         raise TypeError(f"cannot save objects of type {type(model).__name__}")
@@ -249,13 +190,7 @@ def _checksum(kind: str, config: str, tensors: dict[str, torch.Tensor]) -> str:
     return h.hexdigest()
 
 
-def _sub_state(tensors: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
-    return {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
-
-
-def _restore_module(
-    spec: dict | None, given: nn.Module | None, state: dict, what: str
-) -> nn.Module:
+def restore_module(spec: dict | None, given: nn.Module | None, state: dict, what: str) -> nn.Module:
     if given is not None:
         _check_state(given, state, what)
         module = given
@@ -299,120 +234,6 @@ def _check_state(module: nn.Module, state: dict, what: str) -> None:
         raise InvalidModelFile(f"the stored {what} does not match its configuration ({detail})")
 
 
-def _load_dpnet(
-    cfg: dict,
-    tensors: dict[str, torch.Tensor],
-    prefix: str,
-    encoder: nn.Module | None,
-    lagged_encoder: nn.Module | None,
-    device: str | torch.device,
-):
-    from dpnets.representation import DPNet
-
-    mods = cfg["modules"]
-    enc = _restore_module(
-        mods["encoder"], encoder, _sub_state(tensors, prefix + "encoder."), "encoder"
-    ).to(device)
-    lag_enc = None
-    if mods["has_lagged_encoder"]:
-        lag_enc = _restore_module(
-            mods["lagged_encoder"],
-            lagged_encoder,
-            _sub_state(tensors, prefix + "lagged_encoder."),
-            "lagged_encoder",
-        ).to(device)
-    model = DPNet(enc, lagged_encoder=lag_enc, device=device, **cfg["params"])
-    model.encoder_, model.lagged_encoder_ = enc, lag_enc
-    shift = tensors.get(prefix + "input_shift_")
-    model.input_shift_ = None if shift is None else shift.numpy()
-    model.input_scale_ = None if shift is None else tensors[prefix + "input_scale_"].numpy()
-    f = cfg["fitted"]
-    model.history_ = f["history_"]
-    model.best_epoch_ = f["best_epoch_"]
-    model.state_shape_ = tuple(f["state_shape_"])
-    model.n_features_ = f["n_features_"]
-    model.lag_ = f["lag_"]
-    model.n_train_ = f["n_train_"]
-    _check_dpnet(model)
-    return model
-
-
-def _check_dpnet(model: Any) -> None:
-    """A restored DPNet's recorded dimensions must match its encoder."""
-    shape, r = model.state_shape_, model.n_features_
-    if not all(isinstance(d, int) and d >= 1 for d in shape) or not isinstance(r, int):
-        raise InvalidModelFile(f"invalid state_shape_={shape!r} or n_features_={r!r}")
-    if int(np.prod(shape)) <= 10**6:  # a one-state forward pass checks the output size
-        p = next(model.encoder_.parameters(), None)
-        dtype = p.dtype if p is not None and p.is_floating_point() else torch.float32
-        device = p.device if p is not None else torch.device("cpu")
-        with torch.no_grad():
-            try:
-                out = model.encoder_(torch.zeros((2, *shape), dtype=dtype, device=device))
-            except Exception as err:  # noqa: BLE001
-                raise InvalidModelFile(
-                    f"the encoder does not accept states of shape {shape} ({err})"
-                ) from None
-        if out.ndim != 2 or out.shape[1] != r:
-            raise InvalidModelFile(
-                f"the encoder returns {tuple(out.shape[1:])} features, the file says {r}"
-            )
-
-
-def _restore_dpnet(cfg: dict, tensors: dict[str, torch.Tensor], **kw: Any) -> Any:
-    return _load_dpnet(
-        cfg, tensors, "", kw.get("encoder"), kw.get("lagged_encoder"), kw.get("device", "cpu")
-    )
-
-
-def _restore_operator(cfg: dict, tensors: dict[str, torch.Tensor], **kw: Any) -> Any:
-    from dpnets.operators import TransferOperator
-
-    op = TransferOperator(restore_features(cfg["features"], tensors, **kw), **cfg["params"])
-    for name in _OPERATOR_ARRAYS:
-        setattr(op, name, tensors[name].numpy())
-    shift = tensors.get("feature_shift_")
-    op.feature_shift_ = None if shift is None else shift.numpy()
-    op.feature_scale_ = None if shift is None else tensors["feature_scale_"].numpy()
-    restore_fitted_operator(op, cfg["fitted"])
-    return op
-
-
-def restore_fitted_operator(model: Any, fitted: dict) -> None:
-    """Set the fitted scalars saved by :func:`_operator_payload` and recompute the spectrum."""
-    model.constant_ = bool(fitted.get("constant_", False))
-    model.lag_ = fitted["lag_"]
-    model.rank_ = fitted["rank_"]
-    model.n_samples_ = fitted["n_samples_"]
-    model.n_features_ = fitted["n_features_"]
-    model.state_shape_ = tuple(fitted["state_shape_"])
-    check_fitted_arrays(model)
-    model._set_spectrum()
-
-
-def check_fitted_arrays(model: Any) -> None:
-    """The restored operator's scalars and arrays must agree (``InvalidModelFile`` if not)."""
-    r, n = model.n_features_, model.n_samples_
-    if not (isinstance(r, int) and isinstance(n, int) and 1 <= r <= n):
-        raise InvalidModelFile(f"invalid n_features_={r!r} / n_samples_={n!r}")
-    if not (isinstance(model.rank_, int) and 0 <= model.rank_ <= r):
-        raise InvalidModelFile(f"invalid rank_={model.rank_!r} for {r} features")
-    if model.lag_ is not None and not (isinstance(model.lag_, int) and model.lag_ >= 1):
-        raise InvalidModelFile(f"invalid lag_={model.lag_!r}")
-    if not all(isinstance(d, int) and d >= 1 for d in model.state_shape_):
-        raise InvalidModelFile(f"invalid state_shape_={model.state_shape_!r}")
-    d = int(np.prod(model.state_shape_))
-    shapes = {"operator_": (r, r), "cx_": (r, r), "_cx_pinv": (r, r), "features_x_": (n, r)}
-    shapes["state_coef_"] = (r, d)
-    for name, shape in shapes.items():
-        value = getattr(model, name, None)
-        if value is not None and tuple(np.shape(value)) != shape:
-            raise InvalidModelFile(
-                f"{name} has shape {tuple(np.shape(value))}, expected {shape} for "
-                f"n_features_={r}, n_samples_={n}"
-            )
-
-
 def load(
     path: str | os.PathLike,
     *,
@@ -438,9 +259,12 @@ def load(
     Returns
     -------
     The fitted model (DPNet, TransferOperator, ...).
-    """
-    import dpnets  # noqa: F401 - populates the registry
 
+    Raises
+    ------
+    InvalidModelFile
+        (a ``ValueError``) for any file that is not a valid dpnets model file, naming why.
+    """
     path = os.fspath(path)
     if os.path.isdir(path):
         raise InvalidModelFile(f"{path} is not a valid dpnets model file: it is a folder")
@@ -524,11 +348,3 @@ def _upgrade_v1(cfg: Any) -> None:
         params.setdefault("constant", False)
     for value in cfg.values():
         _upgrade_v1(value)
-
-
-def _register_core() -> None:
-    from dpnets.operators import TransferOperator
-    from dpnets.representation import DPNet
-
-    register("DPNet", DPNet, lambda m, t: _dpnet_payload(m, "", t), _restore_dpnet)
-    register("TransferOperator", TransferOperator, _operator_payload, _restore_operator)

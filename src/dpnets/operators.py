@@ -19,8 +19,17 @@ from torch.utils.data import DataLoader
 from dpnets.base import BaseEstimator
 from dpnets.data import check_states, chunks, is_streaming, pairs, resolve_lag, to_numpy
 from dpnets.exceptions import check_is_fitted
+from dpnets.io import (
+    InvalidModelFile,
+    arrays_to_tensors,
+    dump_features,
+    register,
+    restore_features,
+    save,
+)
 from dpnets.linalg import eig_biorthogonal, sym_matrix_function
 from dpnets.params import check_choice, check_int, check_real
+from dpnets.representation import DPNet
 
 __all__ = [
     "SpectralModel",
@@ -282,9 +291,7 @@ class SpectralModel(BaseEstimator):
         return shaped[0] if scalar else np.stack(shaped)
 
     def save(self, path: str) -> None:
-        """Save to ``path`` (see :func:`dpnets.load`)."""
-        from dpnets.io import save
-
+        """Save to ``path`` atomically (see :func:`dpnets.load`)."""
         save(self, path)
 
 
@@ -558,8 +565,6 @@ def _torch_features(features: Any, dtype: torch.dtype) -> tuple[Callable, torch.
     estimator's Itô derivatives are computed in float64 whatever the training precision.
     """
     import copy
-
-    from dpnets.representation import DPNet
 
     if features is None:
         return (lambda x: x.reshape(x.shape[0], -1)), torch.device("cpu")
@@ -908,8 +913,6 @@ _GENERATOR_ARRAYS = ("operator_", "cx_", "cxd_", "_cx_pinv", "features_x_", "sta
 
 
 def _dump_generator(model: Generator, tensors: dict) -> dict:
-    from dpnets.io import arrays_to_tensors, dump_features
-
     check_is_fitted(model, "operator_")
     arrays_to_tensors(model, _GENERATOR_ARRAYS, tensors)
     if getattr(model, "sample_weight_", None) is not None:
@@ -936,8 +939,6 @@ def _dump_generator(model: Generator, tensors: dict) -> dict:
 
 
 def _restore_generator(cfg: dict, tensors: dict, **kw: Any) -> Generator:
-    from dpnets.io import restore_features
-
     params = {"constant": False, **cfg["params"]}  # files before the constant: none added
     gen = Generator(restore_features(cfg["features"], tensors, **kw), **params)
     gen.constant_ = False
@@ -951,11 +952,89 @@ def _restore_generator(cfg: dict, tensors: dict, **kw: Any) -> Generator:
     return gen
 
 
-def _register_generator() -> None:
-    from dpnets.io import register
-
-    register("generator", Generator, _dump_generator, _restore_generator)
+_OPERATOR_ARRAYS = ("operator_", "cx_", "cxy_", "_cx_pinv", "features_x_", "state_coef_")
 
 
-_register_generator()
-__all__ += ["Generator"]
+def dump_operator(model: Any, tensors: dict[str, torch.Tensor]) -> dict:
+    """The saved form of a fitted :class:`TransferOperator` (and of DMD/EDMD, which add their
+    own parameters to it): parameters, fitted scalars, arrays in ``tensors``, feature map."""
+    check_is_fitted(model, "operator_")
+    arrays_to_tensors(model, _OPERATOR_ARRAYS, tensors)
+    if getattr(model, "feature_shift_", None) is not None:
+        arrays_to_tensors(model, ("feature_shift_", "feature_scale_"), tensors)
+    return {
+        "params": {
+            "ridge": float(model.ridge),
+            "rtol": model.rtol,
+            "constant": model.constant,
+            "dt": float(model.dt),
+        },
+        "fitted": {
+            "constant_": bool(model.constant_),
+            "lag_": model.lag_,
+            "rank_": int(model.rank_),
+            "n_samples_": int(model.n_samples_),
+            "n_features_": int(model.n_features_),
+            "state_shape_": list(model.state_shape_),
+        },
+        "features": dump_features(model.features, tensors),
+    }
+
+
+def restore_operator(cfg: dict, tensors: dict[str, torch.Tensor], **kw: Any) -> TransferOperator:
+    """Inverse of :func:`dump_operator` (``kw``: :func:`dpnets.load`'s keyword arguments)."""
+    op = TransferOperator(restore_features(cfg["features"], tensors, **kw), **cfg["params"])
+    for name in _OPERATOR_ARRAYS:
+        setattr(op, name, tensors[name].numpy())
+    shift = tensors.get("feature_shift_")
+    op.feature_shift_ = None if shift is None else shift.numpy()
+    op.feature_scale_ = None if shift is None else tensors["feature_scale_"].numpy()
+    restore_fitted_operator(op, cfg["fitted"])
+    return op
+
+
+def restore_fitted_operator(model: Any, fitted: dict) -> None:
+    """Set the fitted scalars saved by :func:`dump_operator`, check them against the arrays
+    and recompute the spectrum."""
+    model.constant_ = bool(fitted.get("constant_", False))
+    model.lag_ = fitted["lag_"]
+    model.rank_ = fitted["rank_"]
+    model.n_samples_ = fitted["n_samples_"]
+    model.n_features_ = fitted["n_features_"]
+    model.state_shape_ = tuple(fitted["state_shape_"])
+    check_fitted_arrays(model)
+    model._set_spectrum()
+
+
+def check_fitted_arrays(model: Any) -> None:
+    """The restored operator's scalars and arrays must agree (``InvalidModelFile`` if not)."""
+    r, n = model.n_features_, model.n_samples_
+    if not (isinstance(r, int) and isinstance(n, int) and 1 <= r <= n):
+        raise InvalidModelFile(f"invalid n_features_={r!r} / n_samples_={n!r}")
+    if not (isinstance(model.rank_, int) and 0 <= model.rank_ <= r):
+        raise InvalidModelFile(f"invalid rank_={model.rank_!r} for {r} features")
+    if model.lag_ is not None and not (isinstance(model.lag_, int) and model.lag_ >= 1):
+        raise InvalidModelFile(f"invalid lag_={model.lag_!r}")
+    if not all(isinstance(d, int) and d >= 1 for d in model.state_shape_):
+        raise InvalidModelFile(f"invalid state_shape_={model.state_shape_!r}")
+    d = int(np.prod(model.state_shape_))
+    shapes = {"operator_": (r, r), "cx_": (r, r), "_cx_pinv": (r, r), "features_x_": (n, r)}
+    shapes["state_coef_"] = (r, d)
+    for name, shape in shapes.items():
+        value = getattr(model, name, None)
+        if value is not None and tuple(np.shape(value)) != shape:
+            raise InvalidModelFile(
+                f"{name} has shape {tuple(np.shape(value))}, expected {shape} for "
+                f"n_features_={r}, n_samples_={n}"
+            )
+
+
+register("TransferOperator", TransferOperator, dump_operator, restore_operator)
+register("generator", Generator, _dump_generator, _restore_generator)
+__all__ += [
+    "Generator",
+    "dump_operator",
+    "restore_operator",
+    "restore_fitted_operator",
+    "check_fitted_arrays",
+]

@@ -23,11 +23,13 @@ from dpnets.data import (
     resolve_lag,
 )
 from dpnets.exceptions import check_is_fitted
+from dpnets.io import InvalidModelFile, register, restore_module, save, sub_state
+from dpnets.nn.registry import describe
 from dpnets.params import check_bool, check_choice, check_int, check_real, check_seed
 from dpnets.scores import GENERATOR_SCORES, SCORES, make_loss
 from dpnets.training import local_seed, resolve_device, train_estimator
 
-__all__ = ["DPNet", "InputScaler", "DEFAULTS"]
+__all__ = ["DPNet", "InputScaler", "DEFAULTS", "dump_dpnet", "restore_dpnet"]
 
 #: The defaults of :class:`DPNet`, chosen on ``benchmarks/bench_out_of_box.py`` (five systems
 #: with reference timescales, raw and rescaled data; see ``benchmarks/results/out_of_box``).
@@ -689,7 +691,152 @@ class DPNet(BaseEstimator):
 
     # ------------------------------------------------------------------ persistence
     def save(self, path: str) -> None:
-        """Save to ``path`` (JSON config + tensors; see :func:`dpnets.load`)."""
-        from dpnets.io import save
-
+        """Save to ``path`` atomically (JSON config + tensors; see :func:`dpnets.load`)."""
         save(self, path)
+
+
+# ---------------------------------------------------------------------------- persistence
+_NO_SDE = object()
+
+
+def _optimizer_name(optimizer: Any) -> str:
+    """A saveable optimizer: a name, or a class of ``torch.optim`` stored as its path."""
+    if isinstance(optimizer, str):
+        return optimizer
+    if isinstance(optimizer, type) and getattr(torch.optim, optimizer.__name__, None) is optimizer:
+        return f"torch.optim.{optimizer.__name__}"
+    raise TypeError(
+        f"cannot save optimizer={optimizer!r}: only names and torch.optim classes can be "
+        "saved; pass the optimizer's name, or the class again after loading"
+    )
+
+
+def _optimizer_from_name(name: str) -> Any:
+    if name.startswith("torch.optim."):
+        cls = getattr(torch.optim, name.rpartition(".")[2], None)
+        if not (isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer)):
+            raise InvalidModelFile(f"unknown optimizer {name!r}")
+        return cls
+    return name
+
+
+def dump_dpnet(model: DPNet, tensors: dict[str, Tensor]) -> dict:
+    """The saved form of a fitted DPNet (for :func:`dpnets.io.save`): parameters, fitted
+    state, encoder descriptions; weights and the input standardisation go to ``tensors``."""
+    check_is_fitted(model, "encoder_")
+    cfg = {
+        "score": model.score,
+        "gamma": float(model.gamma),
+        "lr": float(model.lr),
+        "batch_size": int(model.batch_size),
+        "epochs": int(model.epochs),
+        "val_fraction": float(model.val_fraction),
+        "standardize": model.standardize,
+        "constant": bool(model.constant),
+        "optimizer": _optimizer_name(model.optimizer),
+        "optimizer_kwargs": model.optimizer_kwargs,
+        "seed": model.seed,
+        "progress": bool(model.progress),
+    }
+    fitted = {
+        "history_": model.history_,
+        "best_epoch_": model.best_epoch_,
+        "state_shape_": list(model.state_shape_),
+        "n_features_": int(model.n_features_),
+        "lag_": model.lag_,
+        "n_train_": int(model.n_train_),
+    }
+    spec = {
+        "encoder": describe(model.encoder_),
+        "lagged_encoder": (
+            describe(model.lagged_encoder_) if model.lagged_encoder_ is not None else None
+        ),
+        "has_lagged_encoder": model.lagged_encoder_ is not None,
+        "has_sde": model.sde is not None,
+    }
+    if model.input_shift_ is not None:
+        tensors["input_shift_"] = torch.from_numpy(np.asarray(model.input_shift_))
+        tensors["input_scale_"] = torch.from_numpy(np.asarray(model.input_scale_))
+    for k, v in model.encoder_.state_dict().items():
+        tensors[f"encoder.{k}"] = v.detach().cpu()
+    if model.lagged_encoder_ is not None:
+        for k, v in model.lagged_encoder_.state_dict().items():
+            tensors[f"lagged_encoder.{k}"] = v.detach().cpu()
+    return {"params": cfg, "fitted": fitted, "modules": spec}
+
+
+def restore_dpnet(
+    cfg: dict,
+    tensors: dict[str, Tensor],
+    *,
+    encoder: nn.Module | None = None,
+    lagged_encoder: nn.Module | None = None,
+    device: str | torch.device = "cpu",
+    sde: Any = _NO_SDE,
+    cls: type[DPNet] | None = None,
+    **_: Any,
+) -> DPNet:
+    """Inverse of :func:`dump_dpnet` (``cls``: the DPNet subclass to rebuild)."""
+    mods = cfg["modules"]
+    if mods.get("has_sde") and sde is _NO_SDE:
+        raise ValueError(
+            "this DPNet was trained with an SDE (generator score), which cannot be stored: "
+            "pass it as load(path, sde=...), or sde=None to load it without (transform works; "
+            "refitting and evaluate need it)"
+        )
+    enc = restore_module(mods["encoder"], encoder, sub_state(tensors, "encoder."), "encoder")
+    enc = enc.to(device)
+    lag_enc = None
+    if mods["has_lagged_encoder"]:
+        lag_enc = restore_module(
+            mods["lagged_encoder"],
+            lagged_encoder,
+            sub_state(tensors, "lagged_encoder."),
+            "lagged_encoder",
+        ).to(device)
+    params = dict(cfg["params"])
+    params["optimizer"] = _optimizer_from_name(params.get("optimizer", "adam"))
+    if cls is None or cls is DPNet:
+        model = DPNet(enc, lagged_encoder=lag_enc, device=device, **params)
+        model.sde = None if sde is _NO_SDE else sde
+    else:  # a subclass with its own constructor (VAMPNet): its parameters only
+        names = set(cls._get_param_names()) - {"encoder", "lagged_encoder", "device"}
+        model = cls(enc, device=device, **{k: v for k, v in params.items() if k in names})
+    model.encoder_, model.lagged_encoder_ = enc, lag_enc
+    shift = tensors.get("input_shift_")
+    model.input_shift_ = None if shift is None else shift.numpy()
+    model.input_scale_ = None if shift is None else tensors["input_scale_"].numpy()
+    f = cfg["fitted"]
+    model.history_ = f["history_"]
+    model.best_epoch_ = f["best_epoch_"]
+    model.state_shape_ = tuple(f["state_shape_"])
+    model.n_features_ = f["n_features_"]
+    model.lag_ = f["lag_"]
+    model.n_train_ = f["n_train_"]
+    _check_restored(model)
+    return model
+
+
+def _check_restored(model: DPNet) -> None:
+    """A restored DPNet's recorded dimensions must match its encoder."""
+    shape, r = model.state_shape_, model.n_features_
+    if not all(isinstance(d, int) and d >= 1 for d in shape) or not isinstance(r, int):
+        raise InvalidModelFile(f"invalid state_shape_={shape!r} or n_features_={r!r}")
+    if int(np.prod(shape)) <= 10**6:  # a forward pass on two states checks the output size
+        p = next(model.encoder_.parameters(), None)
+        dtype = p.dtype if p is not None and p.is_floating_point() else torch.float32
+        device = p.device if p is not None else torch.device("cpu")
+        with torch.no_grad():
+            try:
+                out = model.encoder_(torch.zeros((2, *shape), dtype=dtype, device=device))
+            except Exception as err:  # noqa: BLE001 - any failure means a mismatched file
+                raise InvalidModelFile(
+                    f"the encoder does not accept states of shape {shape} ({err})"
+                ) from None
+        if out.ndim != 2 or out.shape[1] != r:
+            raise InvalidModelFile(
+                f"the encoder returns {tuple(out.shape[1:])} features, the file says {r}"
+            )
+
+
+register("DPNet", DPNet, dump_dpnet, restore_dpnet)

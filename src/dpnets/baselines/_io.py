@@ -15,6 +15,8 @@ import torch
 
 from dpnets import io
 from dpnets.nn.registry import describe
+from dpnets.operators import dump_operator, restore_fitted_operator, restore_operator
+from dpnets.representation import dump_dpnet, restore_dpnet
 
 from .autoencoders import ConsistentAutoencoder, DynamicAutoencoder, LatentLinear
 from .dictionaries import ChebyshevFeatures, MonomialFeatures, ProjectionFeatures
@@ -69,7 +71,7 @@ def _restore_dictionary(cfg: dict, tensors: Tensors, given: Any) -> Any:
 
 
 def _dump_dmd(model: DMD, tensors: Tensors) -> dict:
-    cfg = io._operator_payload(model, tensors)
+    cfg = dump_operator(model, tensors)
     cfg["params"]["rank"] = model.rank
     proj = model.projection_
     cfg["dictionary"] = _dump_dictionary(proj, tensors) if proj is not None else {"kind": "none"}
@@ -85,12 +87,12 @@ def _restore_dmd(cfg: dict, tensors: Tensors, **kw: Any) -> DMD:
     model.projection_ = proj
     sv = tensors.get("singular_values_")
     model.singular_values_ = sv.numpy() if sv is not None else None
-    op = io._restore_operator(_operator_cfg(cfg), tensors, **{**kw, "features": proj})
+    op = restore_operator(_operator_cfg(cfg), tensors, **{**kw, "features": proj})
     return _transplant(model, op, skip=("features",))
 
 
 def _dump_edmd(model: EDMD, tensors: Tensors) -> dict:
-    cfg = io._operator_payload(model, tensors)
+    cfg = dump_operator(model, tensors)
     named = isinstance(model.dictionary, str)
     cfg["params"].update(
         {
@@ -110,7 +112,7 @@ def _restore_edmd(cfg: dict, tensors: Tensors, **kw: Any) -> EDMD:
         params["dictionary"] = dictionary
     model = EDMD(**params)
     model.dictionary_ = dictionary
-    op = io._restore_operator(_operator_cfg(cfg), tensors, **{**kw, "features": dictionary})
+    op = restore_operator(_operator_cfg(cfg), tensors, **{**kw, "features": dictionary})
     return _transplant(model, op, skip=("features",))
 
 
@@ -188,7 +190,7 @@ def _restore_kernel_model(cls: type) -> Any:
         )
         if isinstance(model, NystromKernelDMD):
             model.centres_ = model.features_.centres
-        io.restore_fitted_operator(model, cfg["fitted"])
+        restore_fitted_operator(model, cfg["fitted"])
         return model
 
     return restore
@@ -196,8 +198,7 @@ def _restore_kernel_model(cls: type) -> Any:
 
 # ----------------------------------------------------------------------------- VAMPNets
 def _restore_vampnet(cfg: dict, tensors: Tensors, **kw: Any) -> VAMPNet:
-    net = io._restore_dpnet(cfg, tensors, **kw)
-    return _transplant(VAMPNet.__new__(VAMPNet), net)
+    return restore_dpnet(cfg, tensors, **{**kw, "cls": VAMPNet})
 
 
 # ----------------------------------------------------------------------------- autoencoders
@@ -246,8 +247,8 @@ def _restore_autoencoder(cls: type) -> Any:
         device = kw.get("device", "cpu")
         mods = {}
         for name in ("encoder", "decoder"):
-            mods[name] = io._restore_module(
-                cfg["modules"][name], kw.get(name), io._sub_state(tensors, name + "."), name
+            mods[name] = io.restore_module(
+                cfg["modules"][name], kw.get(name), io.sub_state(tensors, name + "."), name
             ).to(device)
         model = cls(mods["encoder"], mods["decoder"], device=device, **cfg["params"])
         f = cfg["fitted"]
@@ -292,7 +293,7 @@ def register_baselines() -> None:
         _dump_kernel_model,
         _restore_kernel_model(NystromKernelDMD),
     )
-    io.register("VAMPNet", VAMPNet, lambda m, t: io._dpnet_payload(m, "", t), _restore_vampnet)
+    io.register("VAMPNet", VAMPNet, dump_dpnet, _restore_vampnet)
     io.register(
         "DynamicAutoencoder",
         DynamicAutoencoder,
