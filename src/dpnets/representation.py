@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import json
+import os
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -27,7 +29,7 @@ from dpnets.io import InvalidModelFile, register, restore_module, save, sub_stat
 from dpnets.nn.registry import describe
 from dpnets.params import check_bool, check_choice, check_int, check_real, check_seed
 from dpnets.scores import GENERATOR_SCORES, SCORES, make_loss
-from dpnets.training import local_seed, resolve_device, train_estimator
+from dpnets.training import Checkpoint, local_seed, resolve_device, train_estimator
 
 __all__ = ["DPNet", "InputScaler", "DEFAULTS", "dump_dpnet", "restore_dpnet"]
 
@@ -256,6 +258,9 @@ class DPNet(BaseEstimator):
         lag: int | None = None,
         *,
         callback: Callable[[int, DPNet], None] | None = None,
+        checkpoint: str | os.PathLike | None = None,
+        checkpoint_every: int = 1,
+        resume: bool = False,
     ) -> DPNet:
         """Train the feature map on ``data``.
 
@@ -275,10 +280,21 @@ class DPNet(BaseEstimator):
         callback : callable, optional
             ``callback(epoch, model)`` after every epoch, with ``model`` usable (e.g.
             ``model.transform``) on the current weights — for learning curves of any metric.
+        checkpoint : path, optional
+            Write the training state (weights, optimiser, random generators, epoch, history,
+            best epoch) there atomically every ``checkpoint_every`` epochs and at the end.
+        checkpoint_every : int, default 1
+        resume : bool, default False
+            Continue from ``checkpoint`` if it exists (needs ``seed``, so that the data
+            split is the same); the result equals an uninterrupted fit (bit for bit on CPU).
+            A checkpoint of other data or settings is refused.
 
         Returns
         -------
         self
+
+        An interrupted or failed fit (Ctrl-C, an exception in ``callback``, divergence)
+        leaves the estimator exactly as it was before ``fit``.
 
         Raises
         ------
@@ -288,11 +304,26 @@ class DPNet(BaseEstimator):
             after some good epochs restores the best epoch with a warning instead.
         """
         self._check_params()
-        if self.score in GENERATOR_SCORES:
-            return self._fit_generator(data, callback)
-        device = resolve_device(self.device)
-        with local_seed(self.seed, device):
-            return self._fit_pairs(data, lag, callback, device)
+        ckpt = None
+        if checkpoint is not None:
+            every = check_int("checkpoint_every", checkpoint_every, 1)
+            if resume and self.seed is None:
+                raise ValueError("resume=True needs seed= (the same data split as the first run)")
+            ckpt = Checkpoint(checkpoint, every, bool(resume))
+        elif resume:
+            raise ValueError("resume=True needs checkpoint=PATH")
+        before = {k: v for k, v in vars(self).items() if k.endswith("_")}
+        try:
+            if self.score in GENERATOR_SCORES:
+                return self._fit_generator(data, callback, ckpt)
+            device = resolve_device(self.device)
+            with local_seed(self.seed, device):
+                return self._fit_pairs(data, lag, callback, device, ckpt)
+        except BaseException:
+            for k in [k for k in vars(self) if k.endswith("_")]:
+                delattr(self, k)
+            vars(self).update(before)
+            raise
 
     def _lagged_template(self) -> nn.Module | None:
         """The module psi' starts from (None: shared with psi); VAMPNet overrides it."""
@@ -304,6 +335,7 @@ class DPNet(BaseEstimator):
         lag: int | None,
         callback: Callable[[int, DPNet], None] | None,
         device: torch.device,
+        ckpt: Checkpoint | None,
     ) -> DPNet:
         gen = self._generator()
         enc = copy.deepcopy(self.encoder).to(device)
@@ -370,11 +402,33 @@ class DPNet(BaseEstimator):
             val_score=val_score,
             desc=f"DPNet[{self.score}]",
             callback=callback,
+            checkpoint=self._run_checkpoint(ckpt, gen, n_train, state_shape),
         )
         self.n_train_ = n_train
         return self
 
-    def _fit_generator(self, data: Any, callback: Callable[[int, DPNet], None] | None) -> DPNet:
+    def _run_checkpoint(
+        self, ckpt: Checkpoint | None, gen: torch.Generator, n_train: int, shape: tuple
+    ) -> Checkpoint | None:
+        """The checkpoint with this run's generator and fingerprint (data and settings)."""
+        if ckpt is None:
+            return None
+        params = {
+            k: v
+            for k, v in self.get_params(deep=False).items()
+            if isinstance(v, (str, int, float, bool, type(None)))
+        }
+        fingerprint = json.dumps(
+            [type(self).__name__, n_train, list(shape), params], sort_keys=True
+        )
+        return Checkpoint(ckpt.path, ckpt.every, ckpt.resume, (gen,), fingerprint)
+
+    def _fit_generator(
+        self,
+        data: Any,
+        callback: Callable[[int, DPNet], None] | None,
+        ckpt: Checkpoint | None = None,
+    ) -> DPNet:
         """Continuous-time mode: maximise ``P_d^gamma`` (Thm. 2, Eq. 14) on samples of pi."""
         from dpnets.ito import SDE, check_samples
 
@@ -390,10 +444,14 @@ class DPNet(BaseEstimator):
         x = check_samples(data)
         device = resolve_device(self.device)
         with local_seed(self.seed, device):
-            return self._fit_samples(x, callback, device)
+            return self._fit_samples(x, callback, device, ckpt)
 
     def _fit_samples(
-        self, x: np.ndarray, callback: Callable[[int, DPNet], None] | None, device: torch.device
+        self,
+        x: np.ndarray,
+        callback: Callable[[int, DPNet], None] | None,
+        device: torch.device,
+        ckpt: Checkpoint | None,
     ) -> DPNet:
         from dpnets.ito import warn_if_piecewise_linear
         from dpnets.scores import GeneratorLoss
@@ -447,6 +505,7 @@ class DPNet(BaseEstimator):
             val_score=val_score,
             desc=f"DPNet[{self.score}]",
             callback=callback,
+            checkpoint=self._run_checkpoint(ckpt, gen, n_train, tuple(x.shape[1:])),
         )
         self.n_train_ = n_train
         return self

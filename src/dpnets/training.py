@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
+import os
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -18,6 +19,8 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
+
+from dpnets.io import atomic_write
 
 __all__ = [
     "local_seed",
@@ -27,6 +30,7 @@ __all__ = [
     "train",
     "train_estimator",
     "TrainResult",
+    "Checkpoint",
 ]
 
 _OPTIMIZERS = {
@@ -101,6 +105,28 @@ def progress_bar(iterable: Iterable, enabled: bool, desc: str, total: int | None
 
 
 @dataclass
+class Checkpoint:
+    """Where and how often :func:`train` saves its state, and whether to resume from it.
+
+    A checkpoint holds the modules' and the optimiser's state, the epoch, the history, the
+    best epoch (and its weights) and the states of the random generators (``generators``
+    and torch's own), written atomically after every ``every`` epochs and after the last.
+    With ``resume`` an existing checkpoint is continued exactly: on CPU the final weights
+    are bit-identical to an uninterrupted run. ``fingerprint`` identifies the run; a
+    checkpoint of another run is refused.
+    """
+
+    path: str | os.PathLike
+    every: int = 1
+    resume: bool = False
+    generators: Sequence[torch.Generator] = ()
+    fingerprint: str = ""
+
+
+_CHECKPOINT_FORMAT = "dpnets-checkpoint"
+
+
+@dataclass
 class TrainResult:
     """Outcome of :func:`train`."""
 
@@ -121,6 +147,7 @@ def train(
     progress: bool = True,
     desc: str = "training",
     callback: Callable[[int], None] | None = None,
+    checkpoint: Checkpoint | None = None,
 ) -> TrainResult:
     """Optimise ``modules`` by minimising ``batch_loss`` over ``batches`` for ``epochs``.
 
@@ -141,6 +168,8 @@ def train(
         Show a progress bar (needs tqdm).
     callback : callable, optional
         Called with the epoch index after each epoch (e.g. to record metrics).
+    checkpoint : Checkpoint, optional
+        Save the training state periodically and/or resume from it.
 
     Returns
     -------
@@ -181,7 +210,13 @@ def train(
     best_epoch: int | None = None
     last_state: list[dict[str, Tensor]] | None = None  # last finite epoch, without validation
     last_epoch: int | None = None
-    bar = progress_bar(range(epochs), progress, desc, total=epochs)
+    start = 0
+    if checkpoint is not None and checkpoint.resume and os.path.exists(checkpoint.path):
+        saved = _read_checkpoint(checkpoint, modules, opt)
+        start, history, initial = saved["epoch"], saved["history"], saved["initial"]
+        best, best_epoch, best_state = saved["best"], saved["best_epoch"], saved["best_state"]
+        last_state, last_epoch = saved["last_state"], saved["last_epoch"]
+    bar = progress_bar(range(start, epochs), progress, desc, total=epochs - start)
     for epoch in bar:
         for m in modules:
             m.train()
@@ -231,6 +266,24 @@ def train(
             callback(epoch)
         if hasattr(bar, "set_postfix"):
             bar.set_postfix(postfix)
+        if checkpoint is not None and ((epoch + 1) % checkpoint.every == 0 or epoch + 1 == epochs):
+            state = {
+                "format": _CHECKPOINT_FORMAT,
+                "fingerprint": checkpoint.fingerprint,
+                "epoch": epoch + 1,
+                "modules": [m.state_dict() for m in modules],
+                "optimizer": opt.state_dict(),
+                "history": history,
+                "initial": initial,
+                "best": best,
+                "best_epoch": best_epoch,
+                "best_state": best_state,
+                "last_state": last_state,
+                "last_epoch": last_epoch,
+                "generators": [g.get_state() for g in checkpoint.generators],
+                "torch_rng": torch.get_rng_state(),
+            }
+            atomic_write(checkpoint.path, lambda fh, state=state: torch.save(state, fh))
     if best_state is not None:
         for m, s in zip(modules, best_state, strict=False):
             m.load_state_dict(s)
@@ -244,6 +297,31 @@ def train(
     for m in modules:
         m.eval()
     return TrainResult(history=history, best_epoch=best_epoch)
+
+
+def _read_checkpoint(
+    checkpoint: Checkpoint, modules: Sequence[nn.Module], opt: torch.optim.Optimizer
+) -> dict[str, Any]:
+    """Load a checkpoint into ``modules``, ``opt`` and the generators; return the rest."""
+    path = os.fspath(checkpoint.path)
+    try:
+        saved = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # noqa: BLE001 - any unreadable file gets the same answer
+        raise ValueError(f"{path} is not a readable dpnets checkpoint ({err})") from None
+    if not isinstance(saved, dict) or saved.get("format") != _CHECKPOINT_FORMAT:
+        raise ValueError(f"{path} is not a dpnets checkpoint")
+    if saved.get("fingerprint") != checkpoint.fingerprint:
+        raise ValueError(
+            f"the checkpoint {path} belongs to a different run (other data or settings): "
+            "delete it or fit with resume=False"
+        )
+    for m, st in zip(modules, saved["modules"], strict=True):
+        m.load_state_dict(st)
+    opt.load_state_dict(saved["optimizer"])
+    for g, st in zip(checkpoint.generators, saved["generators"], strict=True):
+        g.set_state(st)
+    torch.set_rng_state(saved["torch_rng"])
+    return saved
 
 
 def _safe_score(val_score: Callable[[], float], modules: Sequence[nn.Module]) -> float:
@@ -265,6 +343,7 @@ def train_estimator(
     val_score: Callable[[], float] | None,
     desc: str,
     callback: Callable[[int, Any], None] | None = None,
+    checkpoint: Checkpoint | None = None,
 ) -> TrainResult:
     """:func:`train` with the optimisation settings an estimator stores (``epochs``, ``lr``,
     ``optimizer``, ``optimizer_kwargs``, ``progress``); sets ``est.history_`` and
@@ -281,6 +360,7 @@ def train_estimator(
         progress=est.progress,
         desc=desc,
         callback=None if callback is None else (lambda epoch: callback(epoch, est)),
+        checkpoint=checkpoint,
     )
     est.history_ = result.history
     est.best_epoch_ = result.best_epoch

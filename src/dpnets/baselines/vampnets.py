@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -108,13 +107,7 @@ class VAMPNet(DPNet):
         ``fit`` copies it, so the parameter ``lagged_encoder`` is never changed."""
         return self.lagged_encoder if self.lagged_encoder is not None else self.encoder
 
-    def fit(
-        self,
-        data: Any,
-        lag: int | None = None,
-        *,
-        callback: Callable[[int, DPNet], None] | None = None,
-    ) -> VAMPNet:
-        """Train both lobes on ``data`` (same forms as :meth:`dpnets.DPNet.fit`)."""
-        super().fit(data, lag, callback=callback)
+    def fit(self, data: Any, lag: int | None = None, **kwargs: Any) -> VAMPNet:
+        """Train both lobes on ``data`` (same forms and options as :meth:`dpnets.DPNet.fit`)."""
+        super().fit(data, lag, **kwargs)
         return self
