@@ -111,3 +111,25 @@ def test_vampnet_lagged_lobe_starts_from_the_encoder_and_is_trained_separately()
     a, b = net.transform(x[:50]), net.transform(x[:50], lagged=True)
     assert not np.allclose(a, b)  # two lobes, trained apart
     assert net.lagged_encoder_ is not net.encoder_ and net.encoder_ is not enc
+
+
+def test_score_and_grid_search():
+    from sklearn.model_selection import GridSearchCV
+
+    from dpnets.base import vamp2_scorer
+    from dpnets.systems import OrnsteinUhlenbeck
+
+    ou = OrnsteinUhlenbeck(theta=1.0, sigma=np.sqrt(2.0), dt=0.2)
+    x = ou.sample(20_000, seed=0)
+    hermite = lambda s: np.hstack([s, s**2 - 1])  # noqa: E731 - exact eigenfunctions
+    op = TransferOperator(hermite).fit(x)
+    # VAMP-2 of [1, He1, He2] on fresh data: the sum of the squared eigenvalues
+    fresh = ou.sample(20_000, seed=1)
+    assert op.score(fresh) == pytest.approx(np.sum(ou.eigvals(3) ** 2), abs=0.02)
+    gs = GridSearchCV(TransferOperator(hermite), {"constant": [True, False]}, cv=3).fit(x)
+    assert gs.best_params_ == {"constant": True}  # without the constant the score drops
+    torch.manual_seed(0)
+    net = DPNet(MLP(1, (16,), 2), epochs=2, seed=0, progress=False)
+    gs = GridSearchCV(net, {"gamma": [0.0, 1.0]}, cv=2, scoring=vamp2_scorer).fit(x)
+    assert np.all(np.isfinite(gs.cv_results_["mean_test_score"]))
+    assert 1.0 < vamp2_scorer(gs.best_estimator_, fresh) <= 3.0

@@ -50,10 +50,21 @@ def test_seed_reproducibility(ou_traj):
 
 
 def test_history_and_best_epoch_restore(ou_traj):
-    net = _small_fit(ou_traj, epochs=6, seed=0)
+    per_epoch = []
+    net = _small_fit(
+        ou_traj,
+        epochs=6,
+        seed=0,
+        lr=0.3,
+        callback=lambda e, m: per_epoch.append(m.transform(ou_traj)),
+    )
     h = net.history_
     assert len(h["train_score"]) == 6 and len(h["val_score"]) == 6
     assert net.best_epoch_ == int(np.argmax(h["val_score"]))
+    assert net.best_epoch_ < 5  # this run peaks early: the restore below is not the last epoch
+    # the weights in place are those of the best validation epoch
+    np.testing.assert_array_equal(net.transform(ou_traj), per_epoch[net.best_epoch_])
+    assert not np.array_equal(per_epoch[-1], per_epoch[net.best_epoch_])
     # every epoch produced a finite training score
     assert np.all(np.isfinite(h["train_score"]))
     assert net.n_features_ == 3 and net.state_shape_ == (1,)
@@ -104,13 +115,34 @@ def test_dataset_and_dataloader_inputs(ou_traj):
 
 def test_separate_lagged_encoder(ou_traj):
     torch.manual_seed(0)
+    enc, lagged = MLP(1, (16,), 3), MLP(1, (16,), 3)
     net = DPNet(
-        MLP(1, (16,), 3),
-        lagged_encoder=MLP(1, (16,), 3),
+        enc,
+        lagged_encoder=lagged,
         score="vamp2",
         gamma=0.0,
         epochs=2,
         batch_size=256,
         progress=False,
+        seed=0,
+    )
+    untrained = DPNet(
+        enc,
+        lagged_encoder=lagged,
+        score="vamp2",
+        gamma=0.0,
+        epochs=1,
+        lr=1e-12,
+        batch_size=256,
+        progress=False,
+        seed=0,
     ).fit(ou_traj)
+    net.fit(ou_traj)
     assert not np.allclose(net.transform(ou_traj), net.transform(ou_traj, lagged=True))
+    # both lobes were trained: each moved away from its initial weights, and the pair scores
+    # higher than the untrained pair
+    for lag_side in (False, True):
+        assert not np.allclose(
+            net.transform(ou_traj, lagged=lag_side), untrained.transform(ou_traj, lagged=lag_side)
+        )
+    assert net.evaluate(ou_traj, score="vamp2") > untrained.evaluate(ou_traj, score="vamp2") + 0.1

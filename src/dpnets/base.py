@@ -13,7 +13,22 @@ import inspect
 from collections import defaultdict
 from typing import Any
 
-__all__ = ["BaseEstimator"]
+__all__ = ["BaseEstimator", "vamp2_scorer"]
+
+
+def vamp2_scorer(estimator: Any, X: Any, y: Any = None) -> float:
+    """scikit-learn scorer: the VAMP-2 score ``P^0`` of a fitted estimator on held-out ``X``.
+
+    For a :class:`dpnets.DPNet` (whose parameter ``score`` names its training score, so it
+    has no ``score`` method) the unpenalised projection score of ``[1, psi]`` at its lag,
+    comparable across ``gamma``, scores and learning rates; for the linear models their
+    ``score(X)``. Use it as ``GridSearchCV(DPNet(...), grid, scoring=vamp2_scorer)``.
+    """
+    if hasattr(estimator, "encoder_") and hasattr(estimator, "evaluate"):
+        return float(
+            estimator.evaluate(X, getattr(estimator, "lag_", None) or 1, "projection", 0.0)
+        )
+    return float(estimator.score(X))
 
 
 class BaseEstimator:
@@ -68,6 +83,18 @@ class BaseEstimator:
                 raise ValueError(f"parameter {name!r} of {type(self).__name__} has no parameters")
             target.set_params(**sub)
         return self
+
+    def __sklearn_tags__(self) -> Any:
+        """scikit-learn's estimator tags (scikit-learn >= 1.6 asks for them): an unsupervised
+        estimator of trajectories (``fit(X)``, no target), scored by ``score(X)``."""
+        from sklearn.utils import InputTags, Tags, TargetTags
+
+        return Tags(
+            estimator_type=None,
+            target_tags=TargetTags(required=False),
+            input_tags=InputTags(one_d_array=True, two_d_array=True, three_d_array=True),
+            no_validation=True,  # dpnets validates its own inputs
+        )
 
     def __repr__(self) -> str:
         sig = inspect.signature(type(self).__init__)

@@ -290,6 +290,28 @@ class SpectralModel(BaseEstimator):
         shaped = [o.reshape(o.shape[0], *obs_shape) for o in out]
         return shaped[0] if scalar else np.stack(shaped)
 
+    def score(self, X: Any, y: Any = None, lag: int | None = None) -> float:
+        """VAMP-2 score of the estimator's features on (held-out) data, higher is better.
+
+        ``||Cx^{-1/2} Cxy Cy^{-1/2}||_F^2`` of the features the estimator regresses on (the
+        constant included when it was added; :func:`dpnets.scores.projection_score` with
+        ``gamma = 0``) over the lagged pairs of ``X`` at ``lag`` (default: the fitted
+        ``lag_``). It makes scikit-learn's model selection work (``GridSearchCV`` calls
+        ``score(X_test)``); scores are comparable between models with the same number of
+        features. ``y`` is ignored (scikit-learn's signature).
+        """
+        from dpnets.scores import projection_score
+
+        check_is_fitted(self, "operator_")
+        lag = self.lag_ if lag is None else lag
+        if lag is None:
+            raise ValueError("the model's lag is unknown: pass score(X, lag=k)")
+        p = pairs(X, resolve_lag(X, lag)[0])
+        fx = torch.as_tensor(self.transform(p.X))
+        fy = torch.as_tensor(self.transform(p.Y))
+        with torch.no_grad():
+            return float(projection_score(fx, fy, 0.0))
+
     def save(self, path: str) -> None:
         """Save to ``path`` atomically (see :func:`dpnets.load`)."""
         save(self, path)

@@ -733,8 +733,14 @@ class DPNet(BaseEstimator):
 
     __call__ = transform
 
-    def evaluate(self, data: Any, lag: int | None = None, score: str | None = None) -> float:
-        """The score (default: the training score, with ``gamma``) on held-out ``data``.
+    def evaluate(
+        self,
+        data: Any,
+        lag: int | None = None,
+        score: str | None = None,
+        gamma: float | None = None,
+    ) -> float:
+        """A score (default: the training score, with the model's ``gamma``) on ``data``.
 
         For the generator scores ``data`` are samples of the invariant distribution.
         """
@@ -744,7 +750,8 @@ class DPNet(BaseEstimator):
         p = pairs(data, resolve_lag(data, lag)[0])
         fx = self._encode(p.X, False, 8192)
         fy = self._encode(p.Y, True, 8192)
-        loss = make_loss(score or self.score, float(self.gamma), constant=bool(self.constant))
+        g = float(self.gamma) if gamma is None else check_real("gamma", gamma, 0.0)
+        loss = make_loss(score or self.score, g, constant=bool(self.constant))
         with torch.no_grad():
             return -float(loss(fx, fy))
 
