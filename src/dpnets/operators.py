@@ -9,7 +9,7 @@ Koopman modes and implied timescales.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -243,9 +243,21 @@ class SpectralModel(BaseEstimator):
                 f"got {f.shape[0]} rows"
             )
         f_flat = np.asarray(f, dtype=np.float64).reshape(f.shape[0], -1)
-        coef = self._cx_pinv @ (self.features_x_.T @ f_flat) / self.n_samples_
+        coef = self._cx_pinv @ (self._training_features().T @ f_flat) / self.n_samples_
         # a 1-D observable (one scalar per sample) gives 1-D forecasts
         return coef, (() if np.ndim(observable) == 1 else tuple(f.shape[1:]))
+
+    def _training_features(self) -> np.ndarray:
+        """The training inputs' features (kept in memory after ``fit``, not in model files,
+        whose size must not grow with the data)."""
+        phi = getattr(self, "features_x_", None)
+        if phi is None:
+            raise ValueError(
+                "this model was loaded from a file, which does not store the training features "
+                "(n x r): refit it to use observables given on the training samples, or pass "
+                "the states X explicitly; forecasts of the state itself work as they are"
+            )
+        return phi
 
     def predict(self, X: Any, t: Any = 1, observable: Any = None) -> np.ndarray:
         """Forecast ``E[f(X_t) | X_0 = x]`` through the modal decomposition.
@@ -450,6 +462,7 @@ class TransferOperator(SpectralModel):
         self.n_samples_, self.n_features_ = n, r
         self.state_shape_ = tuple(state_shape)
         self.features_x_ = phi_x
+        self.features_mean_ = phi_x.mean(0)
         # least-squares coefficients of the state at time lag on psi(X_0) (App. D.2)
         self.state_coef_ = self._cx_pinv @ xty / n
         self._set_spectrum()
@@ -556,13 +569,15 @@ class TransferOperator(SpectralModel):
         check_is_fitted(self, "operator_")
         k = int(np.argmin(np.abs(self.eigvals_ - 1.0)))
         u = np.real(self._cx_pinv @ np.conj(self.left_eigvecs_[:, k]))
-        norm = float(self.features_x_.mean(0) @ u)
+        mean = getattr(self, "features_mean_", None)
+        mean = self._training_features().mean(0) if mean is None else mean
+        norm = float(mean @ u)
         if not abs(norm) > 0:
             raise ValueError(
                 "the stationary eigenvector has zero mean weight on the training data; add the "
                 "constant function to the features"
             )
-        phi = self.features_x_ if X is None else self.transform(X)
+        phi = self._training_features() if X is None else self.transform(X)
         return (phi @ u) / norm
 
 
@@ -861,7 +876,7 @@ class Generator(SpectralModel):
                 f"got {f.shape[0]} rows"
             )
         f_flat = np.asarray(f, dtype=np.float64).reshape(f.shape[0], -1) * w[:, None]
-        coef = self._cx_pinv @ (self.features_x_.T @ f_flat) / self.n_samples_
+        coef = self._cx_pinv @ (self._training_features().T @ f_flat) / self.n_samples_
         return coef, (() if np.ndim(observable) == 1 else tuple(f.shape[1:]))
 
     def _set_spectrum(self) -> None:
@@ -931,7 +946,8 @@ class Generator(SpectralModel):
         return out
 
 
-_GENERATOR_ARRAYS = ("operator_", "cx_", "cxd_", "_cx_pinv", "features_x_", "state_coef_")
+#: saved arrays; the n x r training features are not saved (file size independent of n)
+_GENERATOR_ARRAYS = ("operator_", "cx_", "cxd_", "_cx_pinv", "state_coef_")
 
 
 def _dump_generator(model: Generator, tensors: dict) -> dict:
@@ -966,6 +982,7 @@ def _restore_generator(cfg: dict, tensors: dict, **kw: Any) -> Generator:
     gen.constant_ = False
     for name in _GENERATOR_ARRAYS:
         setattr(gen, name, tensors[name].numpy())
+    _restore_optional(gen, tensors, ("features_x_",))  # files before the size limit
     sw = tensors.get("sample_weight_")
     gen.sample_weight_ = None if sw is None else sw.numpy()
     for name, value in cfg["fitted"].items():
@@ -974,7 +991,8 @@ def _restore_generator(cfg: dict, tensors: dict, **kw: Any) -> Generator:
     return gen
 
 
-_OPERATOR_ARRAYS = ("operator_", "cx_", "cxy_", "_cx_pinv", "features_x_", "state_coef_")
+#: saved arrays; the n x r training features are not saved (file size independent of n)
+_OPERATOR_ARRAYS = ("operator_", "cx_", "cxy_", "_cx_pinv", "state_coef_")
 
 
 def dump_operator(model: Any, tensors: dict[str, torch.Tensor]) -> dict:
@@ -982,6 +1000,8 @@ def dump_operator(model: Any, tensors: dict[str, torch.Tensor]) -> dict:
     own parameters to it): parameters, fitted scalars, arrays in ``tensors``, feature map."""
     check_is_fitted(model, "operator_")
     arrays_to_tensors(model, _OPERATOR_ARRAYS, tensors)
+    if getattr(model, "features_mean_", None) is not None:
+        arrays_to_tensors(model, ("features_mean_",), tensors)
     if getattr(model, "feature_shift_", None) is not None:
         arrays_to_tensors(model, ("feature_shift_", "feature_scale_"), tensors)
     return {
@@ -1008,11 +1028,18 @@ def restore_operator(cfg: dict, tensors: dict[str, torch.Tensor], **kw: Any) -> 
     op = TransferOperator(restore_features(cfg["features"], tensors, **kw), **cfg["params"])
     for name in _OPERATOR_ARRAYS:
         setattr(op, name, tensors[name].numpy())
+    _restore_optional(op, tensors, ("features_x_", "features_mean_"))
     shift = tensors.get("feature_shift_")
     op.feature_shift_ = None if shift is None else shift.numpy()
     op.feature_scale_ = None if shift is None else tensors["feature_scale_"].numpy()
     restore_fitted_operator(op, cfg["fitted"])
     return op
+
+
+def _restore_optional(model: Any, tensors: dict[str, torch.Tensor], names: Sequence[str]) -> None:
+    for name in names:
+        t = tensors.get(name)
+        setattr(model, name, None if t is None else t.numpy())
 
 
 def restore_fitted_operator(model: Any, fitted: dict) -> None:

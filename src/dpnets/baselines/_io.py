@@ -131,14 +131,15 @@ def _jsonable(v: Any) -> Any:
 
 
 # ----------------------------------------------------------------------------- kernels
-_KERNEL_ARRAYS = ("operator_", "cx_", "cxy_", "_cx_pinv", "features_x_", "state_coef_")
+#: saved arrays; the n x r training features are not saved (file size independent of n)
+_KERNEL_ARRAYS = ("operator_", "cx_", "cxy_", "_cx_pinv", "state_coef_")
 
 
 def _dump_kernel_model(model: Any, tensors: Tensors) -> dict:
     from dpnets.exceptions import check_is_fitted
 
     check_is_fitted(model, "operator_")
-    io.arrays_to_tensors(model, _KERNEL_ARRAYS, tensors)
+    io.arrays_to_tensors(model, _KERNEL_ARRAYS + ("features_mean_",), tensors)
     for prefix, fm in (("features", model.features_), ("left_features", model.left_features_)):
         tensors[f"{prefix}.centres"] = torch.from_numpy(np.ascontiguousarray(fm.centres))
         tensors[f"{prefix}.weights"] = torch.from_numpy(np.ascontiguousarray(fm.weights))
@@ -179,6 +180,10 @@ def _restore_kernel_model(cls: type) -> Any:
         model = cls(params.pop("kernel"), **params)
         for name in _KERNEL_ARRAYS:
             setattr(model, name, tensors[name].numpy())
+        old = tensors.get("features_x_")  # files written before the size limit
+        model.features_x_ = None if old is None else old.numpy()
+        mean = tensors.get("features_mean_")
+        model.features_mean_ = None if mean is None else mean.numpy()
         model.kernel_ = kernel
         model.features_ = KernelFeatures(
             kernel, tensors["features.centres"].numpy(), tensors["features.weights"].numpy()

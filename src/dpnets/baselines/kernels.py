@@ -307,6 +307,7 @@ class _KernelRegression(TransferOperator):
         self.features_ = KernelFeatures(kernel, sol["centres"], sol["weights"])
         self.left_features_ = KernelFeatures(kernel, sol["left_centres"], sol["left_weights"])
         self.features_x_ = phi_x
+        self.features_mean_ = phi_x.mean(0)
         self.cx_ = phi_x.T @ phi_x / n
         self.cxy_ = phi_x.T @ phi_y / n
         # phi is whitened by construction: the operator needs no covariance inverse
