@@ -114,3 +114,21 @@ def test_an_interrupted_fit_leaves_the_estimator_as_it_was(ou):
         net.fit(ou[:1500], callback=_stop_at(3))
     assert net.encoder_ is encoder and net.history_ is history
     np.testing.assert_array_equal(net.transform(ou), before)
+
+
+def test_autoencoders_checkpoint_and_resume(tmp_path, ou):
+    from dpnets.baselines import DynamicAutoencoder
+
+    def make():
+        torch.manual_seed(0)
+        return DynamicAutoencoder(
+            MLP(1, (8,), 2), MLP(2, (8,), 1), n_steps=2, epochs=4, seed=0, progress=False
+        )
+
+    ref = make().fit(ou)
+    ck = tmp_path / "ae.pt"
+    with pytest.raises(Stop):
+        make().fit(ou, checkpoint=ck, callback=_stop_at(1))
+    res = make().fit(ou, checkpoint=ck, resume=True)
+    np.testing.assert_array_equal(res.transform(ou), ref.transform(ou))
+    np.testing.assert_array_equal(res.K_, ref.K_)

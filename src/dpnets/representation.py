@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import json
 import os
 import warnings
 from collections.abc import Callable, Iterable, Iterator
@@ -29,7 +28,15 @@ from dpnets.io import InvalidModelFile, register, restore_module, save, sub_stat
 from dpnets.nn.registry import describe
 from dpnets.params import check_bool, check_choice, check_int, check_real, check_seed
 from dpnets.scores import GENERATOR_SCORES, SCORES, make_loss
-from dpnets.training import Checkpoint, local_seed, resolve_device, train_estimator
+from dpnets.training import (
+    Checkpoint,
+    fit_checkpoint,
+    local_seed,
+    resolve_device,
+    restore_on_failure,
+    run_checkpoint,
+    train_estimator,
+)
 
 __all__ = ["DPNet", "InputScaler", "DEFAULTS", "dump_dpnet", "restore_dpnet"]
 
@@ -304,26 +311,13 @@ class DPNet(BaseEstimator):
             after some good epochs restores the best epoch with a warning instead.
         """
         self._check_params()
-        ckpt = None
-        if checkpoint is not None:
-            every = check_int("checkpoint_every", checkpoint_every, 1)
-            if resume and self.seed is None:
-                raise ValueError("resume=True needs seed= (the same data split as the first run)")
-            ckpt = Checkpoint(checkpoint, every, bool(resume))
-        elif resume:
-            raise ValueError("resume=True needs checkpoint=PATH")
-        before = {k: v for k, v in vars(self).items() if k.endswith("_")}
-        try:
+        ckpt = fit_checkpoint(self, checkpoint, checkpoint_every, resume)
+        with restore_on_failure(self):
             if self.score in GENERATOR_SCORES:
                 return self._fit_generator(data, callback, ckpt)
             device = resolve_device(self.device)
             with local_seed(self.seed, device):
                 return self._fit_pairs(data, lag, callback, device, ckpt)
-        except BaseException:
-            for k in [k for k in vars(self) if k.endswith("_")]:
-                delattr(self, k)
-            vars(self).update(before)
-            raise
 
     def _lagged_template(self) -> nn.Module | None:
         """The module psi' starts from (None: shared with psi); VAMPNet overrides it."""
@@ -402,26 +396,10 @@ class DPNet(BaseEstimator):
             val_score=val_score,
             desc=f"DPNet[{self.score}]",
             callback=callback,
-            checkpoint=self._run_checkpoint(ckpt, gen, n_train, state_shape),
+            checkpoint=run_checkpoint(self, ckpt, gen, n_train, state_shape),
         )
         self.n_train_ = n_train
         return self
-
-    def _run_checkpoint(
-        self, ckpt: Checkpoint | None, gen: torch.Generator, n_train: int, shape: tuple
-    ) -> Checkpoint | None:
-        """The checkpoint with this run's generator and fingerprint (data and settings)."""
-        if ckpt is None:
-            return None
-        params = {
-            k: v
-            for k, v in self.get_params(deep=False).items()
-            if isinstance(v, (str, int, float, bool, type(None)))
-        }
-        fingerprint = json.dumps(
-            [type(self).__name__, n_train, list(shape), params], sort_keys=True
-        )
-        return Checkpoint(ckpt.path, ckpt.every, ckpt.resume, (gen,), fingerprint)
 
     def _fit_generator(
         self,
@@ -505,7 +483,7 @@ class DPNet(BaseEstimator):
             val_score=val_score,
             desc=f"DPNet[{self.score}]",
             callback=callback,
-            checkpoint=self._run_checkpoint(ckpt, gen, n_train, tuple(x.shape[1:])),
+            checkpoint=run_checkpoint(self, ckpt, gen, n_train, tuple(x.shape[1:])),
         )
         self.n_train_ = n_train
         return self

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import json
 import math
 import os
 import warnings
@@ -31,6 +32,9 @@ __all__ = [
     "train_estimator",
     "TrainResult",
     "Checkpoint",
+    "fit_checkpoint",
+    "run_checkpoint",
+    "restore_on_failure",
 ]
 
 _OPTIMIZERS = {
@@ -124,6 +128,55 @@ class Checkpoint:
 
 
 _CHECKPOINT_FORMAT = "dpnets-checkpoint"
+
+
+def fit_checkpoint(
+    est: Any,
+    path: str | os.PathLike | None,
+    every: int,
+    resume: bool,
+) -> Checkpoint | None:
+    """Validate an estimator's ``fit(checkpoint=, checkpoint_every=, resume=)`` options."""
+    from dpnets.params import check_int
+
+    if path is None:
+        if resume:
+            raise ValueError("resume=True needs checkpoint=PATH")
+        return None
+    every = check_int("checkpoint_every", every, 1)
+    if resume and getattr(est, "seed", None) is None:
+        raise ValueError("resume=True needs seed= (the same data split as the first run)")
+    return Checkpoint(path, every, bool(resume))
+
+
+def run_checkpoint(
+    est: Any, ckpt: Checkpoint | None, gen: torch.Generator, n_train: int, shape: tuple
+) -> Checkpoint | None:
+    """``ckpt`` bound to this run: its batch generator and a fingerprint of the estimator's
+    plain parameters, the number of training samples and the state shape."""
+    if ckpt is None:
+        return None
+    params = {
+        k: v
+        for k, v in est.get_params(deep=False).items()
+        if isinstance(v, (str, int, float, bool, type(None)))
+    }
+    run = [type(est).__name__, n_train, list(shape), params]
+    return Checkpoint(ckpt.path, ckpt.every, ckpt.resume, (gen,), json.dumps(run, sort_keys=True))
+
+
+@contextlib.contextmanager
+def restore_on_failure(est: Any) -> Iterator[None]:
+    """If the block fails or is interrupted, put back the estimator's fitted state (the
+    attributes ending in ``_``) exactly as it was before."""
+    before = {k: v for k, v in vars(est).items() if k.endswith("_")}
+    try:
+        yield
+    except BaseException:
+        for k in [k for k in vars(est) if k.endswith("_")]:
+            delattr(est, k)
+        vars(est).update(before)
+        raise
 
 
 @dataclass

@@ -37,7 +37,15 @@ from dpnets.data import IndexBatcher, Pairs, chunks, is_streaming, pairs, resolv
 from dpnets.exceptions import check_is_fitted
 from dpnets.linalg import sym_pinv
 from dpnets.operators import SpectralModel, TransferOperator
-from dpnets.training import local_seed, resolve_device, train_estimator
+from dpnets.training import (
+    Checkpoint,
+    fit_checkpoint,
+    local_seed,
+    resolve_device,
+    restore_on_failure,
+    run_checkpoint,
+    train_estimator,
+)
 
 __all__ = ["DynamicAutoencoder", "ConsistentAutoencoder", "LatentLinear"]
 
@@ -144,6 +152,9 @@ class _KoopmanAutoencoder(SpectralModel):
         lag: int | None = None,
         *,
         callback: Callable[[int, Any], None] | None = None,
+        checkpoint: Any = None,
+        checkpoint_every: int = 1,
+        resume: bool = False,
     ) -> _KoopmanAutoencoder:
         """Train encoder, decoder and latent operator(s) on ``data``.
 
@@ -156,17 +167,22 @@ class _KoopmanAutoencoder(SpectralModel):
             such steps ahead.
         callback : callable, optional
             ``callback(epoch, model)`` after each epoch, with ``model`` usable.
+        checkpoint, checkpoint_every, resume
+            Checkpoint and resume, as :meth:`dpnets.DPNet.fit`.
 
         Returns
         -------
         self
+
+        An interrupted or failed fit leaves the estimator as it was before ``fit``.
         """
         self._check_params()
         if is_streaming(data):
             raise TypeError("autoencoders need in-memory trajectories (array, list or (X, Y))")
+        ckpt = fit_checkpoint(self, checkpoint, checkpoint_every, resume)
         device = resolve_device(self.device)
-        with local_seed(self.seed, device):
-            return self._fit(data, lag, callback, device)
+        with restore_on_failure(self), local_seed(self.seed, device):
+            return self._fit(data, lag, callback, device, ckpt)
 
     def _fit(
         self,
@@ -174,6 +190,7 @@ class _KoopmanAutoencoder(SpectralModel):
         lag: int | None,
         callback: Callable[[int, Any], None] | None,
         device: torch.device,
+        ckpt: Checkpoint | None = None,
     ) -> _KoopmanAutoencoder:
         gen = torch.Generator()
         if self.seed is not None:
@@ -248,6 +265,7 @@ class _KoopmanAutoencoder(SpectralModel):
             val_score=val_score,
             desc=self._desc,
             callback=None if callback is None else on_epoch,
+            checkpoint=run_checkpoint(self, ckpt, gen, len(w_train), state_shape),
         )
         self._finish(x_train)
         return self

@@ -179,17 +179,13 @@ def _methods(cfg: dict, in_dim: int, n_pairs: int, seed: int, device, progress) 
                 **common,
                 **paper,
             ).fit(train)
-            model = TransferOperator(net, constant=False).fit(train)
-            model.net_ = net
-            return model
+            return TransferOperator(net, constant=False).fit(train)
 
         return fit
 
     def vampnet(train: np.ndarray) -> Any:
         net = VAMPNet(_encoder(cfg, in_dim, seed), lr=cfg["lr"], **common, **paper).fit(train)
-        model = TransferOperator(net, constant=False).fit(train)
-        model.net_ = net
-        return model
+        return TransferOperator(net, constant=False).fit(train)
 
     def autoencoder(cls: type) -> Callable:
         def fit(train: np.ndarray) -> Any:
@@ -218,7 +214,8 @@ def _methods(cfg: dict, in_dim: int, n_pairs: int, seed: int, device, progress) 
 
 
 def _history_summary(model: Any) -> dict:
-    net = getattr(model, "net_", model)
+    features = getattr(model, "features", None)  # a TransferOperator's DPNet holds the history
+    net = features if hasattr(features, "history_") else model
     hist = getattr(net, "history_", None)
     if not hist:
         return {}
