@@ -188,8 +188,9 @@ def test_truncated_empty_and_foreign_files(tmp_path, fitted):
     torch.save(torch.arange(3.0), tmp_path / "tensor.pt")
     torch.save({"format": "dpnets", "version": 99}, tmp_path / "future.pt")
     for name in [*cases, "array.npy", "tensor.pt", "future.pt"]:
-        with pytest.raises(ValueError, match=INVALID):
+        with pytest.raises(ValueError, match=INVALID) as info:
             dpnets.load(tmp_path / name)
+        assert "weights_only=False" not in str(info.value)  # never torch's unsafe advice
     with pytest.raises(ValueError, match=f"{INVALID}: it is a folder"):
         dpnets.load(tmp_path)
     with pytest.raises(FileNotFoundError):

@@ -302,8 +302,11 @@ def _read(path: str) -> tuple[str, dict, dict[str, torch.Tensor]]:
     try:
         payload = torch.load(_io.BytesIO(raw), map_location="cpu", weights_only=True)
     except Exception as err:  # noqa: BLE001 - every unreadable file gets the same answer
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise bad(f"unreadable ({type(err).__name__}: {first[:200]})") from None
+        # torch's own message would advise weights_only=False, which must never be followed
+        raise bad(
+            f"unreadable ({type(err).__name__}): corrupted, truncated or not a model file; "
+            "dpnets never loads files that would need to execute code"
+        ) from None
     if not isinstance(payload, dict) or payload.get("format") != _FORMAT:
         raise bad("not a dpnets model (no dpnets format tag)")
     version = payload.get("version")
