@@ -1,0 +1,238 @@
+"""Validating a kinetic model: implied timescales against the lag, with bootstrap intervals.
+
+A transfer-operator model is trustworthy when its implied timescales do not depend on the
+lag at which it was estimated (Markovianity in the span of its features): plot them against
+the lag and look for the plateau, as MSM practitioners do (Prinz et al., J. Chem. Phys. 134,
+174105, 2011; deeptime's ``implied_timescales``). This module refits any dpnets estimator at
+each lag, optionally refitting the learned features too, and gives bootstrap intervals that
+resample whole trajectories.
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from dpnets.base import BaseEstimator
+from dpnets.data import check_lag, check_states
+from dpnets.params import check_int, check_real, check_seed
+
+__all__ = ["ImpliedTimescales", "implied_timescales", "clone"]
+
+
+def clone(estimator: Any) -> Any:
+    """An unfitted copy with the same parameters (``sklearn.base.clone`` without scikit-learn):
+    nested estimators are cloned, everything else is deep-copied."""
+    if not isinstance(estimator, BaseEstimator):
+        raise TypeError(f"cannot clone {type(estimator).__name__}: not a dpnets estimator")
+    params = {
+        k: clone(v) if isinstance(v, BaseEstimator) else copy.deepcopy(v)
+        for k, v in estimator.get_params(deep=False).items()
+    }
+    return type(estimator)(**params)
+
+
+@dataclass
+class ImpliedTimescales:
+    """Implied timescales against the lag (:func:`implied_timescales`).
+
+    Attributes
+    ----------
+    lags : ndarray (n_lags,)
+        Lags in frames.
+    lag_times : ndarray (n_lags,)
+        The same in time units (``lags * dt``).
+    timescales : ndarray (n_lags, k)
+        The ``k`` slowest finite implied timescales at each lag, in time units (NaN where a
+        lag is too long for the data or fewer timescales exist).
+    lower, upper : ndarray (n_lags, k) or None
+        Bootstrap percentile interval (``confidence``), None without bootstrap.
+    samples : ndarray (n_bootstrap, n_lags, k) or None
+        The bootstrap timescales.
+    confidence : float
+    """
+
+    lags: np.ndarray
+    lag_times: np.ndarray
+    timescales: np.ndarray
+    lower: np.ndarray | None = None
+    upper: np.ndarray | None = None
+    samples: np.ndarray | None = None
+    confidence: float = 0.95
+
+    def plot(self, ax: Any = None, units: str = "", log: bool = True) -> Any:
+        """Timescales against lag time with interval bands and the ``timescale = lag`` line
+        (below it a process is faster than the lag and cannot be resolved). Needs
+        matplotlib (extra ``plot``); returns the axes."""
+        import matplotlib.pyplot as plt
+
+        if ax is None:
+            _, ax = plt.subplots(figsize=(5.0, 3.6), layout="constrained")
+        for i in range(self.timescales.shape[1]):
+            (line,) = ax.plot(self.lag_times, self.timescales[:, i], "o-", label=f"process {i + 1}")
+            if self.lower is not None:
+                ax.fill_between(
+                    self.lag_times,
+                    self.lower[:, i],
+                    self.upper[:, i],
+                    color=line.get_color(),
+                    alpha=0.25,
+                    linewidth=0,
+                )
+        ax.plot(self.lag_times, self.lag_times, "k--", linewidth=1, label="timescale = lag")
+        if log:
+            ax.set_yscale("log")
+        unit = f" ({units})" if units else ""
+        ax.set_xlabel(f"lag time{unit}")
+        ax.set_ylabel(f"implied timescale{unit}")
+        ax.legend(fontsize="small")
+        return ax
+
+
+def implied_timescales(
+    estimator: Any,
+    data: Any,
+    lags: Sequence[int],
+    *,
+    k: int = 3,
+    dt: float = 1.0,
+    refit_features: bool = False,
+    n_bootstrap: int = 0,
+    confidence: float = 0.95,
+    n_blocks: int = 10,
+    seed: int | None = None,
+) -> ImpliedTimescales:
+    """Refit an estimator at each lag and collect its slowest implied timescales.
+
+    Parameters
+    ----------
+    estimator : estimator or callable
+        A dpnets linear model (``TransferOperator``, ``DMD``, ``EDMD``, kernel models,
+        ``Generator`` excluded), cloned and refitted at every lag; or a factory
+        ``lag -> unfitted estimator``. With ``refit_features=True`` a ``DPNet`` feature map
+        of the estimator (fitted or not) is cloned and retrained at every lag too;
+        otherwise the features stay as they are (only the operator is refitted).
+    data : array or list of arrays
+        One trajectory ``(T, ...)`` or several.
+    lags : sequence of int
+        Lags in frames.
+    k : int, default 3
+        Number of timescales (the stationary one excluded).
+    dt : float, default 1.0
+        Time between frames: timescales and lag times are in its units.
+    refit_features : bool, default False
+    n_bootstrap : int, default 0
+        Bootstrap resamples. Each draws whole trajectories with replacement (a single
+        trajectory is cut into ``n_blocks`` contiguous blocks, which are drawn instead), and
+        refits at every lag.
+    confidence : float, default 0.95
+        Coverage of the percentile interval.
+    n_blocks : int, default 10
+    seed : int, optional
+        Seeds the bootstrap draws.
+
+    Returns
+    -------
+    ImpliedTimescales
+    """
+    lags = np.array([check_lag(int(lag)) for lag in lags], dtype=np.int64)
+    if lags.size == 0:
+        raise ValueError("lags is empty")
+    k = check_int("k", k, 1)
+    dt = check_real("dt", dt, 0.0, low_open=True)
+    n_bootstrap = check_int("n_bootstrap", n_bootstrap, 0)
+    confidence = check_real("confidence", confidence, 0.0, 1.0, low_open=True, high_open=True)
+    n_blocks = check_int("n_blocks", n_blocks, 2)
+    rng = np.random.default_rng(check_seed(seed))
+    trajs = _trajectories(data)
+    factory = _factory(estimator, refit_features)
+    ts = _scan(factory, trajs, lags, k, dt)
+    out = ImpliedTimescales(lags, lags * dt, ts, confidence=confidence)
+    if n_bootstrap:
+        units = trajs if len(trajs) > 1 else _blocks(trajs[0], n_blocks)
+        samples = np.empty((n_bootstrap, lags.size, k))
+        for b in range(n_bootstrap):
+            pick = rng.integers(len(units), size=len(units))
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)  # lag-mismatch notices
+                samples[b] = _scan(factory, [units[i] for i in pick], lags, k, dt)
+        alpha = 100 * (1 - confidence) / 2
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns
+            out.lower = np.nanpercentile(samples, alpha, axis=0)
+            out.upper = np.nanpercentile(samples, 100 - alpha, axis=0)
+        out.samples = samples
+    return out
+
+
+def _trajectories(data: Any) -> list[np.ndarray]:
+    if isinstance(data, (list, tuple)):
+        if isinstance(data, tuple):
+            raise TypeError("give trajectories (an array or a list of arrays), not (X, Y) pairs")
+        if not data:
+            raise ValueError("empty list of trajectories")
+        return [check_states(t, f"trajectory {i}") for i, t in enumerate(data)]
+    return [check_states(data, "trajectory")]
+
+
+def _blocks(traj: np.ndarray, n_blocks: int) -> list[np.ndarray]:
+    if traj.shape[0] < 2 * n_blocks:
+        raise ValueError(
+            f"a trajectory of {traj.shape[0]} frames is too short for {n_blocks} bootstrap "
+            "blocks; pass several trajectories or fewer n_blocks"
+        )
+    return list(np.array_split(traj, n_blocks))
+
+
+def _factory(estimator: Any, refit_features: bool) -> Callable[[int], Any]:
+    if isinstance(estimator, BaseEstimator):
+        if not hasattr(estimator, "implied_timescales") or not hasattr(estimator, "fit"):
+            raise TypeError(f"{type(estimator).__name__} has no implied timescales")
+
+        def make(lag: int) -> Any:
+            est = clone(estimator)
+            features = getattr(estimator, "features", None)
+            if "features" in estimator.get_params(deep=False):
+                if refit_features and hasattr(features, "encoder"):  # a DPNet: retrain it
+                    est.set_params(features=clone(features))
+                else:  # keep the (fitted) feature map itself
+                    est.set_params(features=features)
+            return est
+
+        return _with_feature_fit(make, refit_features)
+    if callable(estimator):
+        return _with_feature_fit(estimator, refit_features)
+    raise TypeError("estimator must be a dpnets estimator or a callable lag -> estimator")
+
+
+def _with_feature_fit(make: Callable[[int], Any], refit: bool) -> Callable[[int], Any]:
+    def build(lag: int, trajs: list[np.ndarray]) -> Any:
+        est = make(lag)
+        features = getattr(est, "features", None)
+        if refit and hasattr(features, "encoder") and hasattr(features, "fit"):
+            features.fit(trajs, lag=lag)
+        return est
+
+    return build
+
+
+def _scan(build: Callable, trajs: list[np.ndarray], lags: np.ndarray, k: int, dt: float):
+    out = np.full((lags.size, k), np.nan)
+    longest = max(t.shape[0] for t in trajs)
+    for j, lag in enumerate(lags):
+        usable = [t for t in trajs if t.shape[0] > lag]
+        if lag >= longest or not usable:
+            continue
+        est = build(int(lag), usable)
+        with warnings.catch_warnings():  # fixed features at other lags: intended here
+            warnings.filterwarnings("ignore", message=".*validating across lags")
+            est.fit(usable, lag=int(lag))
+        ts = np.asarray(est.implied_timescales(dt), dtype=np.float64)
+        finite = np.sort(ts[np.isfinite(ts) & (ts > 0)])[::-1][:k]
+        out[j, : finite.size] = finite
+    return out

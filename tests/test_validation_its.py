@@ -1,0 +1,108 @@
+"""Implied timescales against lag (issue 15, first part): equal to deeptime's MSM on
+indicator features, bootstrap intervals that cover the truth, refitted learned features."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from dpnets import DPNet, TransferOperator
+from dpnets.nn import MLP
+from dpnets.systems import MarkovChain
+from dpnets.validation import ImpliedTimescales, clone, implied_timescales
+
+P = np.array([[0.90, 0.09, 0.01], [0.06, 0.90, 0.04], [0.01, 0.07, 0.92]])
+
+
+def one_hot(s):
+    return np.eye(3)[np.asarray(s).reshape(-1).astype(int)]
+
+
+def exact(lag: int, dt: float = 1.0) -> np.ndarray:
+    mod = np.sort(np.abs(np.linalg.eigvals(P)))[::-1][1:]
+    return -dt / np.log(mod)  # independent of the lag for a Markov chain
+
+
+def test_equal_to_deeptime_msm_on_indicator_features():
+    deeptime = pytest.importorskip("deeptime.markov.msm")
+    dtrajs = [MarkovChain(P).sample(3000, seed=s) for s in range(3)]
+    lags = [1, 2, 5, 10]
+    res = implied_timescales(TransferOperator(one_hot, constant=False), dtrajs, lags, k=2)
+    for j, lag in enumerate(lags):
+        msm = deeptime.MaximumLikelihoodMSM(reversible=False, lagtime=lag).fit(dtrajs)
+        ref = msm.fetch_model().timescales(2)
+        np.testing.assert_allclose(res.timescales[j], ref, rtol=1e-8)
+
+
+def test_bootstrap_intervals_cover_the_exact_timescales():
+    """50 independent datasets of 20 short trajectories: the 95% interval of the slowest
+    timescale at lag 2 covers the exact value in at least 90% of them."""
+    est = TransferOperator(one_hot, constant=False)
+    hits = 0
+    for d in range(50):
+        trajs = [MarkovChain(P).sample(150, seed=1000 * d + i) for i in range(20)]
+        res = implied_timescales(est, trajs, [2], k=1, n_bootstrap=60, seed=d)
+        hits += bool(res.lower[0, 0] <= exact(2)[0] <= res.upper[0, 0])
+    assert hits >= 45
+
+
+def test_single_trajectory_blocks_and_dt_units():
+    s = MarkovChain(P).sample(20_000, seed=3)
+    res = implied_timescales(
+        TransferOperator(one_hot, constant=False), s, [1, 3], k=2, dt=0.5, n_bootstrap=20, seed=0
+    )
+    assert isinstance(res, ImpliedTimescales)
+    np.testing.assert_array_equal(res.lag_times, [0.5, 1.5])
+    np.testing.assert_allclose(res.timescales, np.tile(exact(1, 0.5), (2, 1)), rtol=0.1)
+    assert np.all(res.lower <= res.timescales) and np.all(res.timescales <= res.upper)
+    assert res.samples.shape == (20, 2, 2)
+    # a lag as long as the data gives NaN rather than a number
+    res = implied_timescales(TransferOperator(one_hot, constant=False), s[:50], [1, 60], k=1)
+    assert np.isfinite(res.timescales[0, 0]) and np.isnan(res.timescales[1, 0])
+
+
+def test_learned_features_fixed_or_refitted_at_each_lag():
+    s = MarkovChain(P).sample(20_000, seed=0)
+    x = np.array([[0.0, 0.0], [2.0, 0.5], [1.0, 2.0]])[s]
+    x = x + 0.2 * np.random.default_rng(1).standard_normal(x.shape)
+    torch.manual_seed(0)
+    net = DPNet(MLP(2, (32, 32), 2), epochs=10, seed=0, progress=False).fit(x)
+    fixed = implied_timescales(TransferOperator(net), x, [1, 4], k=2)
+    refit = implied_timescales(TransferOperator(net), x, [1, 4], k=2, refit_features=True)
+    for res in (fixed, refit):
+        np.testing.assert_allclose(res.timescales, np.tile(exact(1), (2, 1)), rtol=0.12)
+    assert not np.allclose(fixed.timescales, refit.timescales)
+    assert net.lag_ == 1  # the given DPNet is not retrained
+
+
+def test_clone_and_bad_arguments():
+    op = TransferOperator(one_hot, ridge=1e-3, dt=2.0)
+    twin = clone(op)
+    assert type(twin) is TransferOperator and twin.ridge == 1e-3 and twin.dt == 2.0
+    with pytest.raises(TypeError, match="cannot clone"):
+        clone(object())
+    s = MarkovChain(P).sample(500, seed=0)
+    with pytest.raises(ValueError, match="lags is empty"):
+        implied_timescales(op, s, [])
+    with pytest.raises(ValueError, match="lag must be a positive integer"):
+        implied_timescales(op, s, [0])
+    with pytest.raises(TypeError, match="not \\(X, Y\\) pairs"):
+        implied_timescales(op, (s, s), [1])
+    with pytest.raises(ValueError, match="confidence must be"):
+        implied_timescales(op, s, [1], confidence=1.0)
+
+
+def test_plot_is_headless_and_labelled(tmp_path):
+    pytest.importorskip("matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    s = MarkovChain(P).sample(5000, seed=0)
+    res = implied_timescales(
+        TransferOperator(one_hot, constant=False), s, [1, 2, 5], k=2, n_bootstrap=10, seed=0
+    )
+    ax = res.plot(units="steps")
+    assert ax.get_xlabel() == "lag time (steps)" and ax.get_ylabel() == "implied timescale (steps)"
+    ax.figure.savefig(tmp_path / "its.png")
+    assert (tmp_path / "its.png").stat().st_size > 1000
