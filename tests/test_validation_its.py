@@ -106,3 +106,42 @@ def test_plot_is_headless_and_labelled(tmp_path):
     assert ax.get_xlabel() == "lag time (steps)" and ax.get_ylabel() == "implied timescale (steps)"
     ax.figure.savefig(tmp_path / "its.png")
     assert (tmp_path / "its.png").stat().st_size > 1000
+
+
+def test_vamp_scores_equal_deeptime_on_held_out_data():
+    vamp = pytest.importorskip("deeptime.decomposition")
+    rng = np.random.default_rng(0)
+    x = np.sin(20 * np.cumsum(rng.standard_normal((4000, 3)), axis=0) * 0.01)
+    train, test = x[:3000], x[3000:]
+    features = lambda z: np.hstack([z, z**2])  # noqa: E731
+    op = TransferOperator(features).fit(train, lag=2)
+    m = vamp.VAMP(lagtime=2).fit(features(train)).fetch_model()
+    t = vamp.VAMP(lagtime=2).fit(features(test)).fetch_model()
+    for r in (1, 2):
+        np.testing.assert_allclose(
+            op.score(test, kind=f"vamp{r}"), m.score(r, test_model=t), rtol=1e-8
+        )
+    with pytest.raises(ValueError, match="kind must be one of"):
+        op.score(test, kind="vampE")
+
+
+def test_cross_validation_by_trajectories_prefers_the_right_features():
+    from dpnets.validation import cross_validate
+
+    trajs = [MarkovChain(P).sample(400, seed=s) for s in range(10)]
+    good = cross_validate(TransferOperator(one_hot), trajs, lag=1, cv=5, seed=0)
+    poor = cross_validate(
+        TransferOperator(lambda s: (np.asarray(s) == 0).astype(float).reshape(-1, 1)),
+        trajs,
+        lag=1,
+        cv=5,
+        seed=0,
+    )
+    assert good.shape == (5,) and np.all(good > poor)
+    # the population VAMP-2 of the indicators: 1 + the squared non-trivial eigenvalues
+    lam = np.sort(np.abs(np.linalg.eigvals(P)))[::-1]
+    assert good.mean() == pytest.approx(np.sum(lam**2), abs=0.05)
+    single = cross_validate(TransferOperator(one_hot), np.concatenate(trajs), cv=4)
+    assert single.shape == (4,)
+    with pytest.raises(ValueError, match="cannot make 5 folds"):
+        cross_validate(TransferOperator(one_hot), trajs[:3], cv=5)

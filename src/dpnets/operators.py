@@ -302,27 +302,31 @@ class SpectralModel(BaseEstimator):
         shaped = [o.reshape(o.shape[0], *obs_shape) for o in out]
         return shaped[0] if scalar else np.stack(shaped)
 
-    def score(self, X: Any, y: Any = None, lag: int | None = None) -> float:
-        """VAMP-2 score of the estimator's features on (held-out) data, higher is better.
+    def score(self, X: Any, y: Any = None, lag: int | None = None, kind: str = "vamp2") -> float:
+        """VAMP score of the estimator's features on (held-out) data, higher is better.
 
-        ``||Cx^{-1/2} Cxy Cy^{-1/2}||_F^2`` of the features the estimator regresses on (the
-        constant included when it was added; :func:`dpnets.scores.projection_score` with
-        ``gamma = 0``) over the lagged pairs of ``X`` at ``lag`` (default: the fitted
-        ``lag_``). It makes scikit-learn's model selection work (``GridSearchCV`` calls
-        ``score(X_test)``); scores are comparable between models with the same number of
-        features. ``y`` is ignored (scikit-learn's signature).
+        ``kind="vamp2"``: ``1 + ||K||_F^2`` and ``kind="vamp1"``: ``1 + ||K||_*`` with
+        ``K = Cx^{-1/2} Cxy Cy^{-1/2}`` of the *centred* features (the constant counted as
+        the 1; Mardt et al., :func:`dpnets.scores.vamp_score`), over the lagged pairs of
+        ``X`` at ``lag`` (default: the fitted ``lag_``). Equal to deeptime's
+        ``VAMP(...).score(r, test_model=...)`` with all dimensions kept (tested to 1e-8),
+        and to the projection score ``P^0`` of ``[1, psi]`` for ``"vamp2"``. Scores are
+        comparable between models with the same number of features. It makes
+        scikit-learn's ``GridSearchCV`` work (``score(X_test)``); ``y`` is ignored.
         """
-        from dpnets.scores import projection_score
+        from dpnets.scores import vamp_score
 
         check_is_fitted(self, "operator_")
+        check_choice("kind", kind, ("vamp1", "vamp2"))
         lag = self.lag_ if lag is None else lag
         if lag is None:
             raise ValueError("the model's lag is unknown: pass score(X, lag=k)")
         p = pairs(X, resolve_lag(X, lag)[0])
-        fx = torch.as_tensor(self.transform(p.X))
-        fy = torch.as_tensor(self.transform(p.Y))
+        fx, fy = self.transform(p.X), self.transform(p.Y)
+        if getattr(self, "constant_", False):  # the constant is the "+1" of the VAMP scores
+            fx, fy = fx[:, 1:], fy[:, 1:]
         with torch.no_grad():
-            return float(projection_score(fx, fy, 0.0))
+            return float(vamp_score(torch.as_tensor(fx), torch.as_tensor(fy), p=int(kind[-1])))
 
     def save(self, path: str) -> None:
         """Save to ``path`` atomically (see :func:`dpnets.load`)."""

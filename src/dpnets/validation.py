@@ -22,7 +22,7 @@ from dpnets.base import BaseEstimator
 from dpnets.data import check_lag, check_states
 from dpnets.params import check_int, check_real, check_seed
 
-__all__ = ["ImpliedTimescales", "implied_timescales", "clone"]
+__all__ = ["ImpliedTimescales", "implied_timescales", "cross_validate", "clone"]
 
 
 def clone(estimator: Any) -> Any:
@@ -236,3 +236,50 @@ def _scan(build: Callable, trajs: list[np.ndarray], lags: np.ndarray, k: int, dt
         finite = np.sort(ts[np.isfinite(ts) & (ts > 0)])[::-1][:k]
         out[j, : finite.size] = finite
     return out
+
+
+def cross_validate(
+    estimator: Any,
+    data: Any,
+    *,
+    lag: int = 1,
+    cv: int = 5,
+    kind: str = "vamp2",
+    refit_features: bool = False,
+    seed: int | None = None,
+) -> np.ndarray:
+    """Held-out VAMP scores, splitting by whole trajectories.
+
+    The trajectories are shuffled (``seed``) and split into ``cv`` folds; a single
+    trajectory is cut into ``cv`` contiguous blocks instead, so that no pair straddles the
+    train/test boundary. For each fold the estimator is cloned, fitted on the other folds
+    at ``lag`` (with ``refit_features``, a DPNet feature map is retrained on them too;
+    otherwise fitted features are used as they are, which leaks their training data into
+    the test folds) and scored on the held-out fold with ``score(kind=...)``
+    (``"vamp1"``/``"vamp2"``: comparable across models with the same number of features).
+
+    Returns
+    -------
+    ndarray (cv,)
+        One score per fold.
+    """
+    lag = check_lag(lag)
+    cv = check_int("cv", cv, 2)
+    trajs = _trajectories(data)
+    if len(trajs) >= cv:
+        order = np.random.default_rng(check_seed(seed)).permutation(len(trajs))
+        folds = [[trajs[i] for i in part] for part in np.array_split(order, cv)]
+    else:
+        if len(trajs) > 1:
+            raise ValueError(f"{len(trajs)} trajectories cannot make {cv} folds; lower cv")
+        folds = [[block] for block in _blocks(trajs[0], cv)]
+    build = _factory(estimator, refit_features)
+    scores = np.empty(cv)
+    for f in range(cv):
+        train = [t for g, fold in enumerate(folds) if g != f for t in fold]
+        est = build(lag, train)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*validating across lags")
+            est.fit(train, lag=lag)
+        scores[f] = est.score(folds[f], lag=lag, kind=kind)
+    return scores
