@@ -6,16 +6,6 @@ import torch
 
 import dpnets
 from dpnets import DPNet, TransferOperator
-from dpnets.nn import MLP
-from dpnets.systems import OrnsteinUhlenbeck
-
-
-@pytest.fixture(scope="module")
-def fitted():
-    x = OrnsteinUhlenbeck(dt=0.2).sample(2000, seed=0)
-    torch.manual_seed(0)
-    net = DPNet(MLP(1, (16,), 3), epochs=2, batch_size=256, progress=False, seed=0).fit(x)
-    return x, net, TransferOperator(net).fit(x)
 
 
 def test_dpnet_round_trip(tmp_path, fitted):
