@@ -335,6 +335,7 @@ def train(
                 "last_epoch": last_epoch,
                 "generators": [g.get_state() for g in checkpoint.generators],
                 "torch_rng": torch.get_rng_state(),
+                "cuda_rng": (torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else []),
             }
             atomic_write(checkpoint.path, lambda fh, state=state: torch.save(state, fh))
     if best_state is not None:
@@ -374,6 +375,9 @@ def _read_checkpoint(
     for g, st in zip(checkpoint.generators, saved["generators"], strict=True):
         g.set_state(st)
     torch.set_rng_state(saved["torch_rng"])
+    cuda_states = saved.get("cuda_rng") or []
+    if cuda_states and torch.cuda.is_available() and len(cuda_states) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(cuda_states)
     return saved
 
 
