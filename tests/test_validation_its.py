@@ -145,3 +145,45 @@ def test_cross_validation_by_trajectories_prefers_the_right_features():
     assert single.shape == (4,)
     with pytest.raises(ValueError, match="cannot make 5 folds"):
         cross_validate(TransferOperator(one_hot), trajs[:3], cv=5)
+
+
+def test_ck_test_equals_deeptime_and_detects_a_non_markovian_model(tmp_path):
+    msm = pytest.importorskip("deeptime.markov.msm")
+    from deeptime.markov._base import MembershipsObservable
+    from deeptime.util.validation import ck_test as deeptime_ck
+
+    from dpnets.validation import ck_test
+
+    dtrajs = [MarkovChain(P).sample(3000, seed=s) for s in range(3)]
+    sets = np.array([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]])  # {0, 1} and {2}
+    tau, steps = 2, [1, 2, 3, 4]
+    op = TransferOperator(one_hot, constant=False).fit(dtrajs, lag=tau)
+    ours = ck_test(op, dtrajs, steps, lambda s: one_hot(s) @ sets)
+    models = [
+        msm.MaximumLikelihoodMSM(reversible=False, lagtime=k * tau).fit(dtrajs).fetch_model()
+        for k in steps
+    ]
+    ref = deeptime_ck(models, MembershipsObservable(models[0], sets), test_model=models[0])
+    np.testing.assert_allclose(ours.predictions, np.array(ref.predictions), atol=1e-10)
+    np.testing.assert_allclose(ours.estimates, np.array(ref.estimates), atol=1e-10)
+    np.testing.assert_array_equal(ours.lag_times, ref.lagtimes)
+    # the full 3-state MSM is Markovian: predictions and estimates agree
+    assert np.max(np.abs(ours.predictions - ours.estimates)) < 0.03
+    # a chain whose states 0 (fast exit) and 1 (slow exit) are lumped into one set: the full
+    # MSM passes the test, the lumped 2-state model fails it clearly
+    q = np.array([[0.7, 0.0, 0.3], [0.0, 0.98, 0.02], [0.15, 0.05, 0.8]])
+    qtrajs = [MarkovChain(q).sample(5000, seed=s) for s in range(3)]
+    lumped = lambda s: one_hot(s) @ sets  # noqa: E731
+    full = TransferOperator(one_hot, constant=False).fit(qtrajs, lag=1)
+    good = ck_test(full, qtrajs, [2, 4, 8, 16], lumped)
+    assert np.max(np.abs(good.predictions - good.estimates)) < 0.02
+    coarse = TransferOperator(lumped, constant=False).fit(qtrajs, lag=1)
+    bad = ck_test(coarse, qtrajs, [2, 4, 8, 16], lumped)
+    assert np.max(np.abs(bad.predictions - bad.estimates)) > 0.1
+    pytest.importorskip("matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    fig = ours.plot(units="steps")
+    fig.savefig(tmp_path / "ck.png")
+    assert len(fig.axes) == 4 and (tmp_path / "ck.png").stat().st_size > 1000

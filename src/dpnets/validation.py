@@ -22,7 +22,14 @@ from dpnets.base import BaseEstimator
 from dpnets.data import check_lag, check_states
 from dpnets.params import check_int, check_real, check_seed
 
-__all__ = ["ImpliedTimescales", "implied_timescales", "cross_validate", "clone"]
+__all__ = [
+    "ImpliedTimescales",
+    "implied_timescales",
+    "cross_validate",
+    "ChapmanKolmogorov",
+    "ck_test",
+    "clone",
+]
 
 
 def clone(estimator: Any) -> Any:
@@ -283,3 +290,141 @@ def cross_validate(
             est.fit(train, lag=lag)
         scores[f] = est.score(folds[f], lag=lag, kind=kind)
     return scores
+
+
+@dataclass
+class ChapmanKolmogorov:
+    """A Chapman–Kolmogorov test (:func:`ck_test`).
+
+    ``predictions[k, i, j]`` is the probability, predicted by the model at lag ``tau``
+    propagated ``steps[k]`` times, to be in set ``j`` at ``steps[k] * tau`` when starting in
+    set ``i`` from the model's equilibrium; ``estimates[k, i, j]`` the same from a model
+    refitted at lag ``steps[k] * tau``. A Markovian model has predictions equal to estimates.
+    ``lower``/``upper`` bound the estimates (bootstrap over trajectories) when requested.
+    """
+
+    steps: np.ndarray
+    lag_times: np.ndarray
+    predictions: np.ndarray
+    estimates: np.ndarray
+    lower: np.ndarray | None = None
+    upper: np.ndarray | None = None
+
+    def plot(self, units: str = "") -> Any:
+        """The ``n_sets x n_sets`` grid of predicted (line) against estimated (markers)
+        curves over the lag time; needs matplotlib. Returns the figure."""
+        import matplotlib.pyplot as plt
+
+        n = self.predictions.shape[1]
+        fig, axes = plt.subplots(
+            n,
+            n,
+            figsize=(2.2 * n + 1, 2.0 * n + 0.5),
+            sharex=True,
+            sharey=True,
+            layout="constrained",
+            squeeze=False,
+        )
+        unit = f" ({units})" if units else ""
+        for i in range(n):
+            for j in range(n):
+                ax = axes[i, j]
+                ax.plot(self.lag_times, self.predictions[:, i, j], "-", label="predicted")
+                ax.plot(self.lag_times, self.estimates[:, i, j], "o", label="estimated")
+                if self.lower is not None:
+                    ax.fill_between(
+                        self.lag_times,
+                        self.lower[:, i, j],
+                        self.upper[:, i, j],
+                        alpha=0.25,
+                        linewidth=0,
+                        color="C1",
+                    )
+                ax.set_title(f"{i} → {j}", fontsize="small")
+                ax.set_ylim(-0.05, 1.05)
+                if i == n - 1:
+                    ax.set_xlabel(f"lag time{unit}")
+                if j == 0:
+                    ax.set_ylabel("probability")
+        axes[0, 0].legend(fontsize="x-small")
+        return fig
+
+
+def ck_test(
+    model: Any,
+    data: Any,
+    steps: Sequence[int],
+    memberships: Callable[[np.ndarray], np.ndarray],
+    *,
+    dt: float = 1.0,
+    include_lag0: bool = True,
+) -> ChapmanKolmogorov:
+    """Chapman–Kolmogorov test of a fitted transfer-operator model on sets of states.
+
+    With ``m_i`` the membership functions of the sets (indicators, or fuzzy memberships
+    summing to one), the model at lag ``tau`` predicts
+    ``p_k[i, j] = E_pi[m_i(X_0) (K^k m_j)(X_0)] / E_pi[m_i(X_0)]`` (``K^k m_j`` from
+    :meth:`predict` with the values of ``m_j`` at the lagged training states), and a model
+    refitted at lag ``k tau`` on the same features estimates it with ``K_{k tau} m_j``. The
+    equilibrium ``pi`` is the model's (:meth:`TransferOperator.stationary_weights` on its
+    training inputs), so off-equilibrium data are handled. On indicator features this is
+    deeptime's ``ck_test`` with a ``MembershipsObservable`` of the same sets (tested to 1e-8).
+
+    Parameters
+    ----------
+    model : fitted TransferOperator (or DMD/EDMD)
+        Fitted at its lag ``tau`` (``lag_``) on ``data``.
+    data : array or list of arrays
+    steps : sequence of int
+        Multiples ``k`` of the lag.
+    memberships : callable
+        States ``(n, ...)`` -> memberships ``(n, n_sets)``.
+    dt : float, default 1.0
+        Time between frames (for ``lag_times``).
+    include_lag0 : bool, default True
+        Start the curves at lag 0 (the identity).
+    """
+    from dpnets.data import pairs
+
+    if getattr(model, "operator_", None) is None or getattr(model, "lag_", None) is None:
+        raise ValueError("ck_test needs a transfer-operator model fitted on trajectories")
+    steps = np.array([check_lag(int(k)) for k in steps], dtype=np.int64)
+    dt = check_real("dt", dt, 0.0, low_open=True)
+    trajs = _trajectories(data)
+    tau = int(model.lag_)
+    base = pairs(trajs, tau)
+    x0 = base.X
+    weights = np.real(model.stationary_weights(x0))
+    m0 = _memberships(memberships, x0)
+    norm = (weights[:, None] * m0).sum(0)  # E_pi[m_i], up to the sample count
+
+    def propagate(op: Any, t: int, lag: int) -> np.ndarray:
+        p = pairs(trajs, lag)
+        values = _memberships(memberships, p.Y)
+        km = np.real(op.predict(x0, t=t, observable=values))  # (n, n_sets): K^t m_j at x0
+        return (weights[:, None] * m0).T @ km / norm[:, None]
+
+    predictions, estimates = [], []
+    for k in steps:
+        predictions.append(propagate(model, int(k), tau))
+        refit = clone(model)
+        if "features" in model.get_params(deep=False):
+            refit.set_params(features=model.features)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*validating across lags")
+            refit.fit(trajs, lag=int(k) * tau)
+        estimates.append(propagate(refit, 1, int(k) * tau))
+    predictions, estimates = np.array(predictions), np.array(estimates)
+    if include_lag0:
+        eye = np.eye(m0.shape[1])[None]
+        predictions = np.concatenate([eye, predictions])
+        estimates = np.concatenate([eye, estimates])
+        steps = np.concatenate([[0], steps])
+    return ChapmanKolmogorov(steps, steps * tau * dt, predictions, estimates)
+
+
+def _memberships(memberships: Callable[[np.ndarray], np.ndarray], x: np.ndarray) -> np.ndarray:
+    m = np.asarray(memberships(x), dtype=np.float64)
+    if m.ndim != 2 or m.shape[0] != x.shape[0]:
+        raise ValueError(f"memberships must return (n, n_sets) for n = {x.shape[0]}; got {m.shape}")
+    return m
