@@ -300,15 +300,12 @@ class ChapmanKolmogorov:
     propagated ``steps[k]`` times, to be in set ``j`` at ``steps[k] * tau`` when starting in
     set ``i`` from the model's equilibrium; ``estimates[k, i, j]`` the same from a model
     refitted at lag ``steps[k] * tau``. A Markovian model has predictions equal to estimates.
-    ``lower``/``upper`` bound the estimates (bootstrap over trajectories) when requested.
     """
 
     steps: np.ndarray
     lag_times: np.ndarray
     predictions: np.ndarray
     estimates: np.ndarray
-    lower: np.ndarray | None = None
-    upper: np.ndarray | None = None
 
     def plot(self, units: str = "") -> Any:
         """The ``n_sets x n_sets`` grid of predicted (line) against estimated (markers)
@@ -331,15 +328,6 @@ class ChapmanKolmogorov:
                 ax = axes[i, j]
                 ax.plot(self.lag_times, self.predictions[:, i, j], "-", label="predicted")
                 ax.plot(self.lag_times, self.estimates[:, i, j], "o", label="estimated")
-                if self.lower is not None:
-                    ax.fill_between(
-                        self.lag_times,
-                        self.lower[:, i, j],
-                        self.upper[:, i, j],
-                        alpha=0.25,
-                        linewidth=0,
-                        color="C1",
-                    )
                 ax.set_title(f"{i} → {j}", fontsize="small")
                 ax.set_ylim(-0.05, 1.05)
                 if i == n - 1:
