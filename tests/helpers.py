@@ -3,9 +3,22 @@
 import numpy as np
 import torch
 
-from dpnets import DPNet
+from dpnets import DPNet, Generator, TransferOperator
+from dpnets.baselines import (
+    DMD,
+    EDMD,
+    ConsistentAutoencoder,
+    DynamicAutoencoder,
+    KernelDMD,
+    NystromKernelDMD,
+    VAMPNet,
+)
 from dpnets.nn import MLP
 from dpnets.systems import OrnsteinUhlenbeck
+
+#: A small unfitted instance of every public estimator class (the registry that the
+#: parameter, clone, round-trip and contract tests run over; ``test_base`` checks that it
+#: lists every public class).
 
 
 def fit_ou_dpnet(device: str | None = None) -> tuple[DPNet, np.ndarray, OrnsteinUhlenbeck]:
@@ -16,3 +29,21 @@ def fit_ou_dpnet(device: str | None = None) -> tuple[DPNet, np.ndarray, Ornstein
     enc = MLP(1, (64, 64), 4, activation="celu")
     net = DPNet(enc, seed=0, device=device, progress=False).fit(x)
     return net, x, ou
+
+
+ESTIMATORS = {
+    DPNet: lambda: DPNet(MLP(1, (8,), 2), gamma=0.3, epochs=2, seed=1, progress=False),
+    VAMPNet: lambda: VAMPNet(MLP(1, (8,), 2), epochs=2, seed=1, progress=False),
+    TransferOperator: lambda: TransferOperator(None, ridge=1e-6, dt=0.5),
+    Generator: lambda: Generator(None, drift=lambda y: -y, diffusion=1.0),
+    DMD: lambda: DMD(rank=1, dt=2.0),
+    EDMD: lambda: EDMD("monomial", degree=2),
+    KernelDMD: lambda: KernelDMD("rbf", rank=2),
+    NystromKernelDMD: lambda: NystromKernelDMD("rbf", n_centers=50, rank=2, seed=0),
+    DynamicAutoencoder: lambda: DynamicAutoencoder(
+        MLP(1, (8,), 2), MLP(2, (8,), 1), epochs=2, seed=1, progress=False
+    ),
+    ConsistentAutoencoder: lambda: ConsistentAutoencoder(
+        MLP(1, (8,), 2), MLP(2, (8,), 1), epochs=2, seed=1, progress=False
+    ),
+}

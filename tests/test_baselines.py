@@ -99,7 +99,7 @@ def test_chebyshev_and_monomial_dictionaries() -> None:
 def test_dmd_recovers_eigenvalues(lgs: LinearGaussian, traj: np.ndarray) -> None:
     dmd = DMD().fit(traj)
     assert match_error(dmd.eig(), lgs.eigvals()) < 0.02
-    assert dmd.features is None
+    assert dmd.features_ is None
     # rank = d is a rotation of the full state: same estimator
     full = TransferOperator(None, constant=False).fit(traj)
     x = traj[:20]

@@ -294,7 +294,7 @@ def test_generator_on_hermite_features_is_exact():
     gen = Generator(hermite_features(4), sde).fit(x)
     np.testing.assert_allclose(gen.eig().real, -theta * np.arange(4), atol=1e-9)
     np.testing.assert_allclose(gen.eig().imag, 0.0, atol=1e-12)
-    assert gen.rank_ == 4 and gen.partial_trace_ == pytest.approx(-6 * theta)
+    assert gen.cx_rank_ == 4 and gen.partial_trace_ == pytest.approx(-6 * theta)
     ts = gen.implied_timescales()
     assert ts[0] == np.inf
     np.testing.assert_allclose(ts[1:], 1.0 / (theta * np.arange(1, 4)), rtol=1e-9)

@@ -117,7 +117,7 @@ def test_kernel_and_autoencoder_features_route_to_transfer_operator(chain_data):
 
     _, x = chain_data
     nys = NystromKernelDMD("rbf", n_centers=200, rank=3, seed=0).fit(x)
-    op = TransferOperator(nys.features).fit(x)
+    op = TransferOperator(nys.features_).fit(x)
     assert op.constant_ and op.implied_timescales()[0] == np.inf
     np.testing.assert_allclose(op.implied_timescales()[1:3], exact_timescales(), rtol=0.05)
     torch.manual_seed(0)

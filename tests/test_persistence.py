@@ -118,7 +118,7 @@ def _fitted_value(key, value):
         (1, _fitted_value("state_shape_", [0]), "state_shape_"),
         (1, lambda p, c: c.pop("fitted"), "missing or malformed entry"),
         (2, _nan("cx_"), "NaN"),
-        (2, _fitted_value("rank_", 10**18), "rank_"),
+        (2, _fitted_value("cx_rank_", 10**18), "cx_rank_"),
         (2, _fitted_value("n_features_", 999), "n_features_"),
         (2, lambda p, c: p["tensors"].__setitem__("operator_", torch.zeros(2, 2)), "operator_"),
         (2, _fitted_value("lag_", -3), "lag_"),

@@ -6,8 +6,9 @@ Pipeline: data -> learned features (:class:`DPNet`) -> operator regression
 
 from dpnets import nn, scores
 from dpnets.exceptions import NotFittedError
+from dpnets.generator import Generator
 from dpnets.io import load
-from dpnets.operators import Generator, TransferOperator
+from dpnets.operators import TransferOperator
 from dpnets.representation import DPNet
 
 __version__ = "0.1.0"

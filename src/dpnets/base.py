@@ -9,11 +9,12 @@ by ``fit`` ends in ``_``, and ``fit`` never changes a parameter.
 
 from __future__ import annotations
 
+import copy
 import inspect
 from collections import defaultdict
 from typing import Any
 
-__all__ = ["BaseEstimator", "vamp2_scorer"]
+__all__ = ["BaseEstimator", "clone", "is_fitted", "vamp2_scorer"]
 
 
 def vamp2_scorer(estimator: Any, X: Any, y: Any = None) -> float:
@@ -106,6 +107,23 @@ class BaseEstimator:
                 continue
             parts.append(f"{name}={_short_repr(value)}")
         return f"{type(self).__name__}({', '.join(parts)})"
+
+
+def clone(estimator: Any) -> Any:
+    """An unfitted copy with the same parameters (``sklearn.base.clone`` without scikit-learn):
+    nested estimators are cloned, everything else is deep-copied."""
+    if not isinstance(estimator, BaseEstimator):
+        raise TypeError(f"cannot clone {type(estimator).__name__}: not a dpnets estimator")
+    params = {
+        k: clone(v) if isinstance(v, BaseEstimator) else copy.deepcopy(v)
+        for k, v in estimator.get_params(deep=False).items()
+    }
+    return type(estimator)(**params)
+
+
+def is_fitted(estimator: Any) -> bool:
+    """Whether a dpnets estimator holds fitted state (an attribute ending in ``_``)."""
+    return any(k.endswith("_") and not k.startswith("_") for k in vars(estimator))
 
 
 def _same(a: Any, b: Any) -> bool:

@@ -32,6 +32,8 @@ __all__ = [
     "to_numpy",
     "resolve_lag",
     "states_to_tensor",
+    "windows",
+    "chunks",
 ]
 
 
@@ -213,6 +215,28 @@ def pairs(data: object, lag: int = 1) -> Pairs:
         "data must be an array (one trajectory), a list of arrays (trajectories), a tuple "
         f"(X, Y), or a torch Dataset/DataLoader; got {type(data).__name__}"
     )
+
+
+def windows(data: object, lag: int, n_steps: int) -> Pairs:
+    """Multi-step windows ``(x_t, x_{t+lag}, ..., x_{t+n_steps lag})`` as :class:`Pairs`
+    with a 2-D ``j`` of shape (n, n_steps), ``j[:, k] = i + (k + 1) lag``.
+
+    Windows never cross a trajectory boundary (``pairs`` with lag ``n_steps * lag``), so the
+    last ``n_steps * lag`` frames of each trajectory start no window. An
+    :class:`IndexBatcher` over them yields ``(x, ys)`` with ``ys`` of shape
+    ``(batch, n_steps, *state_shape)``. Pre-paired ``(X, Y)`` data hold one step only.
+    """
+    if isinstance(data, tuple):
+        if n_steps != 1:
+            raise ValueError(
+                f"(X, Y) pairs hold one step; n_steps={n_steps} needs trajectories "
+                "(an array or a list of arrays)"
+            )
+        p = pairs(data, 1)
+        return Pairs(p.x_states, p.y_states, p.i, p.j[:, None])
+    p = pairs(data, lag * n_steps)
+    offsets = lag * np.arange(1, n_steps + 1, dtype=np.int64)
+    return Pairs(p.x_states, p.y_states, p.i, p.i[:, None] + offsets[None, :])
 
 
 class IndexBatcher:

@@ -83,6 +83,26 @@ def arrays_to_tensors(model: Any, names: Sequence[str], tensors: dict[str, torch
         tensors[name] = torch.from_numpy(np.ascontiguousarray(getattr(model, name)))
 
 
+def tensors_to_arrays(
+    model: Any,
+    tensors: dict[str, torch.Tensor],
+    names: Sequence[str],
+    optional: Sequence[str] = (),
+) -> None:
+    """Set numpy attributes ``names`` (required) and ``optional`` (None when absent) of
+    ``model`` from ``tensors``; a name missing from the file is also looked up under its
+    earlier spelling (:data:`RENAMED`)."""
+    for name in (*names, *optional):
+        t = tensors.get(name, tensors.get(RENAMED.get(name, ""), None))
+        if t is None and name in names:
+            raise InvalidModelFile(f"the file lacks the array {name!r}")
+        setattr(model, name, None if t is None else t.numpy())
+
+
+#: fitted attributes renamed since files were first written: new name -> earlier name
+RENAMED = {"cx_pinv_": "_cx_pinv", "cx_rank_": "rank_"}
+
+
 def kind_of(model: Any) -> str | None:
     """The registered kind name of ``model``'s exact class, or None."""
     for kind, (cls, _, _) in _KINDS.items():

@@ -9,15 +9,15 @@ Koopman modes and implied timescales.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from dpnets.base import BaseEstimator
-from dpnets.data import check_states, chunks, is_streaming, pairs, resolve_lag, to_numpy
+from dpnets.base import BaseEstimator, clone, is_fitted
+from dpnets.data import check_states, is_streaming, pairs, resolve_lag, to_numpy
 from dpnets.exceptions import check_is_fitted
 from dpnets.io import (
     InvalidModelFile,
@@ -26,13 +26,15 @@ from dpnets.io import (
     register,
     restore_features,
     save,
+    tensors_to_arrays,
 )
 from dpnets.linalg import eig_biorthogonal, sym_matrix_function
-from dpnets.params import check_choice, check_int, check_real
-from dpnets.representation import DPNet
+from dpnets.nn.utils import encode
+from dpnets.params import check_choice, check_real
 
 __all__ = [
     "SpectralModel",
+    "DiscreteTimeModel",
     "TransferOperator",
     "FeatureMap",
     "as_feature_map",
@@ -54,19 +56,7 @@ def as_feature_map(features: Any) -> FeatureMap:
         return lambda x: np.asarray(x, dtype=np.float64).reshape(x.shape[0], -1)
     if isinstance(features, torch.nn.Module):
         module = features
-
-        def run_module(x: np.ndarray) -> np.ndarray:
-            p = next(module.parameters(), None)
-            device = p.device if p is not None else torch.device("cpu")
-            dtype = p.dtype if p is not None else torch.float32
-            module.eval()
-            out = []
-            with torch.no_grad():
-                for sl in chunks(x.shape[0], 8192):
-                    out.append(module(torch.as_tensor(x[sl]).to(device=device, dtype=dtype)).cpu())
-            return torch.cat(out).numpy()
-
-        return lambda x: _as_features(run_module(x), x.shape[0])
+        return lambda x: _as_features(encode(module, x).numpy(), x.shape[0])
     if hasattr(features, "transform") and callable(features.transform):
         return lambda x: _as_features(features.transform(x), x.shape[0])
     if callable(features):
@@ -96,13 +86,6 @@ def constant_in_span(phi: np.ndarray, tol: float = 1e-8) -> bool:
     return bool(1.0 - float(mu @ cx_pinv @ mu) <= tol)
 
 
-def _resolve_constant(setting: Any, phi: np.ndarray) -> bool:
-    """``constant="auto"``: add the constant unless the features already span it."""
-    if setting == "auto":
-        return not constant_in_span(phi)
-    return bool(setting)
-
-
 def _prepend_ones(phi: np.ndarray) -> np.ndarray:
     return np.concatenate([np.ones((phi.shape[0], 1)), phi], axis=1)
 
@@ -119,17 +102,31 @@ def _as_features(phi: Any, n: int) -> np.ndarray:
 
 
 class SpectralModel(BaseEstimator):
-    """Shared downstream API of the linear models on a feature map.
+    """The model contract: every estimator of a transfer operator or generator on a feature map.
 
-    Subclasses set, in ``fit``: ``operator_`` (r, r), ``cx_``, ``_cx_pinv``,
-    ``features_x_`` (training features), ``state_coef_`` (least-squares coefficients of the
-    state observable), ``n_samples_``, ``n_features_``, ``state_shape_``, and call
-    :meth:`_set_spectrum`. They implement :meth:`_time_factor` (the eigenvalue weight of
-    a forecast ``t`` steps or time units ahead), :meth:`_power` (the matrix counterpart, used
-    when the eigenvector matrix is ill-conditioned) and :meth:`implied_timescales`.
-    Coefficients of observables are always least squares on ``features_x_``:
-    ``(Cx + ridge I)^+ Phi_X^T F / n`` where ``F`` holds the observable's values on the
-    samples that :meth:`_observable_coef` documents per subclass.
+    Public API (the same for :class:`TransferOperator`, :class:`dpnets.Generator`, the
+    baselines and the Koopman autoencoders): :meth:`eig`, :meth:`transform`,
+    :meth:`eigenfunctions`, :meth:`predict` (with ``observable=``), :meth:`modes`,
+    :meth:`implied_timescales`, :meth:`score` and :meth:`save`.
+
+    Fitted state that every subclass sets in ``fit`` (public, documented):
+
+    * ``features_``: the feature map in use (the fitted one when ``fit`` trained it);
+    * ``operator_`` (r, r): the matrix acting on coefficient vectors in the basis of
+      :meth:`transform`; ``cx_`` (r, r): the covariance of that basis on the training inputs;
+    * ``eigvals_``, ``left_eigvecs_``, ``right_eigvecs_``: from :meth:`_set_spectrum`;
+    * ``state_coef_`` (r, d): least-squares coefficients of the (flattened) state observable;
+    * ``n_samples_``, ``n_features_``, ``state_shape_``, ``lag_`` (None where unknown);
+    * ``features_x_`` (n, r): the training inputs' features, kept in memory after ``fit`` for
+      observables given on the training samples (not saved to files).
+
+    Least squares: the coefficients of an observable are ``(Cx + ridge I)^+ Phi_X^T F / n``,
+    computed by :meth:`_lstsq` from ``cx_pinv_`` (set by :meth:`_regress`). An estimator
+    whose basis is orthonormal by construction (kernel regression, whitened features)
+    overrides :meth:`_lstsq` instead. Subclasses implement :meth:`_time_factor` (the
+    eigenvalue weight of a forecast ``t`` steps or time units ahead), :meth:`_power` (its
+    matrix counterpart, used when the eigenvector matrix is ill-conditioned) and
+    :meth:`implied_timescales`.
     """
 
     features: Any
@@ -159,8 +156,18 @@ class SpectralModel(BaseEstimator):
         cx_pinv, rank = sym_matrix_function(cx + float(self.ridge) * np.eye(r), -1.0, self.rtol)
         self.operator_ = cx_pinv @ c
         self.cx_ = cx
-        self._cx_pinv = cx_pinv
-        self.rank_ = rank
+        self.cx_pinv_ = cx_pinv
+        self.cx_rank_ = rank
+
+    def _lstsq(self, rhs: np.ndarray) -> np.ndarray:
+        """``(Cx + ridge I)^+ rhs``: least-squares coefficients from ``rhs = Phi_X^T F`` (/ n)."""
+        return self.cx_pinv_ @ rhs
+
+    def _use_constant(self, phi: np.ndarray) -> bool:
+        """``constant="auto"``: add the constant unless the features already span it."""
+        if self.constant == "auto":
+            return not constant_in_span(phi)
+        return bool(self.constant)
 
     # -- hooks
     def _time_factor(self, t: float) -> np.ndarray:  # pragma: no cover - abstract
@@ -198,7 +205,7 @@ class SpectralModel(BaseEstimator):
         """
         check_is_fitted(self, "operator_")
         x = self._check_X(X)
-        return self._basis(as_feature_map(self.features)(x))
+        return self._basis(as_feature_map(self.features_)(x))
 
     def _basis(self, phi: np.ndarray) -> np.ndarray:
         """The regression basis from raw features: ``[1, (phi - shift) / scale]`` or ``phi``."""
@@ -243,7 +250,7 @@ class SpectralModel(BaseEstimator):
                 f"got {f.shape[0]} rows"
             )
         f_flat = np.asarray(f, dtype=np.float64).reshape(f.shape[0], -1)
-        coef = self._cx_pinv @ (self._training_features().T @ f_flat) / self.n_samples_
+        coef = self._lstsq(self._training_features().T @ f_flat) / self.n_samples_
         # a 1-D observable (one scalar per sample) gives 1-D forecasts
         return coef, (() if np.ndim(observable) == 1 else tuple(f.shape[1:]))
 
@@ -333,167 +340,14 @@ class SpectralModel(BaseEstimator):
         save(self, path)
 
 
-class TransferOperator(SpectralModel):
-    """Least-squares transfer operator on a feature map (paper Sec. 4, App. D).
+class DiscreteTimeModel(SpectralModel):
+    """A :class:`SpectralModel` of a transfer operator at the lag ``lag_``: forecasts in whole
+    lag steps (Eq. 17), Koopman modes, implied timescales and equilibrium reweighting.
 
-    Fits ``T = (Cx + ridge I)^+ Cxy`` with ``Cx = Phi_X^T Phi_X / n`` and
-    ``Cxy = Phi_X^T Phi_Y / n`` (the same feature map on both sides, App. D.3), so that
-    ``E[h(X_t) | X_0 = x] ~ psi(x)^T T^t z`` for ``h = psi^T z``.
-
-    Parameters
-    ----------
-    features : DPNet, nn.Module, callable or None
-        Feature map ``psi``: a fitted :class:`dpnets.DPNet`, any callable mapping states
-        ``(n, *state_shape)`` to ``(n, r)`` (numpy or torch), or ``None`` for the identity on
-        flattened states (DMD).
-    ridge : float, default 0.0
-        Tikhonov regularisation added to ``Cx``.
-    rtol : float, optional
-        Relative rank cut-off for the pseudo-inverse of ``Cx + ridge I``, in ``(0, 1)``
-        (default ``r * eps``).
-    constant : {"auto", True, False}, default "auto"
-        Regress on ``[1, psi]``: the constant function (the stationary eigenfunction, with
-        eigenvalue 1 and timescale inf) is added to the features. "auto" adds it unless
-        the features already span it on the training data (:func:`constant_in_span`), so
-        every feature map gives correct timescales: DPNets (whose features are centred by
-        default), VAMPNets (centred by construction), autoencoders, dictionaries.
-        ``False`` is plain (E)DMD on the features as given. With the constant the
-        regression works in the basis ``[1, (psi - mean) / std]`` (means and standard
-        deviations of the training inputs' features): the same span, so the same estimator,
-        but well conditioned for features of any offset and scale (raw coordinates in
-        DMD); ``ridge`` then acts on the standardised features.
-    dt : float, default 1.0
-        Physical time between consecutive frames of the data; timescales are in its units
-        (``lag_ * dt`` is the time of one estimator step).
-
-    Attributes
-    ----------
-    operator_ : ndarray (r, r)
-        The estimator matrix ``T`` (``r`` counts the constant when it was added).
-    constant_ : bool
-        Whether the constant function was added to the features.
-    feature_shift_, feature_scale_ : ndarray (r,) or None
-        Standardisation of the features in the basis with the constant (None without).
-    cx_, cxy_ : ndarray (r, r)
-        Empirical covariances.
-    eigvals_ : ndarray (r,), complex
-        Eigenvalues, decreasing modulus.
-    left_eigvecs_, right_eigvecs_ : ndarray (r, r), complex
-        Biorthogonal (``L^H R = I``) eigenvectors; right eigenfunctions have unit empirical
-        norm ``r_i^H Cx r_i = 1``.
-    lag_ : int or None
-        Lag in frames (from ``fit``; None for pre-paired data fitted without ``lag``).
-    n_samples_ : int
-    n_features_ : int
+    Subclasses regress ``operator_`` so that the state's coefficients ``state_coef_`` are
+    those of ``X_{t + lag}`` on ``psi(X_t)`` (so ``t`` steps use ``T^{t-1}``); observables
+    passed to :meth:`predict` hold values at the lagged states of the training pairs.
     """
-
-    def __init__(
-        self,
-        features: Any = None,
-        ridge: float = 0.0,
-        rtol: float | None = None,
-        constant: str | bool = "auto",
-        dt: float = 1.0,
-    ):
-        self.features = features
-        self.ridge = ridge
-        self.rtol = rtol
-        self.constant = constant
-        self.dt = dt
-
-    # ------------------------------------------------------------------ fitting
-    def _fit_lag(self, data: Any, lag: Any) -> tuple[int, int | None]:
-        """Pairing and model lag; defaults to (and checks against) a DPNet's own lag."""
-        feature_lag = getattr(self.features, "lag_", None)
-        if lag is None and feature_lag is not None:
-            lag = feature_lag
-        elif lag is not None and feature_lag is not None and lag != feature_lag:
-            warnings.warn(
-                f"the operator is fitted at lag={lag} on features trained at lag="
-                f"{feature_lag}; this is intended only when validating across lags (the "
-                "operator's lag sets its timescales)",
-                stacklevel=3,
-            )
-        return resolve_lag(data, lag)
-
-    def fit(self, data: Any, lag: int | None = None) -> TransferOperator:
-        """Estimate the operator from ``data`` (same forms as :meth:`dpnets.DPNet.fit`).
-
-        Parameters
-        ----------
-        data : array, list of arrays, tuple (X, Y), Dataset or DataLoader
-        lag : int, optional
-            Trajectories: lag in frames (default: the lag the feature map was trained at,
-            else 1; a different lag warns). Pre-paired data: the lag of the pairs, recorded
-            for the timescales.
-
-        Returns
-        -------
-        self
-        """
-        self._check_regression_params()
-        fmap = as_feature_map(self.features)
-        pair_lag, self.lag_ = self._fit_lag(data, lag)
-        if is_streaming(data):
-            phi_x, phi_y, raw_xty, sum_y, state_shape = self._stream(data, fmap)
-        else:
-            p = pairs(data, pair_lag)
-            phi_x = fmap(p.X)
-            phi_y = fmap(p.Y)
-            y_flat = np.asarray(p.Y, dtype=np.float64).reshape(len(p), -1)
-            raw_xty, sum_y = phi_x.T @ y_flat, y_flat.sum(0)
-            state_shape = p.state_shape
-        if phi_y.shape != phi_x.shape:
-            raise ValueError(f"features of X and Y differ in shape: {phi_x.shape}, {phi_y.shape}")
-        self.constant_ = _resolve_constant(self.constant, phi_x)
-        self.feature_shift_ = self.feature_scale_ = None
-        if self.constant_:
-            sd = phi_x.std(0)
-            self.feature_shift_ = phi_x.mean(0)
-            self.feature_scale_ = np.where(sd > 0, sd, 1.0)
-            phi_x, phi_y = self._basis(phi_x), self._basis(phi_y)
-            # Phi^T Y in the basis [1, (phi - shift) / scale], from the raw sums
-            centred = raw_xty - self.feature_shift_[:, None] * sum_y[None, :]
-            raw_xty = np.vstack([sum_y[None, :], centred / self.feature_scale_[:, None]])
-        xty = raw_xty
-        n, r = phi_x.shape
-        if n < r:
-            raise ValueError(f"fewer samples ({n}) than features (r={r}); provide more data")
-        cx = phi_x.T @ phi_x / n
-        cxy = phi_x.T @ phi_y / n
-        self._regress(cx, cxy)
-        self.cxy_ = cxy
-        self.n_samples_, self.n_features_ = n, r
-        self.state_shape_ = tuple(state_shape)
-        self.features_x_ = phi_x
-        self.features_mean_ = phi_x.mean(0)
-        # least-squares coefficients of the state at time lag on psi(X_0) (App. D.2)
-        self.state_coef_ = self._cx_pinv @ xty / n
-        self._set_spectrum()
-        return self
-
-    def _stream(self, data: Any, fmap: FeatureMap):
-        """Features of a Dataset/DataLoader of pairs, batch by batch; the states are never
-        held in memory together (only the r-dimensional features, ``Phi_X^T Y`` and the sum
-        of the ``Y`` states)."""
-        loader = data if isinstance(data, DataLoader) else DataLoader(data, batch_size=8192)
-        phx, phy = [], []
-        xty = sum_y = None
-        shape: tuple[int, ...] = ()
-        for xb, yb in loader:
-            xb = check_states(xb, "X batch")
-            yb = check_states(yb, "Y batch")
-            fx = fmap(xb)
-            phx.append(fx)
-            phy.append(fmap(yb))
-            y_flat = np.asarray(yb, dtype=np.float64).reshape(yb.shape[0], -1)
-            part, total = fx.T @ y_flat, y_flat.sum(0)
-            xty = part if xty is None else xty + part
-            sum_y = total if sum_y is None else sum_y + total
-            shape = tuple(yb.shape[1:])
-        if xty is None:
-            raise ValueError("the Dataset/DataLoader yielded no samples")
-        return np.concatenate(phx), np.concatenate(phy), xty, sum_y, shape
 
     def _time_factor(self, t: float) -> np.ndarray:
         return self.eigvals_ ** (int(t) - 1)
@@ -572,7 +426,7 @@ class TransferOperator(SpectralModel):
         """
         check_is_fitted(self, "operator_")
         k = int(np.argmin(np.abs(self.eigvals_ - 1.0)))
-        u = np.real(self._cx_pinv @ np.conj(self.left_eigvecs_[:, k]))
+        u = np.real(self._lstsq(np.conj(self.left_eigvecs_[:, k])))
         mean = getattr(self, "features_mean_", None)
         mean = self._training_features().mean(0) if mean is None else mean
         norm = float(mean @ u)
@@ -585,6 +439,187 @@ class TransferOperator(SpectralModel):
         return (phi @ u) / norm
 
 
+class TransferOperator(DiscreteTimeModel):
+    """Least-squares transfer operator on a feature map (paper Sec. 4, App. D).
+
+    Fits ``T = (Cx + ridge I)^+ Cxy`` with ``Cx = Phi_X^T Phi_X / n`` and
+    ``Cxy = Phi_X^T Phi_Y / n`` (the same feature map on both sides, App. D.3), so that
+    ``E[h(X_t) | X_0 = x] ~ psi(x)^T T^t z`` for ``h = psi^T z``.
+
+    Parameters
+    ----------
+    features : DPNet, nn.Module, callable or None
+        Feature map ``psi``: a fitted :class:`dpnets.DPNet` (or another fitted dpnets
+        estimator with ``transform``), any callable mapping states ``(n, *state_shape)`` to
+        ``(n, r)`` (numpy or torch), or ``None`` for the identity on flattened states (DMD).
+        An *unfitted* dpnets estimator (``DPNet(...)``, ``VAMPNet(...)``) makes this the
+        composite model: ``fit`` trains a copy of it on the same data and lag
+        (``features_``), then regresses the operator, and :meth:`save` stores both in one
+        file. ``features`` itself is never changed.
+    ridge : float, default 0.0
+        Tikhonov regularisation added to ``Cx``.
+    rtol : float, optional
+        Relative rank cut-off for the pseudo-inverse of ``Cx + ridge I``, in ``(0, 1)``
+        (default ``r * eps``).
+    constant : {"auto", True, False}, default "auto"
+        Regress on ``[1, psi]``: the constant function (the stationary eigenfunction, with
+        eigenvalue 1 and timescale inf) is added to the features. "auto" adds it unless
+        the features already span it on the training data (:func:`constant_in_span`), so
+        every feature map gives correct timescales: DPNets (whose features are centred by
+        default), VAMPNets (centred by construction), autoencoders, dictionaries.
+        ``False`` is plain (E)DMD on the features as given. With the constant the
+        regression works in the basis ``[1, (psi - mean) / std]`` (means and standard
+        deviations of the training inputs' features): the same span, so the same estimator,
+        but well conditioned for features of any offset and scale (raw coordinates in
+        DMD); ``ridge`` then acts on the standardised features.
+    dt : float, default 1.0
+        Physical time between consecutive frames of the data; timescales are in its units
+        (``lag_ * dt`` is the time of one estimator step).
+
+    Attributes
+    ----------
+    features_ : object
+        The feature map in use: ``features`` itself, or the copy trained by ``fit``.
+    operator_ : ndarray (r, r)
+        The estimator matrix ``T`` (``r`` counts the constant when it was added).
+    constant_ : bool
+        Whether the constant function was added to the features.
+    feature_shift_, feature_scale_ : ndarray (r,) or None
+        Standardisation of the features in the basis with the constant (None without).
+    cx_, cxy_ : ndarray (r, r)
+        Empirical covariances.
+    cx_pinv_ : ndarray (r, r)
+        ``(Cx + ridge I)^+``; ``cx_rank_`` its rank (below ``r`` for redundant features).
+    eigvals_ : ndarray (r,), complex
+        Eigenvalues, decreasing modulus.
+    left_eigvecs_, right_eigvecs_ : ndarray (r, r), complex
+        Biorthogonal (``L^H R = I``) eigenvectors; right eigenfunctions have unit empirical
+        norm ``r_i^H Cx r_i = 1``.
+    lag_ : int or None
+        Lag in frames (from ``fit``; None for pre-paired data fitted without ``lag``).
+    n_samples_ : int
+    n_features_ : int
+    """
+
+    def __init__(
+        self,
+        features: Any = None,
+        ridge: float = 0.0,
+        rtol: float | None = None,
+        constant: str | bool = "auto",
+        dt: float = 1.0,
+    ):
+        self.features = features
+        self.ridge = ridge
+        self.rtol = rtol
+        self.constant = constant
+        self.dt = dt
+
+    # ------------------------------------------------------------------ fitting
+    def _fit_features(self, data: Any, lag: int | None) -> Any:
+        """The feature map to regress on: ``features``, or a trained copy of an unfitted
+        dpnets estimator (the composite model)."""
+        f = self.features
+        if isinstance(f, BaseEstimator) and hasattr(f, "transform") and not is_fitted(f):
+            return clone(f).fit(data, lag)
+        return f
+
+    def _fit_lag(self, features: Any, data: Any, lag: Any) -> tuple[int, int | None]:
+        """Pairing and model lag; defaults to (and checks against) a DPNet's own lag."""
+        feature_lag = getattr(features, "lag_", None)
+        if lag is None and feature_lag is not None:
+            lag = feature_lag
+        elif lag is not None and feature_lag is not None and lag != feature_lag:
+            warnings.warn(
+                f"the operator is fitted at lag={lag} on features trained at lag="
+                f"{feature_lag}; this is intended only when validating across lags (the "
+                "operator's lag sets its timescales)",
+                stacklevel=3,
+            )
+        return resolve_lag(data, lag)
+
+    def fit(self, data: Any, lag: int | None = None) -> TransferOperator:
+        """Estimate the operator from ``data`` (same forms as :meth:`dpnets.DPNet.fit`).
+
+        Parameters
+        ----------
+        data : array, list of arrays, tuple (X, Y), Dataset or DataLoader
+        lag : int, optional
+            Trajectories: lag in frames (default: the lag the feature map was trained at,
+            else 1; a different lag warns). Pre-paired data: the lag of the pairs, recorded
+            for the timescales.
+
+        Returns
+        -------
+        self
+        """
+        self._check_regression_params()
+        features = self._fit_features(data, lag)
+        fmap = as_feature_map(features)
+        pair_lag, lag_ = self._fit_lag(features, data, lag)
+        if is_streaming(data):
+            phi_x, phi_y, raw_xty, sum_y, state_shape = self._stream(data, fmap)
+        else:
+            p = pairs(data, pair_lag)
+            phi_x = fmap(p.X)
+            phi_y = fmap(p.Y)
+            y_flat = np.asarray(p.Y, dtype=np.float64).reshape(len(p), -1)
+            raw_xty, sum_y = phi_x.T @ y_flat, y_flat.sum(0)
+            state_shape = p.state_shape
+        if phi_y.shape != phi_x.shape:
+            raise ValueError(f"features of X and Y differ in shape: {phi_x.shape}, {phi_y.shape}")
+        self.features_, self.lag_ = features, lag_
+        self.constant_ = self._use_constant(phi_x)
+        self.feature_shift_ = self.feature_scale_ = None
+        if self.constant_:
+            sd = phi_x.std(0)
+            self.feature_shift_ = phi_x.mean(0)
+            self.feature_scale_ = np.where(sd > 0, sd, 1.0)
+            phi_x, phi_y = self._basis(phi_x), self._basis(phi_y)
+            # Phi^T Y in the basis [1, (phi - shift) / scale], from the raw sums
+            centred = raw_xty - self.feature_shift_[:, None] * sum_y[None, :]
+            raw_xty = np.vstack([sum_y[None, :], centred / self.feature_scale_[:, None]])
+        xty = raw_xty
+        n, r = phi_x.shape
+        if n < r:
+            raise ValueError(f"fewer samples ({n}) than features (r={r}); provide more data")
+        cx = phi_x.T @ phi_x / n
+        cxy = phi_x.T @ phi_y / n
+        self._regress(cx, cxy)
+        self.cxy_ = cxy
+        self.n_samples_, self.n_features_ = n, r
+        self.state_shape_ = tuple(state_shape)
+        self.features_x_ = phi_x
+        self.features_mean_ = phi_x.mean(0)
+        # least-squares coefficients of the state at time lag on psi(X_0) (App. D.2)
+        self.state_coef_ = self._lstsq(xty) / n
+        self._set_spectrum()
+        return self
+
+    def _stream(self, data: Any, fmap: FeatureMap):
+        """Features of a Dataset/DataLoader of pairs, batch by batch; the states are never
+        held in memory together (only the r-dimensional features, ``Phi_X^T Y`` and the sum
+        of the ``Y`` states)."""
+        loader = data if isinstance(data, DataLoader) else DataLoader(data, batch_size=8192)
+        phx, phy = [], []
+        xty = sum_y = None
+        shape: tuple[int, ...] = ()
+        for xb, yb in loader:
+            xb = check_states(xb, "X batch")
+            yb = check_states(yb, "Y batch")
+            fx = fmap(xb)
+            phx.append(fx)
+            phy.append(fmap(yb))
+            y_flat = np.asarray(yb, dtype=np.float64).reshape(yb.shape[0], -1)
+            part, total = fx.T @ y_flat, y_flat.sum(0)
+            xty = part if xty is None else xty + part
+            sum_y = total if sum_y is None else sum_y + total
+            shape = tuple(yb.shape[1:])
+        if xty is None:
+            raise ValueError("the Dataset/DataLoader yielded no samples")
+        return np.concatenate(phx), np.concatenate(phy), xty, sum_y, shape
+
+
 def timescales_from_eigvals(eigvals: np.ndarray, lag_time: float) -> np.ndarray:
     """``-lag_time / ln|lambda|``; ``inf`` where ``1 - |lambda| <= STATIONARY_TOL``."""
     mod = np.abs(np.asarray(eigvals))
@@ -595,408 +630,8 @@ def timescales_from_eigvals(eigvals: np.ndarray, lag_time: float) -> np.ndarray:
     return out
 
 
-# ---------------------------------------------------------------------------- generator
-# Continuous-time estimator (paper Sec. 3 "Generator learning", App. E).
-
-
-def _torch_features(features: Any, dtype: torch.dtype) -> tuple[Callable, torch.device]:
-    """A torch feature function on ``dtype`` inputs, and its device.
-
-    Modules (and a fitted DPNet's encoder) are copied and cast to ``dtype``, so that the
-    estimator's Itô derivatives are computed in float64 whatever the training precision.
-    """
-    import copy
-
-    if features is None:
-        return (lambda x: x.reshape(x.shape[0], -1)), torch.device("cpu")
-    if isinstance(features, DPNet):  # its standardisation and encoder, on raw states
-        features = features.feature_module()
-    if isinstance(features, torch.nn.Module):
-        module = copy.deepcopy(features)
-        p = next(module.parameters(), None)
-        device = p.device if p is not None else torch.device("cpu")
-        if p is not None and p.is_floating_point():
-            module = module.to(dtype)
-        module.eval()
-        return module, device
-    if callable(features):
-        return features, torch.device("cpu")
-    raise TypeError(
-        "Generator features must be None (identity), a fitted DPNet, a torch.nn.Module or a "
-        "torch callable states -> (n, r)"
-    )
-
-
-class Generator(SpectralModel):
-    r"""Least-squares estimator of the generator of an SDE on a feature map (App. E).
-
-    For ``dX = A(X) dt + B(X) dW`` (Eq. 11) and samples ``x_1..x_n`` of the invariant law,
-    fits ``L = (Cx + ridge I)^+ C_d`` with ``Cx = Phi^T Phi / n`` and
-    ``C_d = Phi^T dPhi / n``, where ``dPhi`` holds the Itô derivatives of the features
-    (Eqs. 12-13, :func:`dpnets.ito.ito_derivative`). Its eigen-decomposition (App. E) gives
-    the generator's eigenvalues ``lambda_i`` (rates, ``Re lambda <= 0``), eigenfunctions, the
-    implied timescales ``-1 / lambda_i`` and forecasts at any real time ``t >= 0``:
-    ``E[f(X_t) | X_0 = x] ~ sum_i exp(lambda_i t) phi_i(x) l_i^H D_f`` with
-    ``D_f = (Cx + ridge I)^+ Phi^T F / n`` the *equal-time* least-squares coefficients of the
-    observable (App. E, continuous-time KMD).
-
-    Parameters
-    ----------
-    features : DPNet, nn.Module, callable or None
-        Feature map ``psi`` as a differentiable torch function (twice, for ``form="ito"``):
-        a fitted :class:`dpnets.DPNet` (e.g. trained with ``score="generator"``), a
-        ``torch.nn.Module``, a callable on torch tensors, or ``None`` for linear features
-        (the flattened state). Modules are evaluated in ``dtype`` (a float64 copy).
-    sde : dpnets.ito.SDE, optional
-        The process; default: ``features.sde`` for a DPNet trained in generator mode.
-        Alternatively give ``drift`` and ``diffusion``.
-    drift, diffusion : optional
-        ``A`` and ``B`` as in :class:`dpnets.ito.SDE` (instead of ``sde``).
-    form : {"ito", "dirichlet"}, default "ito"
-        ``"ito"``: ``C_d = E[psi (L psi)^T]`` from second derivatives (any diffusion).
-        ``"dirichlet"``: ``C_d = -1/2 E[grad psi B B^T grad psi^T]``, first derivatives
-        only and symmetric; valid for reversible diffusions only (equal to ``"ito"`` in
-        expectation there).
-    symmetrize : bool, default False
-        Replace ``C_d`` by its symmetric part (for reversible processes: a self-adjoint
-        estimator with real spectrum; leave False otherwise).
-    constant : {"auto", True, False}, default "auto"
-        Add the constant function (eigenvalue 0, the stationary state) to the features;
-        "auto" adds it unless the features already span it, as in
-        :class:`TransferOperator`.
-    ridge : float, default 0.0
-        Tikhonov regularisation added to ``Cx``.
-    rtol : float, optional
-        Relative rank cut-off of the pseudo-inverse (default ``r * eps``).
-    batch_size : int, default 8192
-        States per derivative evaluation.
-    dtype : torch.dtype, default torch.float64
-
-    Attributes
-    ----------
-    operator_ : ndarray (r, r)
-        ``L``.
-    cx_, cxd_ : ndarray (r, r)
-        ``Cx`` and ``C_d``.
-    eigvals_ : ndarray (rank_,), complex
-        Eigenvalues sorted by *decreasing real part* (``lambda_0 ~ 0`` first).
-    left_eigvecs_, right_eigvecs_ : ndarray (r, rank_), complex
-        Biorthogonal eigenvectors (``L^H R = I``); right eigenfunctions have unit empirical
-        norm (in the ``Cx + ridge I`` metric).
-    partial_trace_ : float
-        ``tr((Cx + ridge I)^+ C_d)``, the generator score ``P_d^0`` of the features (Eq. 14).
-    rank_, n_samples_, n_features_, state_shape_
-
-    Notes
-    -----
-    The eigen-decomposition is computed on the range of ``Cx + ridge I`` (whitened Ritz
-    problem): a rank-deficient feature map (``rank_ < n_features_``) gives ``rank_``
-    eigenpairs, without the spurious zero eigenvalues of the pseudo-inverse's null space.
-    Raise ``rtol`` to cut ill-conditioned directions of large fixed dictionaries. A loaded
-    model has ``sde=None``: it predicts and decomposes, but needs an SDE to be refitted.
-
-    Examples
-    --------
-    >>> import numpy as np, torch
-    >>> from dpnets import Generator
-    >>> from dpnets.ito import SDE
-    >>> ou = SDE(lambda x: -x, 2**0.5, reversible=True)          # dX = -X dt + sqrt(2) dW
-    >>> psi = lambda x: torch.cat([x**0, x, x**2 - 1], dim=1)    # Hermite polynomials
-    >>> x = np.random.default_rng(0).standard_normal((1000, 1))
-    >>> np.round(Generator(psi, ou).fit(x).eig().real, 8) + 0.0
-    array([ 0., -1., -2.])
-    """
-
-    def __init__(
-        self,
-        features: Any = None,
-        sde: Any = None,
-        *,
-        drift: Callable | None = None,
-        diffusion: Any = None,
-        form: str = "ito",
-        symmetrize: bool = False,
-        ridge: float = 0.0,
-        rtol: float | None = None,
-        batch_size: int = 8192,
-        dtype: torch.dtype = torch.float64,
-        constant: str | bool = "auto",
-    ) -> None:
-        self.features = features
-        self.sde = sde
-        self.drift = drift
-        self.diffusion = diffusion
-        self.form = form
-        self.symmetrize = symmetrize
-        self.ridge = ridge
-        self.rtol = rtol
-        self.batch_size = batch_size
-        self.dtype = dtype
-        self.constant = constant
-
-    # ------------------------------------------------------------------ helpers
-    def _resolve_sde(self):
-        from dpnets.ito import SDE
-
-        if self.sde is not None:
-            if self.drift is not None or self.diffusion is not None:
-                raise ValueError("give either sde or drift and diffusion, not both")
-            if not isinstance(self.sde, SDE):
-                raise TypeError(f"sde must be a dpnets.ito.SDE, got {type(self.sde).__name__}")
-            return self.sde
-        if self.drift is not None or self.diffusion is not None:
-            if self.drift is None or self.diffusion is None:
-                raise ValueError("drift and diffusion must be given together")
-            return SDE(self.drift, self.diffusion)
-        inherited = getattr(self.features, "sde", None)
-        if isinstance(inherited, SDE):
-            return inherited
-        raise ValueError(
-            "the SDE is unknown: pass sde=dpnets.ito.SDE(...) (or drift= and diffusion=)"
-        )
-
-    def _evaluate(self, x: np.ndarray, what: str, sde: Any = None, constant: bool = False):
-        """Features (and derivatives) of states ``x`` in chunks, as float64 numpy; with
-        ``constant`` the constant function comes first (its derivatives are zero)."""
-        from dpnets.ito import diffusion_jacobian, ito_derivative
-        from dpnets.scores import with_constant
-
-        fn, device = _torch_features(self.features, self.dtype)
-        if constant:
-            base = fn
-
-            def fn(xb: torch.Tensor) -> torch.Tensor:
-                return with_constant(base(xb))
-
-        outs: list[list[np.ndarray]] = []
-        with torch.no_grad():
-            for sl in chunks(x.shape[0], int(self.batch_size)):
-                xb = torch.as_tensor(x[sl]).to(device=device, dtype=self.dtype)
-                if what == "features":
-                    res = (fn(xb),)
-                elif what == "ito":
-                    res = ito_derivative(fn, xb, sde)
-                else:
-                    res = diffusion_jacobian(fn, xb, sde)
-                outs.append([to_numpy(r).astype(np.float64) for r in res])
-        arrays = [np.concatenate(parts) for parts in zip(*outs, strict=True)]
-        phi = arrays[0]
-        if phi.ndim != 2 or phi.shape[0] != x.shape[0]:
-            raise ValueError(f"feature map must return shape (n, r); got {phi.shape}")
-        for a in arrays:
-            if not np.all(np.isfinite(a)):
-                raise ValueError("the feature map or its derivatives returned NaN or inf")
-        return arrays
-
-    # ------------------------------------------------------------------ fitting
-    def fit(self, X: Any, sample_weight: Any = None) -> Generator:
-        """Estimate the generator from samples ``X`` of the invariant distribution.
-
-        Parameters
-        ----------
-        X : array (n, *state_shape) or list of arrays
-            States distributed according to the invariant law (e.g. a long trajectory, or
-            trajectories observed at irregular times); their order does not matter.
-        sample_weight : array (n,), optional
-            Non-negative weights of the samples (e.g. quadrature weights, or importance
-            weights for samples of a biased law); all expectations, including the
-            observables' least-squares coefficients, are weighted. Default: uniform.
-
-        Returns
-        -------
-        self
-        """
-        if self.form not in ("ito", "dirichlet"):
-            raise ValueError(f"form must be 'ito' or 'dirichlet', got {self.form!r}")
-        self._check_regression_params()
-        check_int("batch_size", self.batch_size, 1)
-        from dpnets.ito import check_samples, warn_if_piecewise_linear
-
-        sde = self._resolve_sde()
-        if self.form == "dirichlet" and not sde.reversible:
-            raise ValueError(
-                "form='dirichlet' needs a reversible SDE (SDE(..., reversible=True)); use "
-                "form='ito' otherwise"
-            )
-        x = check_samples(X)
-        if self.form == "ito" and isinstance(
-            getattr(self.features, "encoder_", None), torch.nn.Module
-        ):
-            warn_if_piecewise_linear(self.features.encoder_)
-        elif self.form == "ito" and isinstance(self.features, torch.nn.Module):
-            warn_if_piecewise_linear(self.features)
-        w = self._check_weights(sample_weight, x.shape[0])
-        phi, d = self._evaluate(x, self.form, sde, constant=True)
-        self.constant_ = _resolve_constant(self.constant, phi[:, 1:])
-        if not self.constant_:
-            phi, d = phi[:, 1:], d[:, 1:]
-        n, r = phi.shape
-        if n < r:
-            raise ValueError(f"fewer samples ({n}) than features (r={r}); provide more data")
-        phi_w = phi if w is None else phi * w[:, None]
-        cx = phi_w.T @ phi / n
-        if self.form == "ito":
-            cxd = phi_w.T @ d / n
-        elif w is None:
-            cxd = -0.5 * np.einsum("nim,njm->ij", d, d) / n
-        else:
-            cxd = -0.5 * np.einsum("n,nim,njm->ij", w, d, d) / n
-        if self.symmetrize:
-            cxd = 0.5 * (cxd + cxd.T)
-        self._regress(cx, cxd)
-        self.cxd_ = cxd
-        self.partial_trace_ = float(np.trace(self.operator_))
-        self.n_samples_, self.n_features_ = n, r
-        self.state_shape_ = tuple(x.shape[1:])
-        self.features_x_ = phi
-        self.sample_weight_ = w
-        # equal-time least-squares coefficients of the state (App. E)
-        x_flat = np.asarray(x, dtype=np.float64).reshape(n, -1)
-        self.state_coef_ = self._cx_pinv @ (phi_w.T @ x_flat) / n
-        self._set_spectrum()
-        return self
-
-    @staticmethod
-    def _check_weights(sample_weight: Any, n: int) -> np.ndarray | None:
-        """Weights normalised to mean one, or None for uniform weights."""
-        if sample_weight is None:
-            return None
-        w = np.asarray(to_numpy(sample_weight), dtype=np.float64).reshape(-1)
-        if w.shape[0] != n:
-            raise ValueError(f"sample_weight has {w.shape[0]} entries for {n} samples")
-        if not np.all(np.isfinite(w)) or np.any(w < 0) or w.sum() <= 0:
-            raise ValueError("sample_weight must be finite, non-negative and not all zero")
-        return w * (n / w.sum())
-
-    def _observable_coef(self, observable: Any) -> tuple[np.ndarray, tuple[int, ...]]:
-        """Equal-time (weighted) least-squares coefficients of an observable (App. E)."""
-        w = getattr(self, "sample_weight_", None)
-        if observable is None or w is None:
-            return super()._observable_coef(observable)
-        f = check_states(observable, "observable")
-        if f.shape[0] != self.n_samples_:
-            raise ValueError(
-                f"observable must hold one value per training sample ({self.n_samples_}), "
-                f"got {f.shape[0]} rows"
-            )
-        f_flat = np.asarray(f, dtype=np.float64).reshape(f.shape[0], -1) * w[:, None]
-        coef = self._cx_pinv @ (self._training_features().T @ f_flat) / self.n_samples_
-        return coef, (() if np.ndim(observable) == 1 else tuple(f.shape[1:]))
-
-    def _set_spectrum(self) -> None:
-        """Eigen-decomposition on the range of ``Cx`` (the Ritz problem), by whitening.
-
-        With ``Cx + ridge I = U S U^T`` restricted to the ``k = rank_`` eigenvalues above the
-        cut-off, ``M = S^{-1/2} U^T C_d U S^{-1/2}`` (k x k) is similar to ``L`` on the range;
-        its eigenvectors map back to ``R = U S^{-1/2} V`` and ``L = U S^{1/2} W``. A
-        rank-deficient feature map thus yields ``rank_`` genuine eigenpairs, without the
-        spurious zero eigenvalues of the pseudo-inverse's null space.
-        """
-        from dpnets.linalg import default_rtol
-
-        r = self.cx_.shape[0]
-        reg = self.cx_ + float(self.ridge) * np.eye(r)
-        s, u = np.linalg.eigh(0.5 * (reg + reg.T))
-        rtol = default_rtol(r) if self.rtol is None else float(self.rtol)
-        keep = s > rtol * max(s.max(), 0.0)
-        if not keep.any():
-            raise ValueError("the feature covariance is zero: the features vanish on the data")
-        uk, sk = u[:, keep], s[keep]
-        whiten = uk / np.sqrt(sk)
-        m = whiten.T @ self.cxd_ @ whiten
-        w, left, right = eig_biorthogonal(m)
-        order = np.lexsort((-w.imag, -w.real))
-        self.eigvals_ = w[order]
-        self.right_eigvecs_ = whiten @ right[:, order]
-        self.left_eigvecs_ = (uk * np.sqrt(sk)) @ left[:, order]
-
-    def transform(self, X: Any) -> np.ndarray:
-        """Features ``psi(X)`` (evaluated in ``dtype``), float64 (n, r)."""
-        check_is_fitted(self, "operator_")
-        return self._evaluate(self._check_X(X), "features", constant=self.constant_)[0]
-
-    # ------------------------------------------------------------------ time
-    def _check_time(self, t: Any) -> float:
-        if isinstance(t, bool) or not isinstance(t, (int, float, np.integer, np.floating)):
-            raise ValueError(f"t must be a real number >= 0, got {t!r}")
-        if not (np.isfinite(t) and t >= 0):
-            raise ValueError(f"t must be a finite real number >= 0, got {t!r}")
-        return float(t)
-
-    def _time_factor(self, t: float) -> np.ndarray:
-        return np.exp(self.eigvals_ * float(t))
-
-    def _power(self, t: float) -> np.ndarray:
-        import scipy.linalg
-
-        return scipy.linalg.expm(self.operator_ * float(t))
-
-    def implied_timescales(self) -> np.ndarray:
-        """Implied timescales ``-1 / Re(lambda_i)``.
-
-        Returns
-        -------
-        ndarray (rank_,)
-            In the order of :meth:`eig`, in the time units of the SDE; ``inf`` where
-            ``Re(lambda_i) >= -tol`` with ``tol = r * eps * max|lambda|`` (the stationary
-            eigenvalue 0 up to round-off).
-        """
-        check_is_fitted(self, "operator_")
-        re = self.eigvals_.real
-        tol = re.size * np.finfo(np.float64).eps * max(np.abs(self.eigvals_).max(), 1e-300)
-        out = np.full(re.shape, np.inf)
-        ok = re < -tol
-        out[ok] = -1.0 / re[ok]
-        return out
-
-
 #: saved arrays; the n x r training features are not saved (file size independent of n)
-_GENERATOR_ARRAYS = ("operator_", "cx_", "cxd_", "_cx_pinv", "state_coef_")
-
-
-def _dump_generator(model: Generator, tensors: dict) -> dict:
-    check_is_fitted(model, "operator_")
-    arrays_to_tensors(model, _GENERATOR_ARRAYS, tensors)
-    if getattr(model, "sample_weight_", None) is not None:
-        arrays_to_tensors(model, ("sample_weight_",), tensors)
-    return {
-        "params": {
-            "form": model.form,
-            "symmetrize": bool(model.symmetrize),
-            "ridge": float(model.ridge),
-            "rtol": model.rtol,
-            "batch_size": int(model.batch_size),
-            "constant": model.constant,
-        },
-        "fitted": {
-            "constant_": bool(model.constant_),
-            "rank_": int(model.rank_),
-            "partial_trace_": float(model.partial_trace_),
-            "n_samples_": int(model.n_samples_),
-            "n_features_": int(model.n_features_),
-            "state_shape_": list(model.state_shape_),
-        },
-        "features": dump_features(model.features, tensors),
-    }
-
-
-def _restore_generator(cfg: dict, tensors: dict, **kw: Any) -> Generator:
-    params = {"constant": False, **cfg["params"]}  # files before the constant: none added
-    gen = Generator(restore_features(cfg["features"], tensors, **kw), **params)
-    gen.constant_ = False
-    for name in _GENERATOR_ARRAYS:
-        setattr(gen, name, tensors[name].numpy())
-    _restore_optional(gen, tensors, ("features_x_",))  # files before the size limit
-    sw = tensors.get("sample_weight_")
-    gen.sample_weight_ = None if sw is None else sw.numpy()
-    for name, value in cfg["fitted"].items():
-        setattr(gen, name, tuple(value) if name == "state_shape_" else value)
-    gen._set_spectrum()
-    return gen
-
-
-#: saved arrays; the n x r training features are not saved (file size independent of n)
-_OPERATOR_ARRAYS = ("operator_", "cx_", "cxy_", "_cx_pinv", "state_coef_")
+_OPERATOR_ARRAYS = ("operator_", "cx_", "cxy_", "cx_pinv_", "state_coef_")
 
 
 def dump_operator(model: Any, tensors: dict[str, torch.Tensor]) -> dict:
@@ -1004,10 +639,9 @@ def dump_operator(model: Any, tensors: dict[str, torch.Tensor]) -> dict:
     own parameters to it): parameters, fitted scalars, arrays in ``tensors``, feature map."""
     check_is_fitted(model, "operator_")
     arrays_to_tensors(model, _OPERATOR_ARRAYS, tensors)
-    if getattr(model, "features_mean_", None) is not None:
-        arrays_to_tensors(model, ("features_mean_",), tensors)
-    if getattr(model, "feature_shift_", None) is not None:
-        arrays_to_tensors(model, ("feature_shift_", "feature_scale_"), tensors)
+    for name in ("features_mean_", "feature_shift_", "feature_scale_"):
+        if getattr(model, name, None) is not None:
+            arrays_to_tensors(model, (name,), tensors)
     return {
         "params": {
             "ridge": float(model.ridge),
@@ -1015,43 +649,56 @@ def dump_operator(model: Any, tensors: dict[str, torch.Tensor]) -> dict:
             "constant": model.constant,
             "dt": float(model.dt),
         },
-        "fitted": {
-            "constant_": bool(model.constant_),
-            "lag_": model.lag_,
-            "rank_": int(model.rank_),
-            "n_samples_": int(model.n_samples_),
-            "n_features_": int(model.n_features_),
-            "state_shape_": list(model.state_shape_),
-        },
-        "features": dump_features(model.features, tensors),
+        "fitted": dump_fitted_scalars(model),
+        **dump_feature_map(model, tensors),
     }
+
+
+def dump_fitted_scalars(model: Any) -> dict:
+    """The fitted scalars every :class:`SpectralModel` file holds."""
+    return {
+        "constant_": bool(getattr(model, "constant_", False)),
+        "lag_": model.lag_,
+        "cx_rank_": int(model.cx_rank_),
+        "n_samples_": int(model.n_samples_),
+        "n_features_": int(model.n_features_),
+        "state_shape_": list(model.state_shape_),
+    }
+
+
+def dump_feature_map(model: Any, tensors: dict[str, torch.Tensor]) -> dict:
+    """The fitted feature map ``features_``, and whether ``fit`` trained it from an unfitted
+    ``features`` (the composite model), so that both are restored."""
+    return {
+        "features": dump_features(model.features_, tensors),
+        "features_trained": model.features_ is not getattr(model, "features", model.features_),
+    }
+
+
+def restore_feature_map(cfg: dict, tensors: dict[str, torch.Tensor], **kw: Any) -> tuple:
+    """``(features, features_)`` from :func:`dump_feature_map`'s output."""
+    fitted = restore_features(cfg["features"], tensors, **kw)
+    return (clone(fitted) if cfg.get("features_trained") else fitted), fitted
 
 
 def restore_operator(cfg: dict, tensors: dict[str, torch.Tensor], **kw: Any) -> TransferOperator:
     """Inverse of :func:`dump_operator` (``kw``: :func:`dpnets.load`'s keyword arguments)."""
-    op = TransferOperator(restore_features(cfg["features"], tensors, **kw), **cfg["params"])
-    for name in _OPERATOR_ARRAYS:
-        setattr(op, name, tensors[name].numpy())
-    _restore_optional(op, tensors, ("features_x_", "features_mean_"))
-    shift = tensors.get("feature_shift_")
-    op.feature_shift_ = None if shift is None else shift.numpy()
-    op.feature_scale_ = None if shift is None else tensors["feature_scale_"].numpy()
-    restore_fitted_operator(op, cfg["fitted"])
+    features, fitted = restore_feature_map(cfg, tensors, **kw)
+    op = TransferOperator(features, **cfg["params"])
+    op.features_ = fitted
+    tensors_to_arrays(op, tensors, _OPERATOR_ARRAYS)
+    restore_fitted_operator(op, cfg["fitted"], tensors)
     return op
 
 
-def _restore_optional(model: Any, tensors: dict[str, torch.Tensor], names: Sequence[str]) -> None:
-    for name in names:
-        t = tensors.get(name)
-        setattr(model, name, None if t is None else t.numpy())
-
-
-def restore_fitted_operator(model: Any, fitted: dict) -> None:
-    """Set the fitted scalars saved by :func:`dump_operator`, check them against the arrays
-    and recompute the spectrum."""
+def restore_fitted_operator(model: Any, fitted: dict, tensors: dict[str, torch.Tensor]) -> None:
+    """Set the fitted scalars of :func:`dump_fitted_scalars` and the optional arrays, check
+    them against the arrays and recompute the spectrum."""
+    tensors_to_arrays(model, tensors, (), ("features_mean_", "feature_shift_", "feature_scale_"))
+    model.features_x_ = None  # not in files (their size must not grow with the data)
     model.constant_ = bool(fitted.get("constant_", False))
-    model.lag_ = fitted["lag_"]
-    model.rank_ = fitted["rank_"]
+    model.lag_ = fitted.get("lag_")
+    model.cx_rank_ = fitted.get("cx_rank_", fitted.get("rank_"))
     model.n_samples_ = fitted["n_samples_"]
     model.n_features_ = fitted["n_features_"]
     model.state_shape_ = tuple(fitted["state_shape_"])
@@ -1064,14 +711,15 @@ def check_fitted_arrays(model: Any) -> None:
     r, n = model.n_features_, model.n_samples_
     if not (isinstance(r, int) and isinstance(n, int) and 1 <= r <= n):
         raise InvalidModelFile(f"invalid n_features_={r!r} / n_samples_={n!r}")
-    if not (isinstance(model.rank_, int) and 0 <= model.rank_ <= r):
-        raise InvalidModelFile(f"invalid rank_={model.rank_!r} for {r} features")
+    rank = getattr(model, "cx_rank_", None)
+    if rank is not None and not (isinstance(rank, int) and 0 <= rank <= r):
+        raise InvalidModelFile(f"invalid cx_rank_={rank!r} for {r} features")
     if model.lag_ is not None and not (isinstance(model.lag_, int) and model.lag_ >= 1):
         raise InvalidModelFile(f"invalid lag_={model.lag_!r}")
     if not all(isinstance(d, int) and d >= 1 for d in model.state_shape_):
         raise InvalidModelFile(f"invalid state_shape_={model.state_shape_!r}")
     d = int(np.prod(model.state_shape_))
-    shapes = {"operator_": (r, r), "cx_": (r, r), "_cx_pinv": (r, r), "features_x_": (n, r)}
+    shapes = {"operator_": (r, r), "cx_": (r, r), "cx_pinv_": (r, r), "features_x_": (n, r)}
     shapes["state_coef_"] = (r, d)
     for name, shape in shapes.items():
         value = getattr(model, name, None)
@@ -1083,11 +731,12 @@ def check_fitted_arrays(model: Any) -> None:
 
 
 register("TransferOperator", TransferOperator, dump_operator, restore_operator)
-register("generator", Generator, _dump_generator, _restore_generator)
 __all__ += [
-    "Generator",
     "dump_operator",
     "restore_operator",
     "restore_fitted_operator",
     "check_fitted_arrays",
+    "dump_fitted_scalars",
+    "dump_feature_map",
+    "restore_feature_map",
 ]

@@ -22,19 +22,24 @@ from dpnets.data import (
     is_streaming,
     pairs,
     resolve_lag,
+    windows,
 )
 from dpnets.exceptions import check_is_fitted
 from dpnets.io import InvalidModelFile, register, restore_module, save, sub_state
 from dpnets.nn.registry import describe
+from dpnets.nn.utils import encode, module_device, module_dtype
 from dpnets.params import check_bool, check_choice, check_int, check_real, check_seed
-from dpnets.scores import GENERATOR_SCORES, SCORES, make_loss
+from dpnets.scores import GENERATOR_SCORES, SCORES, MultistepLoss, make_loss
 from dpnets.training import (
     Checkpoint,
+    batch_generator,
     fit_checkpoint,
+    full_batch_score,
     local_seed,
     resolve_device,
     restore_on_failure,
     run_checkpoint,
+    split_batchers,
     train_estimator,
 )
 
@@ -93,13 +98,6 @@ def _chunked(arrays: list[np.ndarray], size: int = 65536) -> Iterator[np.ndarray
     for a in arrays:
         for sl in chunks(a.shape[0], size):
             yield a[sl]
-
-
-def _module_dtype(module: nn.Module) -> torch.dtype:
-    for p in module.parameters():
-        if p.is_floating_point():
-            return p.dtype
-    return torch.get_default_dtype()
 
 
 class DPNet(BaseEstimator):
@@ -162,6 +160,18 @@ class DPNet(BaseEstimator):
         non-trivial processes and come out centred; :class:`dpnets.TransferOperator` adds
         the constant back. ``False`` is the paper's convention (the network must spend one
         of its ``r`` outputs on the constant), used by the paper experiments.
+    consistency : float, default 0.0
+        Weight ``beta`` of the multi-step (Chapman–Kolmogorov) consistency penalty
+        :func:`dpnets.scores.multistep_penalty` added to the loss (an addition of ours, not
+        in the paper): training then draws windows ``(x_t, x_{t+lag}, ...,
+        x_{t + K lag})`` with ``K = consistency_steps`` from the trajectories and minimises
+        ``-score(psi(x_t), psi(x_{t+lag})) + beta * sum_{k=2}^K ||K_k - K_1^k||_F^2``. It
+        favours an invariant feature span (eigenvalues that hold across lags); on the noisy
+        logistic map ``beta = 30`` beat every row of the paper's Table 1. Needs trajectories
+        (not pre-paired data or a Dataset) and a shared encoder; 0 disables it.
+    consistency_steps : int, default 2
+        ``K``, the longest multiple of the lag in the penalty (windows need ``K lag`` frames
+        after their start, so the last ``K lag`` frames of a trajectory start none).
     optimizer : str or torch.optim.Optimizer subclass, default "adam"
     optimizer_kwargs : dict, optional
     seed : int, optional
@@ -216,6 +226,8 @@ class DPNet(BaseEstimator):
         val_fraction: float = 0.1,
         standardize: str | bool = "auto",
         constant: bool = True,
+        consistency: float = 0.0,
+        consistency_steps: int = 2,
         optimizer: str | type[torch.optim.Optimizer] = "adam",
         optimizer_kwargs: dict[str, Any] | None = None,
         seed: int | None = None,
@@ -233,6 +245,8 @@ class DPNet(BaseEstimator):
         self.val_fraction = val_fraction
         self.standardize = standardize
         self.constant = constant
+        self.consistency = consistency
+        self.consistency_steps = consistency_steps
         self.optimizer = optimizer
         self.optimizer_kwargs = optimizer_kwargs
         self.seed = seed
@@ -255,6 +269,8 @@ class DPNet(BaseEstimator):
         if self.standardize is not True and self.standardize is not False:
             check_choice("standardize", self.standardize, _STANDARDIZE)
         check_bool("constant", self.constant)
+        check_real("consistency", self.consistency, 0.0)
+        check_int("consistency_steps", self.consistency_steps, 2)
         check_bool("progress", self.progress)
         check_seed(self.seed)
 
@@ -313,31 +329,32 @@ class DPNet(BaseEstimator):
         self._check_params()
         ckpt = fit_checkpoint(self, checkpoint, checkpoint_every, resume)
         with restore_on_failure(self):
-            if self.score in GENERATOR_SCORES:
-                return self._fit_generator(data, callback, ckpt)
+            samples = self._generator_samples(data) if self.score in GENERATOR_SCORES else None
             device = resolve_device(self.device)
             with local_seed(self.seed, device):
-                return self._fit_pairs(data, lag, callback, device, ckpt)
+                run = (callback, ckpt, self._generator())
+                enc = copy.deepcopy(self.encoder).to(device)
+                if samples is not None:
+                    return self._fit_samples(samples, enc, run, device)
+                return self._fit_pairs(data, lag, enc, run, device)
 
     def _lagged_template(self) -> nn.Module | None:
         """The module psi' starts from (None: shared with psi); VAMPNet overrides it."""
         return self.lagged_encoder
 
     def _fit_pairs(
-        self,
-        data: Any,
-        lag: int | None,
-        callback: Callable[[int, DPNet], None] | None,
-        device: torch.device,
-        ckpt: Checkpoint | None,
+        self, data: Any, lag: int | None, enc: nn.Module, run: tuple, device: torch.device
     ) -> DPNet:
-        gen = self._generator()
-        enc = copy.deepcopy(self.encoder).to(device)
+        """Discrete-time mode: maximise the score on lagged pairs (or windows)."""
+        gen = run[2]
         template = self._lagged_template()
         lag_enc = copy.deepcopy(template).to(device) if template is not None else None
-        dtype = _module_dtype(enc)
+        dtype = module_dtype(enc)
         loss_fn = make_loss(self.score, float(self.gamma), constant=bool(self.constant))
         pair_lag, model_lag = resolve_lag(data, lag)
+        steps = self._windows_steps(data, lag_enc)
+        if steps:
+            loss_fn = MultistepLoss(loss_fn, float(self.consistency), bool(self.constant))
 
         if is_streaming(data):
             self._set_scaler_streaming(data, enc)
@@ -350,7 +367,7 @@ class DPNet(BaseEstimator):
                 return t if scaler is None else scaler(t)
 
         else:
-            p = pairs(data, pair_lag)
+            p = windows(data, pair_lag, steps) if steps else pairs(data, pair_lag)
             state_shape = p.state_shape
             states = [p.x_states] if p.y_states is p.x_states else [p.x_states, p.y_states]
             self._set_scaler(states, enc)
@@ -364,6 +381,9 @@ class DPNet(BaseEstimator):
         r = self._feature_dim(enc, sample.to(device=device, dtype=dtype), n_train)
 
         def features(xb: Tensor, yb: Tensor) -> tuple[Tensor, Tensor]:
+            if steps:  # windows: yb is (batch, K, *state_shape); the encoder is shared
+                f = enc(torch.cat([xb, yb.flatten(0, 1)]))
+                return f[: xb.shape[0]], f[xb.shape[0] :].unflatten(0, (xb.shape[0], steps))
             if lag_enc is None:  # shared weights: one forward pass on the stacked batch
                 f = enc(torch.cat([xb, yb]))
                 return f[: xb.shape[0]], f[xb.shape[0] :]
@@ -372,27 +392,40 @@ class DPNet(BaseEstimator):
         def batch_loss(batch: tuple[Tensor, Tensor]) -> Tensor:
             return loss_fn(*features(to_dev(batch[0]), to_dev(batch[1])))
 
-        val_score = None
-        if val_batches is not None:
-
-            def val_score() -> float:
-                with torch.no_grad():
-                    fx, fy = [], []
-                    for xb, yb in val_batches:
-                        a, b = features(to_dev(xb), to_dev(yb))
-                        fx.append(a)
-                        fy.append(b)
-                    return -float(loss_fn(torch.cat(fx), torch.cat(fy)))
-
-        modules = [enc] if lag_enc is None else [enc, lag_enc]
-        # fitted state needed by transform() inside callbacks
-        self.encoder_, self.lagged_encoder_ = enc, lag_enc
-        self.state_shape_, self.n_features_ = tuple(state_shape), r
-        train_estimator(
-            self,
-            modules,
+        val_score = full_batch_score(
+            val_batches, lambda b: features(to_dev(b[0]), to_dev(b[1])), loss_fn
+        )
+        return self._train(
+            (enc, lag_enc),
             batch_loss,
             train_batches,
+            val_score,
+            run,
+            (n_train, tuple(state_shape), r),
+        )
+
+    def _train(
+        self,
+        encoders: tuple[nn.Module, nn.Module | None],
+        batch_loss: Callable[[Any], Tensor],
+        batches: Iterable[Any],
+        val_score: Callable[[], float] | None,
+        run: tuple[Callable | None, Checkpoint | None, torch.Generator],
+        sizes: tuple[int, tuple[int, ...], int],
+    ) -> DPNet:
+        """The training call shared by the pair and the generator modes; ``run`` is
+        ``(callback, checkpoint, generator)``, ``sizes`` ``(n_train, state_shape, r)``."""
+        callback, ckpt, gen = run
+        n_train, state_shape, r = sizes
+        enc, lag_enc = encoders
+        # fitted state needed by transform() inside callbacks
+        self.encoder_, self.lagged_encoder_ = enc, lag_enc
+        self.state_shape_, self.n_features_ = state_shape, r
+        train_estimator(
+            self,
+            [m for m in encoders if m is not None],
+            batch_loss,
+            batches,
             val_score=val_score,
             desc=f"DPNet[{self.score}]",
             callback=callback,
@@ -401,13 +434,21 @@ class DPNet(BaseEstimator):
         self.n_train_ = n_train
         return self
 
-    def _fit_generator(
-        self,
-        data: Any,
-        callback: Callable[[int, DPNet], None] | None,
-        ckpt: Checkpoint | None = None,
-    ) -> DPNet:
-        """Continuous-time mode: maximise ``P_d^gamma`` (Thm. 2, Eq. 14) on samples of pi."""
+    def _windows_steps(self, data: Any, lag_enc: nn.Module | None) -> int:
+        """``consistency_steps`` when the consistency penalty is on (checked), else 0."""
+        if not self.consistency:
+            return 0
+        if is_streaming(data) or isinstance(data, tuple):
+            raise ValueError(
+                "consistency > 0 needs trajectories (an array or a list of arrays) to draw "
+                "multi-step windows from; pre-paired (X, Y) data and Datasets hold one step"
+            )
+        if lag_enc is not None:
+            raise ValueError("consistency > 0 needs a shared encoder (lagged_encoder=None)")
+        return int(self.consistency_steps)
+
+    def _generator_samples(self, data: Any) -> np.ndarray:
+        """Checked settings and samples of pi for the generator scores."""
         from dpnets.ito import SDE, check_samples
 
         if not isinstance(self.sde, SDE):
@@ -419,26 +460,19 @@ class DPNet(BaseEstimator):
             raise ValueError("generator scores use one feature map; lagged_encoder must be None")
         if self.score == "dirichlet" and not self.sde.reversible:
             raise ValueError("score='dirichlet' needs a reversible SDE; use score='generator'")
-        x = check_samples(data)
-        device = resolve_device(self.device)
-        with local_seed(self.seed, device):
-            return self._fit_samples(x, callback, device, ckpt)
+        return check_samples(data)
 
     def _fit_samples(
-        self,
-        x: np.ndarray,
-        callback: Callable[[int, DPNet], None] | None,
-        device: torch.device,
-        ckpt: Checkpoint | None,
+        self, x: np.ndarray, enc: nn.Module, run: tuple, device: torch.device
     ) -> DPNet:
+        """Continuous-time mode: maximise ``P_d^gamma`` (Thm. 2, Eq. 14) on samples of pi."""
         from dpnets.ito import warn_if_piecewise_linear
         from dpnets.scores import GeneratorLoss
 
-        gen = self._generator()
-        enc = copy.deepcopy(self.encoder).to(device)
+        gen = run[2]
         if self.score == "generator":
             warn_if_piecewise_linear(enc)
-        dtype = _module_dtype(enc)
+        dtype = module_dtype(enc)
         self._set_scaler([x], enc)
         # derivatives are taken through the standardisation, with respect to the raw states
         fmap = self._compose(enc, device, dtype)
@@ -462,31 +496,16 @@ class DPNet(BaseEstimator):
         def batch_loss(batch: tuple[Tensor, Tensor]) -> Tensor:
             return loss_fn(*derivatives(batch[0]))
 
-        val_score = None
-        if val_batches is not None:
-
-            def val_score() -> float:
-                with torch.no_grad():
-                    parts = [derivatives(xb) for xb, _ in val_batches]
-                    f = torch.cat([a for a, _ in parts])
-                    d = torch.cat([b for _, b in parts])
-                    return -float(loss_fn(f, d))
-
-        self.encoder_, self.lagged_encoder_ = enc, None
-        self.state_shape_, self.n_features_ = tuple(x.shape[1:]), r
+        val_score = full_batch_score(val_batches, lambda b: derivatives(b[0]), loss_fn)
         self.lag_ = None
-        train_estimator(
-            self,
-            [enc],
+        return self._train(
+            (enc, None),
             batch_loss,
             train_batches,
-            val_score=val_score,
-            desc=f"DPNet[{self.score}]",
-            callback=callback,
-            checkpoint=run_checkpoint(self, ckpt, gen, n_train, tuple(x.shape[1:])),
+            val_score,
+            run,
+            (n_train, tuple(x.shape[1:]), r),
         )
-        self.n_train_ = n_train
-        return self
 
     def _evaluate_generator(self, data: Any, score: str) -> float:
         from dpnets.ito import SDE, check_samples
@@ -502,8 +521,7 @@ class DPNet(BaseEstimator):
             )
         fmap = self.feature_module()
         fmap.eval()
-        device = next(self.encoder_.parameters()).device
-        dtype = _module_dtype(self.encoder_)
+        device, dtype = module_device(self.encoder_), module_dtype(self.encoder_)
         fs, ds = [], []
         with torch.no_grad():
             for sl in chunks(x.shape[0], 8192):
@@ -520,12 +538,7 @@ class DPNet(BaseEstimator):
 
     def _generator(self) -> torch.Generator:
         """RNG for the split and batch order (seeded with ``seed``)."""
-        gen = torch.Generator()
-        if self.seed is not None:
-            gen.manual_seed(int(self.seed))
-        else:
-            gen.seed()
-        return gen
+        return batch_generator(self.seed)
 
     # ------------------------------------------------------------------ standardisation
     def _standardize_mode(self, enc: nn.Module, state_ndim: int) -> str:
@@ -595,9 +608,7 @@ class DPNet(BaseEstimator):
         enc = (
             self.lagged_encoder_ if (lagged and self.lagged_encoder_ is not None) else self.encoder_
         )
-        p = next(enc.parameters(), None)
-        device = p.device if p is not None else torch.device("cpu")
-        return self._compose(enc, device, _module_dtype(enc))
+        return self._compose(enc, module_device(enc), module_dtype(enc))
 
     def _batchers(
         self,
@@ -608,24 +619,15 @@ class DPNet(BaseEstimator):
         scale: bool = True,
     ) -> tuple[IndexBatcher, IndexBatcher | None, int]:
         """Random train/validation split of ``p`` (``val_fraction``) into index batchers."""
-        n = len(p)
-        perm = torch.randperm(n, generator=gen).numpy()
-        n_val = int(round(self.val_fraction * n))
-        p_train, p_val = p.subset(np.sort(perm[n_val:])), p.subset(np.sort(perm[:n_val]))
-        transform = self._scaled if (scale and self.input_shift_ is not None) else None
-        train = IndexBatcher(
-            p_train,
-            self.batch_size,
+        return split_batchers(
+            p,
+            val_fraction=self.val_fraction,
+            batch_size=self.batch_size,
+            generator=gen,
             device=device,
             dtype=dtype,
-            generator=gen,
-            transform=transform,
+            transform=self._scaled if (scale and self.input_shift_ is not None) else None,
         )
-        val = None
-        if n_val > 0:
-            # the validation batcher shares the converted states of the training one
-            val = IndexBatcher(p_val, 8192, device=device, dtype=dtype, shuffle=False, like=train)
-        return train, val, len(p_train)
 
     def _feature_dim(self, enc: nn.Module, sample: Tensor, n_train: int) -> int:
         """``r`` from a forward pass on a couple of states; checks ``n_train >= r``."""
@@ -691,15 +693,7 @@ class DPNet(BaseEstimator):
         enc = (
             self.lagged_encoder_ if (lagged and self.lagged_encoder_ is not None) else self.encoder_
         )
-        enc.eval()
-        device = next(enc.parameters()).device
-        dtype = _module_dtype(enc)
-        out = []
-        with torch.no_grad():
-            for sl in chunks(x.shape[0], batch_size):
-                xb = torch.as_tensor(self._scaled(x[sl])).to(device=device, dtype=dtype)
-                out.append(enc(xb))
-        return torch.cat(out)
+        return encode(enc, x, transform=self._scaled, batch_size=batch_size)
 
     def transform(self, X: Any, lagged: bool = False, batch_size: int = 8192) -> np.ndarray:
         """Learned features ``psi(X)`` (``psi'(X)`` with ``lagged=True``), numpy (n, r).
@@ -707,7 +701,7 @@ class DPNet(BaseEstimator):
         The states are standardised as in training; the constant function is not included
         (:class:`dpnets.TransferOperator` adds it).
         """
-        return self._encode(X, lagged, batch_size).cpu().numpy()
+        return self._encode(X, lagged, batch_size).numpy()
 
     __call__ = transform
 
@@ -777,6 +771,8 @@ def dump_dpnet(model: DPNet, tensors: dict[str, Tensor]) -> dict:
         "val_fraction": float(model.val_fraction),
         "standardize": model.standardize,
         "constant": bool(model.constant),
+        "consistency": float(model.consistency),
+        "consistency_steps": int(model.consistency_steps),
         "optimizer": _optimizer_name(model.optimizer),
         "optimizer_kwargs": model.optimizer_kwargs,
         "seed": model.seed,
@@ -867,9 +863,7 @@ def _check_restored(model: DPNet) -> None:
     if not all(isinstance(d, int) and d >= 1 for d in shape) or not isinstance(r, int):
         raise InvalidModelFile(f"invalid state_shape_={shape!r} or n_features_={r!r}")
     if int(np.prod(shape)) <= 10**6:  # a forward pass on two states checks the output size
-        p = next(model.encoder_.parameters(), None)
-        dtype = p.dtype if p is not None and p.is_floating_point() else torch.float32
-        device = p.device if p is not None else torch.device("cpu")
+        dtype, device = module_dtype(model.encoder_), module_device(model.encoder_)
         with torch.no_grad():
             try:
                 out = model.encoder_(torch.zeros((2, *shape), dtype=dtype, device=device))

@@ -18,12 +18,17 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
+from dpnets.data import IndexBatcher, Pairs
 from dpnets.io import atomic_write
 
 __all__ = [
+    "batch_generator",
+    "full_batch_score",
+    "split_batchers",
     "local_seed",
     "resolve_device",
     "make_optimizer",
@@ -60,6 +65,76 @@ def local_seed(seed: int | None, device: torch.device) -> Iterator[None]:
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(int(seed))
         yield
+
+
+def batch_generator(seed: int | None) -> torch.Generator:
+    """The random generator of a fit's data split and batch order (seeded with ``seed``,
+    else from fresh entropy); the global RNG is never touched."""
+    gen = torch.Generator()
+    if seed is not None:
+        gen.manual_seed(int(seed))
+    else:
+        gen.seed()
+    return gen
+
+
+def split_batchers(
+    p: Pairs,
+    *,
+    val_fraction: float,
+    batch_size: int,
+    generator: torch.Generator,
+    device: torch.device,
+    dtype: torch.dtype,
+    transform: Callable[[Any], Any] | None = None,
+) -> tuple[IndexBatcher, IndexBatcher | None, int]:
+    """A random train/validation split of ``p`` (``val_fraction`` of the pairs or windows
+    held out) as index batchers: ``(train, val or None, n_train)``.
+
+    The validation batcher (batches of 8192, in order) shares the converted states of the
+    training one; ``transform`` (the input standardisation) is applied once, in float64.
+    """
+    n = len(p)
+    perm = torch.randperm(n, generator=generator).numpy()
+    n_val = int(round(float(val_fraction) * n))
+    if n - n_val < 1:
+        raise ValueError(f"not enough samples ({n}) for training with val_fraction={val_fraction}")
+    p_train, p_val = p.subset(np.sort(perm[n_val:])), p.subset(np.sort(perm[:n_val]))
+    train = IndexBatcher(
+        p_train,
+        batch_size,
+        device=device,
+        dtype=dtype,
+        generator=generator,
+        transform=transform,
+    )
+    val = None
+    if n_val > 0:
+        val = IndexBatcher(p_val, 8192, device=device, dtype=dtype, shuffle=False, like=train)
+    return train, val, len(p_train)
+
+
+def full_batch_score(
+    batches: Iterable[Any] | None,
+    outputs: Callable[[Any], Sequence[Tensor]],
+    loss: Callable[..., Tensor],
+) -> Callable[[], float] | None:
+    """The validation score ``-loss`` of a whole held-out split, or None without one.
+
+    ``outputs(batch)`` gives the tensors the loss takes (features, derivatives) for each
+    batch; they are concatenated over the split before the loss, because the DPNets scores
+    are functions of covariances: a mean of batch scores would be a different, biased
+    quantity.
+    """
+    if batches is None:
+        return None
+
+    def score() -> float:
+        with torch.no_grad():
+            parts = [outputs(b) for b in batches]
+            return -float(loss(*(torch.cat(p) for p in zip(*parts, strict=True))))
+
+    return score
 
 
 def resolve_device(device: str | torch.device | None) -> torch.device:

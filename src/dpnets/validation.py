@@ -10,7 +10,6 @@ resample whole trajectories.
 
 from __future__ import annotations
 
-import copy
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -18,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from dpnets.base import BaseEstimator
+from dpnets.base import BaseEstimator, clone, is_fitted
 from dpnets.data import check_lag, check_states
 from dpnets.params import check_int, check_real, check_seed
 
@@ -30,18 +29,6 @@ __all__ = [
     "ck_test",
     "clone",
 ]
-
-
-def clone(estimator: Any) -> Any:
-    """An unfitted copy with the same parameters (``sklearn.base.clone`` without scikit-learn):
-    nested estimators are cloned, everything else is deep-copied."""
-    if not isinstance(estimator, BaseEstimator):
-        raise TypeError(f"cannot clone {type(estimator).__name__}: not a dpnets estimator")
-    params = {
-        k: clone(v) if isinstance(v, BaseEstimator) else copy.deepcopy(v)
-        for k, v in estimator.get_params(deep=False).items()
-    }
-    return type(estimator)(**params)
 
 
 @dataclass
@@ -123,7 +110,9 @@ def implied_timescales(
         ``Generator`` excluded), cloned and refitted at every lag; or a factory
         ``lag -> unfitted estimator``. With ``refit_features=True`` a ``DPNet`` feature map
         of the estimator (fitted or not) is cloned and retrained at every lag too;
-        otherwise the features stay as they are (only the operator is refitted).
+        otherwise fitted features stay as they are (only the operator is refitted). An
+        unfitted feature estimator, ``TransferOperator(DPNet(...))``, is always trained at
+        every lag (the composite model).
     data : array or list of arrays
         One trajectory ``(T, ...)`` or several.
     lags : sequence of int
@@ -196,33 +185,37 @@ def _blocks(traj: np.ndarray, n_blocks: int) -> list[np.ndarray]:
     return list(np.array_split(traj, n_blocks))
 
 
-def _factory(estimator: Any, refit_features: bool) -> Callable[[int], Any]:
+def _factory(estimator: Any, refit_features: bool) -> Callable[[int, list], Any]:
+    """``build(lag, trajectories)`` -> an estimator to fit at ``lag``.
+
+    A dpnets feature estimator that is not fitted (``TransferOperator(DPNet(...))``, or
+    every clone when ``refit_features``) is trained by the operator's own ``fit`` (the
+    composite model); otherwise the fitted feature map is kept and only the operator is
+    refitted.
+    """
     if isinstance(estimator, BaseEstimator):
         if not hasattr(estimator, "implied_timescales") or not hasattr(estimator, "fit"):
             raise TypeError(f"{type(estimator).__name__} has no implied timescales")
 
         def make(lag: int) -> Any:
             est = clone(estimator)
-            features = getattr(estimator, "features", None)
-            if "features" in estimator.get_params(deep=False):
-                if refit_features and hasattr(features, "encoder"):  # a DPNet: retrain it
-                    est.set_params(features=clone(features))
-                else:  # keep the (fitted) feature map itself
-                    est.set_params(features=features)
+            if "features" in estimator.get_params(deep=False) and not refit_features:
+                fitted = getattr(estimator, "features_", None)
+                est.set_params(features=estimator.features if fitted is None else fitted)
             return est
 
-        return _with_feature_fit(make, refit_features)
-    if callable(estimator):
-        return _with_feature_fit(estimator, refit_features)
-    raise TypeError("estimator must be a dpnets estimator or a callable lag -> estimator")
+    elif callable(estimator):
+        make = estimator
+    else:
+        raise TypeError("estimator must be a dpnets estimator or a callable lag -> estimator")
 
-
-def _with_feature_fit(make: Callable[[int], Any], refit: bool) -> Callable[[int], Any]:
     def build(lag: int, trajs: list[np.ndarray]) -> Any:
         est = make(lag)
-        features = getattr(est, "features", None)
-        if refit and hasattr(features, "encoder") and hasattr(features, "fit"):
-            features.fit(trajs, lag=lag)
+        features = (
+            est.get_params(deep=False).get("features") if hasattr(est, "get_params") else None
+        )
+        if refit_features and isinstance(features, BaseEstimator) and is_fitted(features):
+            est.set_params(features=clone(features))
         return est
 
     return build
@@ -397,7 +390,7 @@ def ck_test(
         predictions.append(propagate(model, int(k), tau))
         refit = clone(model)
         if "features" in model.get_params(deep=False):
-            refit.set_params(features=model.features)
+            refit.set_params(features=model.features_)
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*validating across lags")
             refit.fit(trajs, lag=int(k) * tau)

@@ -15,7 +15,12 @@ import torch
 
 from dpnets import io
 from dpnets.nn.registry import describe
-from dpnets.operators import dump_operator, restore_fitted_operator, restore_operator
+from dpnets.operators import (
+    dump_fitted_scalars,
+    dump_operator,
+    restore_fitted_operator,
+    restore_operator,
+)
 from dpnets.representation import dump_dpnet, restore_dpnet
 
 from .autoencoders import ConsistentAutoencoder, DynamicAutoencoder, LatentLinear
@@ -132,7 +137,7 @@ def _jsonable(v: Any) -> Any:
 
 # ----------------------------------------------------------------------------- kernels
 #: saved arrays; the n x r training features are not saved (file size independent of n)
-_KERNEL_ARRAYS = ("operator_", "cx_", "cxy_", "_cx_pinv", "state_coef_")
+_KERNEL_ARRAYS = ("operator_", "cx_", "cxy_", "state_coef_")
 
 
 def _dump_kernel_model(model: Any, tensors: Tensors) -> dict:
@@ -154,13 +159,7 @@ def _dump_kernel_model(model: Any, tensors: Tensors) -> dict:
     return {
         "params": _jsonable(params),
         "kernel": model.kernel_.get_config() if named else None,
-        "fitted": {
-            "lag_": model.lag_,
-            "rank_": int(model.rank_),
-            "n_samples_": int(model.n_samples_),
-            "n_features_": int(model.n_features_),
-            "state_shape_": list(model.state_shape_),
-        },
+        "fitted": dump_fitted_scalars(model),
     }
 
 
@@ -178,12 +177,7 @@ def _restore_kernel_model(cls: type) -> Any:
         if params["kernel"] is None:
             params["kernel"] = kernel
         model = cls(params.pop("kernel"), **params)
-        for name in _KERNEL_ARRAYS:
-            setattr(model, name, tensors[name].numpy())
-        old = tensors.get("features_x_")  # files written before the size limit
-        model.features_x_ = None if old is None else old.numpy()
-        mean = tensors.get("features_mean_")
-        model.features_mean_ = None if mean is None else mean.numpy()
+        io.tensors_to_arrays(model, tensors, _KERNEL_ARRAYS)
         model.kernel_ = kernel
         model.features_ = KernelFeatures(
             kernel, tensors["features.centres"].numpy(), tensors["features.weights"].numpy()
@@ -195,7 +189,7 @@ def _restore_kernel_model(cls: type) -> Any:
         )
         if isinstance(model, NystromKernelDMD):
             model.centres_ = model.features_.centres
-        restore_fitted_operator(model, cfg["fitted"])
+        restore_fitted_operator(model, cfg["fitted"], tensors)
         return model
 
     return restore
@@ -267,21 +261,18 @@ def _restore_autoencoder(cls: type) -> Any:
             return m.eval()
 
         model.encoder_, model.decoder_ = mods["encoder"], mods["decoder"]
+        model.features_, model.features_x_ = mods["encoder"], None
         model.latent_ = latent("K_")
         model.backward_latent_ = latent("D_") if "D_" in tensors else None
         model.K_ = tensors["K_"].numpy()
         if "D_" in tensors:
             model.D_ = tensors["D_"].numpy()
-        model.cx_ = tensors["cx_"].numpy()
-        model._cx_pinv = np.linalg.pinv(model.cx_, hermitian=True)
-        model.operator_ = model.K_.T.copy()
         model.history_ = f["history_"]
         model.best_epoch_ = f["best_epoch_"]
         model.state_shape_ = tuple(f["state_shape_"])
         model.n_features_ = r
-        model.n_samples_ = f["n_samples_"]
         model.lag_ = f["lag_"]
-        model._set_spectrum()
+        model._set_latent_state(tensors["cx_"].numpy(), int(f["n_samples_"]))
         return model
 
     return restore

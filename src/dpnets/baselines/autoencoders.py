@@ -25,7 +25,6 @@ included; both models use a constant ``K`` as in Azencot et al.
 from __future__ import annotations
 
 import copy
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -33,17 +32,21 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from dpnets.data import IndexBatcher, Pairs, chunks, is_streaming, pairs, resolve_lag
+from dpnets.data import is_streaming, pairs, resolve_lag, windows
 from dpnets.exceptions import check_is_fitted
 from dpnets.linalg import sym_pinv
-from dpnets.operators import SpectralModel, TransferOperator
+from dpnets.nn.utils import encode, module_dtype
+from dpnets.operators import DiscreteTimeModel
+from dpnets.params import check_bool, check_int, check_real, check_seed
 from dpnets.training import (
     Checkpoint,
+    batch_generator,
     fit_checkpoint,
     local_seed,
     resolve_device,
     restore_on_failure,
     run_checkpoint,
+    split_batchers,
     train_estimator,
 )
 
@@ -61,34 +64,7 @@ class LatentLinear(nn.Module):
         return z @ self.weight.T
 
 
-def _module_dtype(module: nn.Module) -> torch.dtype:
-    for p in module.parameters():
-        if p.is_floating_point():
-            return p.dtype
-    return torch.get_default_dtype()
-
-
-def _windows(data: Any, lag: int, n_steps: int) -> Pairs:
-    """Multi-step windows as :class:`Pairs` with a 2-D ``j`` of shape (n, n_steps).
-
-    ``j[:, k] = i + (k + 1) lag``.
-
-    Windows never cross a trajectory boundary (``pairs`` with lag ``n_steps * lag``).
-    """
-    if isinstance(data, tuple):
-        if n_steps != 1:
-            raise ValueError(
-                f"(X, Y) pairs hold one step; n_steps={n_steps} needs trajectories "
-                "(an array or a list of arrays)"
-            )
-        p = pairs(data, 1)
-        return Pairs(p.x_states, p.y_states, p.i, p.j[:, None])
-    p = pairs(data, lag * n_steps)
-    offsets = lag * np.arange(1, n_steps + 1, dtype=np.int64)
-    return Pairs(p.x_states, p.y_states, p.i, p.i[:, None] + offsets[None, :])
-
-
-class _KoopmanAutoencoder(SpectralModel):
+class _KoopmanAutoencoder(DiscreteTimeModel):
     """Shared training, forecasting and spectral API of the Koopman autoencoders."""
 
     encoder: nn.Module
@@ -107,20 +83,15 @@ class _KoopmanAutoencoder(SpectralModel):
     def _check_params(self) -> None:
         if not isinstance(self.encoder, nn.Module) or not isinstance(self.decoder, nn.Module):
             raise TypeError("encoder and decoder must be torch.nn.Module instances")
-        n = self.n_steps
-        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-            raise ValueError(f"n_steps must be a positive integer, got {n!r}")
+        check_int("n_steps", self.n_steps, 1)
         for name, w in self._weights().items():
-            if not (math.isfinite(w) and w >= 0):
-                raise ValueError(f"{name} must be finite and >= 0, got {w}")
-        if not self.lr > 0:
-            raise ValueError(f"lr must be > 0, got {self.lr}")
-        if int(self.batch_size) < 1:
-            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
-        if int(self.epochs) < 1:
-            raise ValueError(f"epochs must be >= 1, got {self.epochs}")
-        if not 0.0 <= self.val_fraction < 1.0:
-            raise ValueError(f"val_fraction must be in [0, 1), got {self.val_fraction}")
+            check_real(name, w, 0.0)
+        check_real("lr", self.lr, 0.0, low_open=True)
+        check_int("batch_size", self.batch_size, 1)
+        check_int("epochs", self.epochs, 1)
+        check_real("val_fraction", self.val_fraction, 0.0, 1.0, high_open=True)
+        check_bool("progress", self.progress)
+        check_seed(self.seed)
 
     # ------------------------------------------------------------------ losses
     def _loss(self, x0: Tensor, ys: Tensor) -> Tensor:  # pragma: no cover - abstract
@@ -192,26 +163,19 @@ class _KoopmanAutoencoder(SpectralModel):
         device: torch.device,
         ckpt: Checkpoint | None = None,
     ) -> _KoopmanAutoencoder:
-        gen = torch.Generator()
-        if self.seed is not None:
-            gen.manual_seed(int(self.seed))
-        else:
-            gen.seed()
-        w = _windows(data, resolve_lag(data, lag)[0], int(self.n_steps))
-        n = len(w)
+        gen = batch_generator(self.seed)
+        pair_lag, model_lag = resolve_lag(data, lag)
+        w = windows(data, pair_lag, int(self.n_steps))
         enc = copy.deepcopy(self.encoder).to(device)
         dec = copy.deepcopy(self.decoder).to(device)
-        dtype = _module_dtype(enc)
-        perm = torch.randperm(n, generator=gen).numpy()
-        n_val = int(round(self.val_fraction * n))
-        if n - n_val < 1:
-            raise ValueError(f"not enough windows ({n}) for training")
-        w_train, w_val = w.subset(np.sort(perm[n_val:])), w.subset(np.sort(perm[:n_val]))
-        batches = IndexBatcher(w_train, self.batch_size, device=device, dtype=dtype, generator=gen)
-        val_batches = (
-            IndexBatcher(w_val, 8192, device=device, dtype=dtype, shuffle=False)
-            if n_val > 0
-            else None
+        dtype = module_dtype(enc)
+        batches, val_batches, n_train = split_batchers(
+            w,
+            val_fraction=self.val_fraction,
+            batch_size=self.batch_size,
+            generator=gen,
+            device=device,
+            dtype=dtype,
         )
         state_shape = tuple(w.state_shape)
         with torch.no_grad():
@@ -234,7 +198,7 @@ class _KoopmanAutoencoder(SpectralModel):
                 back.weight.copy_(q.T.to(dtype))  # the inverse of the rotation
         self.encoder_, self.decoder_, self.latent_, self.backward_latent_ = enc, dec, latent, back
         self.state_shape_, self.n_features_ = state_shape, r
-        self.lag_ = resolve_lag(data, lag)[1]
+        self.features_, self.lag_ = enc, model_lag
         modules = [m for m in (enc, dec, latent, back) if m is not None]
 
         def batch_loss(batch: tuple[Tensor, Tensor]) -> Tensor:
@@ -251,7 +215,9 @@ class _KoopmanAutoencoder(SpectralModel):
                         count += xb.shape[0]
                     return -total / count
 
-        x_train = w.X  # initial states, for the latent covariance (eigenfunction norms)
+        # the one-step pairs at the lag: latent covariance (eigenfunction norms) and the
+        # samples on which predict(..., observable=) takes its values
+        x_train = pairs(data, pair_lag).X
 
         def on_epoch(epoch: int, model: Any) -> None:
             self._finish(x_train)
@@ -265,7 +231,7 @@ class _KoopmanAutoencoder(SpectralModel):
             val_score=val_score,
             desc=self._desc,
             callback=None if callback is None else on_epoch,
-            checkpoint=run_checkpoint(self, ckpt, gen, len(w_train), state_shape),
+            checkpoint=run_checkpoint(self, ckpt, gen, n_train, state_shape),
         )
         self._finish(x_train)
         return self
@@ -276,77 +242,69 @@ class _KoopmanAutoencoder(SpectralModel):
         if self.backward_latent_ is not None:
             self.D_ = self.backward_latent_.weight.detach().cpu().double().numpy()
         z = self.transform(x_train)
-        self.n_samples_ = z.shape[0]
-        self.cx_ = z.T @ z / z.shape[0]
-        self._cx_pinv = sym_pinv(self.cx_)
+        self.features_x_ = z
+        self._set_latent_state(z.T @ z / z.shape[0], z.shape[0])
+
+    def _set_latent_state(self, cx: np.ndarray, n_samples: int) -> None:
+        """The :class:`SpectralModel` state from ``K_`` and the latent covariance."""
+        self.n_samples_ = n_samples
+        self.cx_ = cx
+        self.cx_pinv_ = sym_pinv(cx)
         # SpectralModel acts on coefficient vectors: E[z(X_1)^T a | x] = z(x)^T K^T a
         self.operator_ = self.K_.T.copy()
+        self.state_coef_ = None  # forecasts of the state go through the decoder
         self._set_spectrum()
 
     # ------------------------------------------------------------------ inference
-    @property
-    def features(self) -> nn.Module | None:
-        """The trained encoder (the latent feature map)."""
-        return getattr(self, "encoder_", None)
-
     def _check_X(self, X: Any) -> np.ndarray:
         check_is_fitted(self, "encoder_")
         return super()._check_X(X)
 
     def transform(self, X: Any) -> np.ndarray:
         """Latent coordinates ``enc(X)``, float64 (n, r)."""
-        x = self._check_X(X)
-        enc = self.encoder_
-        device = next(enc.parameters()).device
-        dtype = _module_dtype(enc)
-        enc.eval()
-        out = []
-        with torch.no_grad():
-            for sl in chunks(x.shape[0], 8192):
-                xb = torch.as_tensor(x[sl]).to(device)
-                out.append(enc(xb.to(dtype) if xb.is_floating_point() else xb).cpu())
-        return torch.cat(out).double().numpy()
+        return encode(self.encoder_, self._check_X(X)).double().numpy()
 
-    def predict(self, X: Any, t: Any = 1) -> np.ndarray:
-        """Forecast ``dec(K^t enc(x))``, ``t`` lag steps ahead.
+    def _observable_coef(self, observable: Any) -> tuple[np.ndarray, tuple[int, ...]]:
+        if observable is None:
+            raise ValueError(
+                "the autoencoder forecasts its state through the nonlinear decoder, which has "
+                "no linear coefficients: pass observable= (values on the training pairs)"
+            )
+        return super()._observable_coef(observable)
+
+    def predict(self, X: Any, t: Any = 1, observable: Any = None) -> np.ndarray:
+        """Forecast ``t`` lag steps ahead: the state ``dec(K^t enc(x))``, or an observable.
 
         Parameters
         ----------
         X : array (m, *state_shape)
         t : int or sequence of int (>= 1)
+        observable : array (n_samples_, ...), optional
+            Values of an observable at the lagged states of the one-step training pairs
+            ``(x_s, x_{s+lag})`` (as for :meth:`dpnets.TransferOperator.predict`); it is
+            regressed on the latent coordinates and forecast linearly,
+            ``enc(x)^T (K^T)^{t-1} c``. Default: the state, through the decoder.
 
         Returns
         -------
         ndarray, float64
-            ``(m, *state_shape)`` for a scalar ``t``; ``(len(t), m, *state_shape)`` otherwise.
+            ``(m, *shape)`` for a scalar ``t``; ``(len(t), m, *shape)`` otherwise.
         """
+        if observable is not None:
+            return super().predict(X, t, observable)
         check_is_fitted(self, "encoder_")
         scalar = np.ndim(t) == 0
         ts = [self._check_time(s) for s in ([t] if scalar else list(t))]
         x = self._check_X(X)
-        enc, dec = self.encoder_, self.decoder_
-        device = next(enc.parameters()).device
-        dtype = _module_dtype(enc)
-        k64 = self.latent_.weight.detach().double()
-        enc.eval()
-        dec.eval()
+        dtype = module_dtype(self.encoder_)
+        z = encode(self.encoder_, x)
+        k64 = self.latent_.weight.detach().double().cpu()
         outs = []
-        with torch.no_grad():
-            for s in ts:
-                kt = torch.linalg.matrix_power(k64, s).T.to(dtype)
-                parts = []
-                for sl in chunks(x.shape[0], 8192):
-                    xb = torch.as_tensor(x[sl]).to(device)
-                    z = enc(xb.to(dtype) if xb.is_floating_point() else xb)
-                    out = dec(z @ kt)
-                    parts.append(out.reshape(out.shape[0], *self.state_shape_).cpu().double())
-                outs.append(torch.cat(parts).numpy())
+        for s in ts:
+            kt = torch.linalg.matrix_power(k64, s).T.to(dtype)
+            out = encode(self.decoder_, (z @ kt).numpy(), dtype=dtype)
+            outs.append(out.reshape(out.shape[0], *self.state_shape_).double().numpy())
         return outs[0] if scalar else np.stack(outs)
-
-    def implied_timescales(self, dt: float | None = None) -> np.ndarray:
-        """Implied timescales ``-lag_ * dt / ln|lambda_i|`` of the eigenvalues of ``K``
-        (see :meth:`dpnets.TransferOperator.implied_timescales`; ``dt`` default 1)."""
-        return TransferOperator.implied_timescales(self, dt)  # type: ignore[arg-type]
 
 
 _COMMON_DOC = """

@@ -79,10 +79,9 @@ class DMD(TransferOperator):
         self.constant = constant
         self.dt = dt
 
-    @property
-    def features(self) -> ProjectionFeatures | None:  # type: ignore[override]
-        """The feature map in use: the fitted POD projection, or ``None`` (identity)."""
-        return getattr(self, "projection_", None)
+    def _fit_features(self, data: Any, lag: int | None) -> ProjectionFeatures | None:
+        """The fitted POD projection, or ``None`` (identity on the full state)."""
+        return self.projection_
 
     def fit(self, data: Any, lag: int | None = None) -> DMD:
         """Fit on ``data`` (same forms as :meth:`dpnets.TransferOperator.fit`).
@@ -168,10 +167,9 @@ class EDMD(TransferOperator):
         self.constant = constant
         self.dt = dt
 
-    @property
-    def features(self) -> Any:  # type: ignore[override]
+    def _fit_features(self, data: Any, lag: int | None) -> Any:
         """The fitted dictionary (``dictionary_``)."""
-        return getattr(self, "dictionary_", None)
+        return self.dictionary_
 
     def _build_dictionary(self, data: Any, lag: int | None) -> Any:
         if callable(self.dictionary):

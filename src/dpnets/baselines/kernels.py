@@ -50,7 +50,7 @@ import scipy.linalg
 from dpnets.data import check_states, chunks, is_streaming, pairs, resolve_lag
 from dpnets.exceptions import check_is_fitted
 from dpnets.linalg import default_rtol
-from dpnets.operators import TransferOperator
+from dpnets.operators import DiscreteTimeModel
 
 __all__ = ["Kernel", "KernelFeatures", "KernelDMD", "NystromKernelDMD", "KERNELS", "ESTIMATORS"]
 
@@ -199,7 +199,7 @@ def _reduce(
     return d[:, None] * p[:, ::-1]
 
 
-class _KernelRegression(TransferOperator):
+class _KernelRegression(DiscreteTimeModel):
     """Shared fit/transform/eigenfunctions of the exact and Nyström kernel estimators."""
 
     kernel: Any
@@ -209,10 +209,10 @@ class _KernelRegression(TransferOperator):
     degree: int
     coef0: float
 
-    @property
-    def features(self) -> KernelFeatures | None:  # type: ignore[override]
-        """The fitted finite feature map ``phi`` (``None`` before ``fit``)."""
-        return getattr(self, "features_", None)
+    def _lstsq(self, rhs: np.ndarray) -> np.ndarray:
+        """The fitted features are orthonormal on the training inputs up to the ridge (the
+        kernel estimator whitens them), so least squares reduces to ``Phi_X^T F / n``."""
+        return rhs
 
     # ------------------------------------------------------------------ validation
     def _check_params(self) -> None:
@@ -311,10 +311,9 @@ class _KernelRegression(TransferOperator):
         self.cx_ = phi_x.T @ phi_x / n
         self.cxy_ = phi_x.T @ phi_y / n
         # phi is whitened by construction: the operator needs no covariance inverse
-        self._cx_pinv = np.eye(r)
         self.operator_ = self.cxy_
         self.state_coef_ = phi_x.T @ y / n
-        self.rank_ = r
+        self.cx_rank_ = r
         self.n_samples_, self.n_features_ = n, r
         self.state_shape_ = tuple(p.state_shape)
         self.lag_ = resolve_lag(data, lag)[1]

@@ -373,7 +373,7 @@ def _nystrom(
     ).fit((X, Y), lag=cfg["_lag"])
     # timescales vs lag and weights from the same regression on the fixed kernel features
     # (refitting the sketch at every lag costs O(n m^2) each)
-    feats = [_with_constant(model.features(d)) for d in dist]
+    feats = [_with_constant(model.features_(d)) for d in dist]
     all_dist = np.concatenate(dist)
     res = _evaluate(
         f"Nyström-{est.upper()}",

@@ -94,7 +94,6 @@ from __future__ import annotations
 
 import csv
 import json
-import math
 import platform
 import time
 import warnings
@@ -217,8 +216,11 @@ def _encoder(rank: int) -> Any:
     return PeriodicMLP(1, HIDDEN, rank, "leaky_relu", hidden_bias=False, init="paper")
 
 
-def _neural(score: str, gamma: float, lr: float, separate: bool) -> Callable[[Setup, int], Fitted]:
-    """Builder of a DPNet-trained representation (one network, or two when ``separate``)."""
+def _neural(
+    score: str, gamma: float, lr: float, separate: bool, consistency: float = 0.0
+) -> Callable[[Setup, int], Fitted]:
+    """Builder of a DPNet-trained representation (one network, or two when ``separate``;
+    ``consistency``: weight of the two-step consistency penalty)."""
 
     def build(setup: Setup, seed: int) -> Fitted:
         import torch
@@ -256,6 +258,7 @@ def _neural(score: str, gamma: float, lr: float, separate: bool) -> Callable[[Se
             epochs=setup.epochs,
             val_fraction=0.0,
             constant=False,  # the paper's convention (Table 1's metrics)
+            consistency=consistency,
             standardize="none",
             seed=seed,
             device=setup.device,
@@ -270,81 +273,18 @@ def _neural(score: str, gamma: float, lr: float, separate: bool) -> Callable[[Se
 
 
 def _two_step_consistent(gamma: float, lr: float, beta: float) -> Callable[[Setup, int], Fitted]:
-    r"""Builder of a shared-``psi`` DPNet trained on ``P^gamma`` plus a two-step consistency term.
+    r"""Builder of a shared-``psi`` DPNet trained on ``P^gamma`` plus the two-step consistency
+    penalty (the library option ``DPNet(consistency=beta, consistency_steps=2)``).
 
     Loss on a batch of consecutive triplets ``(x_t, x_{t+1}, x_{t+2})``:
     ``-P^gamma(psi(x_t), psi(x_{t+1})) + beta * ||K_2 - K_1^2||_F^2`` with the whitened
-    compressions ``K_k = C_X^{-1/2} C_{0k} C_X^{-1/2}``, ``C_{0k} = E[psi(x_t) psi(x_{t+k})^T]``.
-    For an invariant subspace the compression of ``T^2`` is the square of that of ``T``
-    (Chapman-Kolmogorov), so the term penalises non-invariance in the directions that move
-    eigenvalues, at almost no cost in ``P`` (see the module docstring).
+    compressions ``K_k = C_X^{-1/2} C_{0k} C_X^{-1/2}``, ``C_{0k} = E[psi(x_t) psi(x_{t+k})^T]``
+    (:func:`dpnets.scores.multistep_penalty`). For an invariant subspace the compression of
+    ``T^2`` is the square of that of ``T`` (Chapman-Kolmogorov), so the term penalises
+    non-invariance in the directions that move eigenvalues, at almost no cost in ``P`` (see
+    the module docstring).
     """
-
-    def build(setup: Setup, seed: int) -> Fitted:
-        import torch
-
-        from dpnets.linalg import torch_sym_inv_sqrt
-        from dpnets.operators import as_feature_map
-        from dpnets.scores import covariances, projection_score_from_covariances
-        from dpnets.training import resolve_device, train
-
-        torch.manual_seed(seed)
-        device = resolve_device(setup.device)
-        enc = _encoder(setup.rank).to(device)
-        states = torch.as_tensor(setup.train, dtype=torch.float32, device=device)
-        n = states.shape[0] - 2
-        gen = torch.Generator().manual_seed(seed)
-        n_batches = max(1, math.ceil(n / setup.batch_size))
-
-        class Triplets:
-            def __iter__(self):
-                perm = torch.randperm(n, generator=gen).to(device)
-                yield from torch.tensor_split(perm, n_batches)
-
-        def batch_loss(idx: torch.Tensor) -> torch.Tensor:
-            f0, f1, f2 = (enc(states[idx + k]) for k in range(3))
-            cx, cy, c01 = covariances(f0, f1)
-            score = projection_score_from_covariances(cx, cy, c01, gamma)
-            if beta == 0.0:
-                return -score
-            c02 = (f0.T @ f2 / f0.shape[0]).double()
-            w = torch_sym_inv_sqrt(cx.double())
-            k1, k2 = w @ c01.double() @ w, w @ c02 @ w
-            return -score + (beta * ((k2 - k1 @ k1) ** 2).sum()).to(score.dtype)
-
-        system = setup.system
-        curve: list[tuple[int, float, float]] = []
-        eval_time = [0.0]
-        fmap = as_feature_map(enc)
-
-        def record(epoch: int) -> None:
-            t0 = time.perf_counter()
-            m = system.representation_metrics(fmap, n_eigs=N_EIGS)
-            curve.append((epoch, m["spectral_error_paper"], m["optimality_gap_paper"]))
-            eval_time[0] += time.perf_counter() - t0
-            enc.train()
-
-        record(0)
-
-        def callback(epoch: int) -> None:
-            if (epoch + 1) % setup.eval_every == 0 or epoch + 1 == setup.epochs:
-                record(epoch + 1)
-
-        t0 = time.perf_counter()
-        train(
-            [enc],
-            batch_loss,
-            Triplets(),
-            epochs=setup.epochs,
-            lr=lr,
-            progress=setup.progress,
-            desc="DPNet[two-step]",
-            callback=callback,
-        )
-        seconds = time.perf_counter() - t0 - eval_time[0]
-        return Fitted(fmap, curve, seconds)
-
-    return build
+    return _neural("projection", gamma, lr, separate=False, consistency=beta)
 
 
 def _chebyshev(setup: Setup, seed: int) -> Fitted:
@@ -374,7 +314,7 @@ def _kernel(kernel: str, **kw: Any) -> Callable[[Setup, int], Fitted]:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             model.fit(setup.train)
-        return Fitted(model.features, [], time.perf_counter() - t0)
+        return Fitted(model.features_, [], time.perf_counter() - t0)
 
     return build
 

@@ -1,0 +1,418 @@
+"""Generator of an SDE on a feature map: continuous-time operator regression (paper Sec. 3
+"Generator learning", App. E).
+
+The estimator shares the downstream API of :class:`dpnets.operators.SpectralModel`
+(eigenvalues, eigenfunctions, forecasts, timescales); its forecasts hold at any real time.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from dpnets.data import check_states, chunks, to_numpy
+from dpnets.exceptions import check_is_fitted
+from dpnets.io import arrays_to_tensors, register, tensors_to_arrays
+from dpnets.linalg import eig_biorthogonal
+from dpnets.nn.utils import module_device
+from dpnets.operators import (
+    SpectralModel,
+    dump_feature_map,
+    dump_fitted_scalars,
+    restore_feature_map,
+    restore_fitted_operator,
+)
+from dpnets.params import check_int
+from dpnets.representation import DPNet
+
+__all__ = ["Generator"]
+
+
+def _torch_features(features: Any, dtype: torch.dtype) -> tuple[Callable, torch.device]:
+    """A torch feature function on ``dtype`` inputs, and its device.
+
+    Modules (and a fitted DPNet's encoder) are copied and cast to ``dtype``, so that the
+    estimator's Itô derivatives are computed in float64 whatever the training precision.
+    """
+    if features is None:
+        return (lambda x: x.reshape(x.shape[0], -1)), torch.device("cpu")
+    if isinstance(features, DPNet):  # its standardisation and encoder, on raw states
+        features = features.feature_module()
+    if isinstance(features, torch.nn.Module):
+        module = copy.deepcopy(features)
+        device = module_device(module)
+        if any(p.is_floating_point() for p in module.parameters()):
+            module = module.to(dtype)
+        module.eval()
+        return module, device
+    if callable(features):
+        return features, torch.device("cpu")
+    raise TypeError(
+        "Generator features must be None (identity), a fitted DPNet, a torch.nn.Module or a "
+        "torch callable states -> (n, r)"
+    )
+
+
+class Generator(SpectralModel):
+    r"""Least-squares estimator of the generator of an SDE on a feature map (App. E).
+
+    For ``dX = A(X) dt + B(X) dW`` (Eq. 11) and samples ``x_1..x_n`` of the invariant law,
+    fits ``L = (Cx + ridge I)^+ C_d`` with ``Cx = Phi^T Phi / n`` and
+    ``C_d = Phi^T dPhi / n``, where ``dPhi`` holds the Itô derivatives of the features
+    (Eqs. 12-13, :func:`dpnets.ito.ito_derivative`). Its eigen-decomposition (App. E) gives
+    the generator's eigenvalues ``lambda_i`` (rates, ``Re lambda <= 0``), eigenfunctions, the
+    implied timescales ``-1 / lambda_i`` and forecasts at any real time ``t >= 0``:
+    ``E[f(X_t) | X_0 = x] ~ sum_i exp(lambda_i t) phi_i(x) l_i^H D_f`` with
+    ``D_f = (Cx + ridge I)^+ Phi^T F / n`` the *equal-time* least-squares coefficients of the
+    observable (App. E, continuous-time KMD).
+
+    Parameters
+    ----------
+    features : DPNet, nn.Module, callable or None
+        Feature map ``psi`` as a differentiable torch function (twice, for ``form="ito"``):
+        a fitted :class:`dpnets.DPNet` (e.g. trained with ``score="generator"``), a
+        ``torch.nn.Module``, a callable on torch tensors, or ``None`` for linear features
+        (the flattened state). Modules are evaluated in ``dtype`` (a float64 copy).
+    sde : dpnets.ito.SDE, optional
+        The process; default: ``features.sde`` for a DPNet trained in generator mode.
+        Alternatively give ``drift`` and ``diffusion``.
+    drift, diffusion : optional
+        ``A`` and ``B`` as in :class:`dpnets.ito.SDE` (instead of ``sde``).
+    form : {"ito", "dirichlet"}, default "ito"
+        ``"ito"``: ``C_d = E[psi (L psi)^T]`` from second derivatives (any diffusion).
+        ``"dirichlet"``: ``C_d = -1/2 E[grad psi B B^T grad psi^T]``, first derivatives
+        only and symmetric; valid for reversible diffusions only (equal to ``"ito"`` in
+        expectation there).
+    symmetrize : bool, default False
+        Replace ``C_d`` by its symmetric part (for reversible processes: a self-adjoint
+        estimator with real spectrum; leave False otherwise).
+    constant : {"auto", True, False}, default "auto"
+        Add the constant function (eigenvalue 0, the stationary state) to the features;
+        "auto" adds it unless the features already span it, as in
+        :class:`TransferOperator`.
+    ridge : float, default 0.0
+        Tikhonov regularisation added to ``Cx``.
+    rtol : float, optional
+        Relative rank cut-off of the pseudo-inverse (default ``r * eps``).
+    batch_size : int, default 8192
+        States per derivative evaluation.
+    dtype : torch.dtype, default torch.float64
+
+    Attributes
+    ----------
+    operator_ : ndarray (r, r)
+        ``L``.
+    cx_, cxd_ : ndarray (r, r)
+        ``Cx`` and ``C_d``.
+    eigvals_ : ndarray (cx_rank_,), complex
+        Eigenvalues sorted by *decreasing real part* (``lambda_0 ~ 0`` first).
+    left_eigvecs_, right_eigvecs_ : ndarray (r, cx_rank_), complex
+        Biorthogonal eigenvectors (``L^H R = I``); right eigenfunctions have unit empirical
+        norm (in the ``Cx + ridge I`` metric).
+    partial_trace_ : float
+        ``tr((Cx + ridge I)^+ C_d)``, the generator score ``P_d^0`` of the features (Eq. 14).
+    cx_rank_, n_samples_, n_features_, state_shape_
+
+    Notes
+    -----
+    The eigen-decomposition is computed on the range of ``Cx + ridge I`` (whitened Ritz
+    problem): a rank-deficient feature map (``cx_rank_ < n_features_``) gives ``cx_rank_``
+    eigenpairs, without the spurious zero eigenvalues of the pseudo-inverse's null space.
+    Raise ``rtol`` to cut ill-conditioned directions of large fixed dictionaries. A loaded
+    model has ``sde=None``: it predicts and decomposes, but needs an SDE to be refitted.
+
+    Examples
+    --------
+    >>> import numpy as np, torch
+    >>> from dpnets import Generator
+    >>> from dpnets.ito import SDE
+    >>> ou = SDE(lambda x: -x, 2**0.5, reversible=True)          # dX = -X dt + sqrt(2) dW
+    >>> psi = lambda x: torch.cat([x**0, x, x**2 - 1], dim=1)    # Hermite polynomials
+    >>> x = np.random.default_rng(0).standard_normal((1000, 1))
+    >>> np.round(Generator(psi, ou).fit(x).eig().real, 8) + 0.0
+    array([ 0., -1., -2.])
+    """
+
+    def __init__(
+        self,
+        features: Any = None,
+        sde: Any = None,
+        *,
+        drift: Callable | None = None,
+        diffusion: Any = None,
+        form: str = "ito",
+        symmetrize: bool = False,
+        ridge: float = 0.0,
+        rtol: float | None = None,
+        batch_size: int = 8192,
+        dtype: torch.dtype = torch.float64,
+        constant: str | bool = "auto",
+    ) -> None:
+        self.features = features
+        self.sde = sde
+        self.drift = drift
+        self.diffusion = diffusion
+        self.form = form
+        self.symmetrize = symmetrize
+        self.ridge = ridge
+        self.rtol = rtol
+        self.batch_size = batch_size
+        self.dtype = dtype
+        self.constant = constant
+
+    # ------------------------------------------------------------------ helpers
+    def _resolve_sde(self):
+        from dpnets.ito import SDE
+
+        if self.sde is not None:
+            if self.drift is not None or self.diffusion is not None:
+                raise ValueError("give either sde or drift and diffusion, not both")
+            if not isinstance(self.sde, SDE):
+                raise TypeError(f"sde must be a dpnets.ito.SDE, got {type(self.sde).__name__}")
+            return self.sde
+        if self.drift is not None or self.diffusion is not None:
+            if self.drift is None or self.diffusion is None:
+                raise ValueError("drift and diffusion must be given together")
+            return SDE(self.drift, self.diffusion)
+        inherited = getattr(self.features, "sde", None)  # a DPNet trained on this SDE
+        if isinstance(inherited, SDE):
+            return inherited
+        raise ValueError(
+            "the SDE is unknown: pass sde=dpnets.ito.SDE(...) (or drift= and diffusion=)"
+        )
+
+    def _evaluate(self, x: np.ndarray, what: str, sde: Any = None, constant: bool = False):
+        """Features (and derivatives) of states ``x`` in chunks, as float64 numpy; with
+        ``constant`` the constant function comes first (its derivatives are zero)."""
+        from dpnets.ito import diffusion_jacobian, ito_derivative
+        from dpnets.scores import with_constant
+
+        fn, device = _torch_features(self.features_, self.dtype)
+        if constant:
+            base = fn
+
+            def fn(xb: torch.Tensor) -> torch.Tensor:
+                return with_constant(base(xb))
+
+        outs: list[list[np.ndarray]] = []
+        with torch.no_grad():
+            for sl in chunks(x.shape[0], int(self.batch_size)):
+                xb = torch.as_tensor(x[sl]).to(device=device, dtype=self.dtype)
+                if what == "features":
+                    res = (fn(xb),)
+                elif what == "ito":
+                    res = ito_derivative(fn, xb, sde)
+                else:
+                    res = diffusion_jacobian(fn, xb, sde)
+                outs.append([to_numpy(r).astype(np.float64) for r in res])
+        arrays = [np.concatenate(parts) for parts in zip(*outs, strict=True)]
+        phi = arrays[0]
+        if phi.ndim != 2 or phi.shape[0] != x.shape[0]:
+            raise ValueError(f"feature map must return shape (n, r); got {phi.shape}")
+        for a in arrays:
+            if not np.all(np.isfinite(a)):
+                raise ValueError("the feature map or its derivatives returned NaN or inf")
+        return arrays
+
+    # ------------------------------------------------------------------ fitting
+    def fit(self, X: Any, sample_weight: Any = None) -> Generator:
+        """Estimate the generator from samples ``X`` of the invariant distribution.
+
+        Parameters
+        ----------
+        X : array (n, *state_shape) or list of arrays
+            States distributed according to the invariant law (e.g. a long trajectory, or
+            trajectories observed at irregular times); their order does not matter.
+        sample_weight : array (n,), optional
+            Non-negative weights of the samples (e.g. quadrature weights, or importance
+            weights for samples of a biased law); all expectations, including the
+            observables' least-squares coefficients, are weighted. Default: uniform.
+
+        Returns
+        -------
+        self
+        """
+        if self.form not in ("ito", "dirichlet"):
+            raise ValueError(f"form must be 'ito' or 'dirichlet', got {self.form!r}")
+        self._check_regression_params()
+        check_int("batch_size", self.batch_size, 1)
+        from dpnets.ito import check_samples, warn_if_piecewise_linear
+
+        sde = self._resolve_sde()
+        if self.form == "dirichlet" and not sde.reversible:
+            raise ValueError(
+                "form='dirichlet' needs a reversible SDE (SDE(..., reversible=True)); use "
+                "form='ito' otherwise"
+            )
+        x = check_samples(X)
+        self.features_, self.lag_ = self.features, None  # continuous time: no lag
+        if self.form == "ito" and isinstance(
+            getattr(self.features_, "encoder_", None), torch.nn.Module
+        ):
+            warn_if_piecewise_linear(self.features_.encoder_)
+        elif self.form == "ito" and isinstance(self.features_, torch.nn.Module):
+            warn_if_piecewise_linear(self.features_)
+        w = self._check_weights(sample_weight, x.shape[0])
+        phi, d = self._evaluate(x, self.form, sde, constant=True)
+        self.constant_ = self._use_constant(phi[:, 1:])
+        if not self.constant_:
+            phi, d = phi[:, 1:], d[:, 1:]
+        n, r = phi.shape
+        if n < r:
+            raise ValueError(f"fewer samples ({n}) than features (r={r}); provide more data")
+        phi_w = phi if w is None else phi * w[:, None]
+        cx = phi_w.T @ phi / n
+        if self.form == "ito":
+            cxd = phi_w.T @ d / n
+        elif w is None:
+            cxd = -0.5 * np.einsum("nim,njm->ij", d, d) / n
+        else:
+            cxd = -0.5 * np.einsum("n,nim,njm->ij", w, d, d) / n
+        if self.symmetrize:
+            cxd = 0.5 * (cxd + cxd.T)
+        self._regress(cx, cxd)
+        self.cxd_ = cxd
+        self.partial_trace_ = float(np.trace(self.operator_))
+        self.n_samples_, self.n_features_ = n, r
+        self.state_shape_ = tuple(x.shape[1:])
+        self.features_x_ = phi
+        self.sample_weight_ = w
+        # equal-time least-squares coefficients of the state (App. E)
+        x_flat = np.asarray(x, dtype=np.float64).reshape(n, -1)
+        self.state_coef_ = self._lstsq(phi_w.T @ x_flat) / n
+        self._set_spectrum()
+        return self
+
+    @staticmethod
+    def _check_weights(sample_weight: Any, n: int) -> np.ndarray | None:
+        """Weights normalised to mean one, or None for uniform weights."""
+        if sample_weight is None:
+            return None
+        w = np.asarray(to_numpy(sample_weight), dtype=np.float64).reshape(-1)
+        if w.shape[0] != n:
+            raise ValueError(f"sample_weight has {w.shape[0]} entries for {n} samples")
+        if not np.all(np.isfinite(w)) or np.any(w < 0) or w.sum() <= 0:
+            raise ValueError("sample_weight must be finite, non-negative and not all zero")
+        return w * (n / w.sum())
+
+    def _observable_coef(self, observable: Any) -> tuple[np.ndarray, tuple[int, ...]]:
+        """Equal-time (weighted) least-squares coefficients of an observable (App. E)."""
+        w = getattr(self, "sample_weight_", None)
+        if observable is None or w is None:
+            return super()._observable_coef(observable)
+        f = check_states(observable, "observable")
+        if f.shape[0] != self.n_samples_:
+            raise ValueError(
+                f"observable must hold one value per training sample ({self.n_samples_}), "
+                f"got {f.shape[0]} rows"
+            )
+        f_flat = np.asarray(f, dtype=np.float64).reshape(f.shape[0], -1) * w[:, None]
+        coef = self._lstsq(self._training_features().T @ f_flat) / self.n_samples_
+        return coef, (() if np.ndim(observable) == 1 else tuple(f.shape[1:]))
+
+    def _set_spectrum(self) -> None:
+        """Eigen-decomposition on the range of ``Cx`` (the Ritz problem), by whitening.
+
+        With ``Cx + ridge I = U S U^T`` restricted to the ``k = cx_rank_`` eigenvalues above the
+        cut-off, ``M = S^{-1/2} U^T C_d U S^{-1/2}`` (k x k) is similar to ``L`` on the range;
+        its eigenvectors map back to ``R = U S^{-1/2} V`` and ``L = U S^{1/2} W``. A
+        rank-deficient feature map thus yields ``cx_rank_`` genuine eigenpairs, without the
+        spurious zero eigenvalues of the pseudo-inverse's null space.
+        """
+        from dpnets.linalg import default_rtol
+
+        r = self.cx_.shape[0]
+        reg = self.cx_ + float(self.ridge) * np.eye(r)
+        s, u = np.linalg.eigh(0.5 * (reg + reg.T))
+        rtol = default_rtol(r) if self.rtol is None else float(self.rtol)
+        keep = s > rtol * max(s.max(), 0.0)
+        if not keep.any():
+            raise ValueError("the feature covariance is zero: the features vanish on the data")
+        uk, sk = u[:, keep], s[keep]
+        whiten = uk / np.sqrt(sk)
+        m = whiten.T @ self.cxd_ @ whiten
+        w, left, right = eig_biorthogonal(m)
+        order = np.lexsort((-w.imag, -w.real))
+        self.eigvals_ = w[order]
+        self.right_eigvecs_ = whiten @ right[:, order]
+        self.left_eigvecs_ = (uk * np.sqrt(sk)) @ left[:, order]
+
+    def transform(self, X: Any) -> np.ndarray:
+        """Features ``psi(X)`` (evaluated in ``dtype``), float64 (n, r)."""
+        check_is_fitted(self, "operator_")
+        return self._evaluate(self._check_X(X), "features", constant=self.constant_)[0]
+
+    # ------------------------------------------------------------------ time
+    def _check_time(self, t: Any) -> float:
+        if isinstance(t, bool) or not isinstance(t, (int, float, np.integer, np.floating)):
+            raise ValueError(f"t must be a real number >= 0, got {t!r}")
+        if not (np.isfinite(t) and t >= 0):
+            raise ValueError(f"t must be a finite real number >= 0, got {t!r}")
+        return float(t)
+
+    def _time_factor(self, t: float) -> np.ndarray:
+        return np.exp(self.eigvals_ * float(t))
+
+    def _power(self, t: float) -> np.ndarray:
+        import scipy.linalg
+
+        return scipy.linalg.expm(self.operator_ * float(t))
+
+    def implied_timescales(self) -> np.ndarray:
+        """Implied timescales ``-1 / Re(lambda_i)``.
+
+        Returns
+        -------
+        ndarray (cx_rank_,)
+            In the order of :meth:`eig`, in the time units of the SDE; ``inf`` where
+            ``Re(lambda_i) >= -tol`` with ``tol = r * eps * max|lambda|`` (the stationary
+            eigenvalue 0 up to round-off).
+        """
+        check_is_fitted(self, "operator_")
+        re = self.eigvals_.real
+        tol = re.size * np.finfo(np.float64).eps * max(np.abs(self.eigvals_).max(), 1e-300)
+        out = np.full(re.shape, np.inf)
+        ok = re < -tol
+        out[ok] = -1.0 / re[ok]
+        return out
+
+
+#: saved arrays; the n x r training features are not saved (file size independent of n)
+_GENERATOR_ARRAYS = ("operator_", "cx_", "cxd_", "cx_pinv_", "state_coef_")
+
+
+def _dump_generator(model: Generator, tensors: dict) -> dict:
+    check_is_fitted(model, "operator_")
+    arrays_to_tensors(model, _GENERATOR_ARRAYS, tensors)
+    if getattr(model, "sample_weight_", None) is not None:
+        arrays_to_tensors(model, ("sample_weight_",), tensors)
+    return {
+        "params": {
+            "form": model.form,
+            "symmetrize": bool(model.symmetrize),
+            "ridge": float(model.ridge),
+            "rtol": model.rtol,
+            "batch_size": int(model.batch_size),
+            "constant": model.constant,
+        },
+        "fitted": {**dump_fitted_scalars(model), "partial_trace_": float(model.partial_trace_)},
+        **dump_feature_map(model, tensors),
+    }
+
+
+def _restore_generator(cfg: dict, tensors: dict, **kw: Any) -> Generator:
+    params = {"constant": False, **cfg["params"]}  # files before the constant: none added
+    features, fitted = restore_feature_map(cfg, tensors, **kw)
+    gen = Generator(features, **params)
+    gen.features_ = fitted
+    tensors_to_arrays(gen, tensors, _GENERATOR_ARRAYS, ("sample_weight_",))
+    restore_fitted_operator(gen, cfg["fitted"], tensors)
+    gen.partial_trace_ = float(cfg["fitted"]["partial_trace_"])
+    return gen
+
+
+register("generator", Generator, _dump_generator, _restore_generator)
