@@ -117,12 +117,19 @@ def test_vamp_scores_equal_deeptime_on_held_out_data():
     op = TransferOperator(features).fit(train, lag=2)
     m = vamp.VAMP(lagtime=2).fit(features(train)).fetch_model()
     t = vamp.VAMP(lagtime=2).fit(features(test)).fetch_model()
-    for r in (1, 2):
+    for r in (1, 2, "E"):
         np.testing.assert_allclose(
             op.score(test, kind=f"vamp{r}"), m.score(r, test_model=t), rtol=1e-8
         )
+    # without the constant in the basis: the same VAMP scores, and P^0 of the raw basis
+    raw = TransferOperator(features, constant=False).fit(train, lag=2)
+    np.testing.assert_allclose(raw.score(test, kind="vampE"), m.score("E", test_model=t), rtol=1e-8)
+    np.testing.assert_allclose(op.score(test, kind="projection"), op.score(test), rtol=1e-10)
+    assert raw.score(test, kind="projection") < raw.score(test) - 0.5
+    # VAMP-E rewards the training model only as far as it holds on the test data
+    assert m.score("E", test_model=t) < op.score(train, kind="vampE")
     with pytest.raises(ValueError, match="kind must be one of"):
-        op.score(test, kind="vampE")
+        op.score(test, kind="vamp3")
 
 
 def test_cross_validation_by_trajectories_prefers_the_right_features():

@@ -310,30 +310,72 @@ class SpectralModel(BaseEstimator):
         return shaped[0] if scalar else np.stack(shaped)
 
     def score(self, X: Any, y: Any = None, lag: int | None = None, kind: str = "vamp2") -> float:
-        """VAMP score of the estimator's features on (held-out) data, higher is better.
+        """Score of the model on (held-out) data, higher is better.
 
-        ``kind="vamp2"``: ``1 + ||K||_F^2`` and ``kind="vamp1"``: ``1 + ||K||_*`` with
-        ``K = Cx^{-1/2} Cxy Cy^{-1/2}`` of the *centred* features (the constant counted as
-        the 1; Mardt et al., :func:`dpnets.scores.vamp_score`), over the lagged pairs of
-        ``X`` at ``lag`` (default: the fitted ``lag_``). Equal to deeptime's
-        ``VAMP(...).score(r, test_model=...)`` with all dimensions kept (tested to 1e-8),
-        and to the projection score ``P^0`` of ``[1, psi]`` for ``"vamp2"``. Scores are
-        comparable between models with the same number of features. It makes
-        scikit-learn's ``GridSearchCV`` work (``score(X_test)``); ``y`` is ignored.
+        ``X`` holds trajectories, paired at ``lag`` (default: the fitted ``lag_``); ``y`` is
+        ignored (scikit-learn's ``GridSearchCV`` calls ``score(X_test)``).
+
+        * ``"vamp2"`` (default): ``1 + ||K||_F^2`` and ``"vamp1"``: ``1 + ||K||_*``, with
+          ``K = Cx^{-1/2} Cxy Cy^{-1/2}`` of the *centred* features on ``X`` (the constant
+          counted as the 1; Mardt et al., :func:`dpnets.scores.vamp_score`): how much of the
+          dynamics the model's *features* capture on ``X``; the operator itself is not used.
+          ``"vamp2"`` equals the projection score ``P^0`` of ``[1, psi]`` (Eq. 7).
+        * ``"vampE"`` (Wu and Noé 2020, Eq. 30): the Koopman model *fitted on the training
+          data* (its singular functions and values, from the training covariances) scored
+          against the covariances of ``X``: ``1 + tr(2 S U^T C0t V - S U^T C00 U S V^T Ctt
+          V)``. It penalises a model that overfits its training data, so it is the one to
+          compare models by on held-out data. Needs ``cy_`` (models fitted since it was
+          added).
+        * ``"projection"``: ``P^0`` of the model's basis (:meth:`transform`) on ``X``,
+          uncentred (Eq. 7); equal to ``"vamp2"`` when the model added the constant.
+
+        All equal deeptime's ``VAMP(...).score(r, test_model=...)`` with all dimensions kept
+        (tested to 1e-8). VAMP-1/2 scores are comparable only between models with the same
+        number of features (more features never lower them); VAMP-E is comparable across
+        dimensions.
         """
-        from dpnets.scores import vamp_score
+        from dpnets.scores import projection_score, vamp_score
 
         check_is_fitted(self, "operator_")
-        check_choice("kind", kind, ("vamp1", "vamp2"))
+        check_choice("kind", kind, ("vamp1", "vamp2", "vampE", "projection"))
         lag = self.lag_ if lag is None else lag
         if lag is None:
             raise ValueError("the model's lag is unknown: pass score(X, lag=k)")
         p = pairs(X, resolve_lag(X, lag)[0])
         fx, fy = self.transform(p.X), self.transform(p.Y)
+        if kind == "projection":
+            with torch.no_grad():
+                return float(projection_score(torch.as_tensor(fx), torch.as_tensor(fy)))
         if getattr(self, "constant_", False):  # the constant is the "+1" of the VAMP scores
             fx, fy = fx[:, 1:], fy[:, 1:]
+        if kind == "vampE":
+            return self._vamp_e(fx, fy)
         with torch.no_grad():
             return float(vamp_score(torch.as_tensor(fx), torch.as_tensor(fy), p=int(kind[-1])))
+
+    def _vamp_e(self, fx: np.ndarray, fy: np.ndarray) -> float:
+        """VAMP-E of the training Koopman model against test features (see :meth:`score`)."""
+        cy, my = getattr(self, "cy_", None), getattr(self, "features_mean_y_", None)
+        if cy is None or my is None or getattr(self, "features_mean_", None) is None:
+            raise ValueError(
+                "VAMP-E needs the training covariances of the lagged features (cy_), which "
+                f"this {type(self).__name__} does not hold: refit it"
+            )
+        k = 1 if getattr(self, "constant_", False) else 0  # drop the constant column
+        mx, my = self.features_mean_[k:], my[k:]
+
+        def centred(c: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+            return c[k:, k:] - np.outer(a, b)
+
+        l0, _ = sym_matrix_function(centred(self.cx_, mx, mx), -0.5, self.rtol)
+        lt, _ = sym_matrix_function(centred(cy, my, my), -0.5, self.rtol)
+        a, s, bt = np.linalg.svd(l0 @ centred(self.cxy_, mx, my) @ lt)
+        u, v = l0 @ a, lt @ bt.T
+        n = fx.shape[0]
+        x0, y0 = fx - fx.mean(0), fy - fy.mean(0)
+        t00, t0t, ttt = x0.T @ x0 / n, x0.T @ y0 / n, y0.T @ y0 / n
+        su = u * s
+        return float(1.0 + np.trace(2.0 * su.T @ t0t @ v - su.T @ t00 @ su @ v.T @ ttt @ v))
 
     def save(self, path: str) -> None:
         """Save to ``path`` atomically (see :func:`dpnets.load`)."""
@@ -591,6 +633,9 @@ class TransferOperator(DiscreteTimeModel):
         self.state_shape_ = tuple(state_shape)
         self.features_x_ = phi_x
         self.features_mean_ = phi_x.mean(0)
+        # moments of the lagged side, for the VAMP-E score of held-out data
+        self.cy_ = phi_y.T @ phi_y / n
+        self.features_mean_y_ = phi_y.mean(0)
         # least-squares coefficients of the state at time lag on psi(X_0) (App. D.2)
         self.state_coef_ = self._lstsq(xty) / n
         self._set_spectrum()
@@ -632,6 +677,14 @@ def timescales_from_eigvals(eigvals: np.ndarray, lag_time: float) -> np.ndarray:
 
 #: saved arrays; the n x r training features are not saved (file size independent of n)
 _OPERATOR_ARRAYS = ("operator_", "cx_", "cxy_", "cx_pinv_", "state_coef_")
+#: arrays that only some models (or files written since they were added) hold
+_OPTIONAL_ARRAYS = (
+    "features_mean_",
+    "feature_shift_",
+    "feature_scale_",
+    "cy_",
+    "features_mean_y_",
+)
 
 
 def dump_operator(model: Any, tensors: dict[str, torch.Tensor]) -> dict:
@@ -639,7 +692,7 @@ def dump_operator(model: Any, tensors: dict[str, torch.Tensor]) -> dict:
     own parameters to it): parameters, fitted scalars, arrays in ``tensors``, feature map."""
     check_is_fitted(model, "operator_")
     arrays_to_tensors(model, _OPERATOR_ARRAYS, tensors)
-    for name in ("features_mean_", "feature_shift_", "feature_scale_"):
+    for name in _OPTIONAL_ARRAYS:
         if getattr(model, name, None) is not None:
             arrays_to_tensors(model, (name,), tensors)
     return {
@@ -694,7 +747,7 @@ def restore_operator(cfg: dict, tensors: dict[str, torch.Tensor], **kw: Any) -> 
 def restore_fitted_operator(model: Any, fitted: dict, tensors: dict[str, torch.Tensor]) -> None:
     """Set the fitted scalars of :func:`dump_fitted_scalars` and the optional arrays, check
     them against the arrays and recompute the spectrum."""
-    tensors_to_arrays(model, tensors, (), ("features_mean_", "feature_shift_", "feature_scale_"))
+    tensors_to_arrays(model, tensors, (), _OPTIONAL_ARRAYS)
     model.features_x_ = None  # not in files (their size must not grow with the data)
     model.constant_ = bool(fitted.get("constant_", False))
     model.lag_ = fitted.get("lag_")
@@ -720,6 +773,7 @@ def check_fitted_arrays(model: Any) -> None:
         raise InvalidModelFile(f"invalid state_shape_={model.state_shape_!r}")
     d = int(np.prod(model.state_shape_))
     shapes = {"operator_": (r, r), "cx_": (r, r), "cx_pinv_": (r, r), "features_x_": (n, r)}
+    shapes.update({"cy_": (r, r), "features_mean_": (r,), "features_mean_y_": (r,)})
     shapes["state_coef_"] = (r, d)
     for name, shape in shapes.items():
         value = getattr(model, name, None)
