@@ -208,32 +208,6 @@ def test_end_to_end_short_trajectory_to_timescales():
     assert np.all(np.asarray(ref["timescales_ps"])[:, 0] > 0)
 
 
-def test_reversible_mle_is_unbiased_for_seeded_ensembles():
-    """Short runs all started in one state: the reversible MLE recovers the stationary law and
-    the transition matrix of a reversible chain; symmetrised counts do not."""
-    from dpnets.systems import MarkovChain
-    from dpnets.systems.alanine import reversible_mle
-
-    rng = np.random.default_rng(0)
-    w = rng.uniform(0.1, 1.0, size=(5, 5))
-    w = w + w.T + np.diag([8.0, 1.0, 1.0, 1.0, 1.0])  # detailed balance with pi ~ row sums
-    P = w / w.sum(1, keepdims=True)
-    pi = w.sum(1) / w.sum()
-    chain = MarkovChain(P)
-    counts = np.zeros((5, 5))
-    for k in range(2000):
-        s = chain.sample(15, x0=4, seed=k)
-        np.add.at(counts, (s[:-1], s[1:]), 1.0)
-    T, pi_hat = reversible_mle(counts)
-    np.testing.assert_allclose(pi_hat, pi, atol=0.01)
-    np.testing.assert_allclose(T, P, atol=0.02)
-    np.testing.assert_allclose(pi_hat[:, None] * T, (pi_hat[:, None] * T).T, atol=1e-12)
-    sym = (counts + counts.T).sum(1) / (2 * counts.sum())
-    assert np.abs(sym - pi).max() > 0.03
-    with pytest.raises(ValueError, match="outgoing"):
-        reversible_mle(np.array([[1.0, 0.0], [0.0, 0.0]]))
-
-
 def test_msm_reference_seeded_two_state_ensemble():
     """Short runs started alternately in each basin (far from the 1:3 equilibrium split): the
     list form and the reversible MLE recover the exact timescale and Delta G."""
@@ -309,5 +283,9 @@ def test_experiment_runs_end_to_end_on_a_tiny_ensemble(tmp_path, monkeypatch):
     assert res["split"] == {"train": [0, 1], "held_out": [2]}
     for m in res["methods"][0]:
         assert m["slowest_ps"] > 0 and len(m["its_curve_ps"]) == 2
-    for name in ("its.png", "fes.png", "eigenfunctions.png", "table.md"):
+    for name in ("its.png", "fes.png", "eigenfunctions.png", "ck.png", "table.md"):
         assert (tmp_path / "out" / name).exists()
+    main = res["methods"][0][0]  # DPNets-relaxed: bootstrap bands and the CK test
+    assert np.all(np.array(main["its_lower_ps"]) <= np.array(main["its_upper_ps"]))
+    assert np.array(main["ck_predictions"]).shape == (3, 2, 2)  # lag 0, 1 and 2 x tau
+    assert abs(sum(main["pcca_stationary"]) - 1.0) < 1e-9

@@ -27,6 +27,10 @@ __all__ = [
     "cross_validate",
     "ChapmanKolmogorov",
     "ck_test",
+    "Spectrum",
+    "bootstrap_spectrum",
+    "MetastableSets",
+    "pcca",
     "clone",
 ]
 
@@ -61,31 +65,10 @@ class ImpliedTimescales:
 
     def plot(self, ax: Any = None, units: str = "", log: bool = True) -> Any:
         """Timescales against lag time with interval bands and the ``timescale = lag`` line
-        (below it a process is faster than the lag and cannot be resolved). Needs
-        matplotlib (extra ``plot``); returns the axes."""
-        import matplotlib.pyplot as plt
+        (:func:`dpnets.plot.implied_timescales`); returns the axes."""
+        from dpnets.plot import implied_timescales as plot_its
 
-        if ax is None:
-            _, ax = plt.subplots(figsize=(5.0, 3.6), layout="constrained")
-        for i in range(self.timescales.shape[1]):
-            (line,) = ax.plot(self.lag_times, self.timescales[:, i], "o-", label=f"process {i + 1}")
-            if self.lower is not None:
-                ax.fill_between(
-                    self.lag_times,
-                    self.lower[:, i],
-                    self.upper[:, i],
-                    color=line.get_color(),
-                    alpha=0.25,
-                    linewidth=0,
-                )
-        ax.plot(self.lag_times, self.lag_times, "k--", linewidth=1, label="timescale = lag")
-        if log:
-            ax.set_yscale("log")
-        unit = f" ({units})" if units else ""
-        ax.set_xlabel(f"lag time{unit}")
-        ax.set_ylabel(f"implied timescale{unit}")
-        ax.legend(fontsize="small")
-        return ax
+        return plot_its(self, ax=ax, units=units, log=log)
 
 
 def implied_timescales(
@@ -150,20 +133,160 @@ def implied_timescales(
     ts = _scan(factory, trajs, lags, k, dt)
     out = ImpliedTimescales(lags, lags * dt, ts, confidence=confidence)
     if n_bootstrap:
-        units = trajs if len(trajs) > 1 else _blocks(trajs[0], n_blocks)
-        samples = np.empty((n_bootstrap, lags.size, k))
-        for b in range(n_bootstrap):
-            pick = rng.integers(len(units), size=len(units))
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", UserWarning)  # lag-mismatch notices
-                samples[b] = _scan(factory, [units[i] for i in pick], lags, k, dt)
-        alpha = 100 * (1 - confidence) / 2
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns
-            out.lower = np.nanpercentile(samples, alpha, axis=0)
-            out.upper = np.nanpercentile(samples, 100 - alpha, axis=0)
-        out.samples = samples
+        out.samples = _bootstrap(
+            trajs, n_bootstrap, n_blocks, rng, lambda t: _scan(factory, t, lags, k, dt)
+        )
+        out.lower, out.upper = _interval(out.samples, confidence)
     return out
+
+
+def _bootstrap(
+    trajs: list[np.ndarray],
+    n_bootstrap: int,
+    n_blocks: int,
+    rng: np.random.Generator,
+    statistic: Callable[[list[np.ndarray]], Any],
+) -> np.ndarray:
+    """``statistic`` on ``n_bootstrap`` resamples of whole trajectories (drawn with
+    replacement; a single trajectory is cut into ``n_blocks`` contiguous blocks, drawn
+    instead), stacked along a new first axis."""
+    units = trajs if len(trajs) > 1 else _blocks(trajs[0], n_blocks)
+    out = []
+    for _ in range(n_bootstrap):
+        pick = rng.integers(len(units), size=len(units))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # lag-mismatch notices
+            out.append(np.asarray(statistic([units[i] for i in pick])))
+    return np.stack(out)
+
+
+def _interval(samples: np.ndarray, confidence: float) -> tuple[np.ndarray, np.ndarray]:
+    """Percentile interval of bootstrap ``samples`` (first axis), ignoring NaNs."""
+    alpha = 100 * (1 - confidence) / 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns
+        return (
+            np.nanpercentile(samples, alpha, axis=0),
+            np.nanpercentile(samples, 100 - alpha, axis=0),
+        )
+
+
+def _refit_at(model: Any, trajs: list[np.ndarray], lag: int) -> Any:
+    """A copy of a fitted model refitted on ``trajs`` at ``lag``, its feature map kept."""
+    refit = clone(model)
+    if "features" in model.get_params(deep=False):
+        refit.set_params(features=model.features_)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*validating across lags")
+        return refit.fit(trajs, lag=lag)
+
+
+@dataclass
+class Spectrum:
+    """Eigenvalues and implied timescales of a fitted model with bootstrap intervals
+    (:func:`bootstrap_spectrum`).
+
+    Attributes
+    ----------
+    eigvals : ndarray (k,), complex
+        The model's ``k`` leading eigenvalues (decreasing modulus).
+    timescales : ndarray (k,)
+        Their implied timescales in time units (``inf`` for the stationary one).
+    modulus_lower, modulus_upper, lower, upper : ndarray (k,)
+        Percentile intervals of ``|eigvals|`` and of the timescales over resamples of whole
+        trajectories, the ``i``-th values of each resample ranked by modulus.
+    samples : ndarray (n_bootstrap, k), complex
+        The bootstrap eigenvalues.
+    confidence : float
+    """
+
+    eigvals: np.ndarray
+    timescales: np.ndarray
+    modulus_lower: np.ndarray
+    modulus_upper: np.ndarray
+    lower: np.ndarray
+    upper: np.ndarray
+    samples: np.ndarray
+    confidence: float = 0.95
+
+
+def bootstrap_spectrum(
+    model: Any,
+    data: Any,
+    *,
+    k: int = 4,
+    dt: float | None = None,
+    n_bootstrap: int = 100,
+    confidence: float = 0.95,
+    n_blocks: int = 10,
+    refit_features: bool = False,
+    seed: int | None = None,
+) -> Spectrum:
+    """Bootstrap intervals for the eigenvalues and implied timescales of a fitted model.
+
+    The model is refitted at its lag on resamples of whole trajectories (a single
+    trajectory: contiguous blocks), keeping its feature map (``refit_features=True``: a
+    DPNet feature map is retrained on each resample too, which is slower and includes the
+    representation's variance).
+
+    Parameters
+    ----------
+    model : fitted TransferOperator, DMD, EDMD or kernel model
+    data : array or list of arrays
+        The trajectories the model was fitted on.
+    k : int, default 4
+        Leading eigenvalues to report (the stationary one included).
+    dt : float, optional
+        Time per frame; default the model's ``dt``.
+    n_bootstrap, confidence, n_blocks, seed
+        As :func:`implied_timescales`.
+    """
+    if getattr(model, "operator_", None) is None or getattr(model, "lag_", None) is None:
+        raise ValueError("bootstrap_spectrum needs a model fitted on trajectories (lag_ set)")
+    k = check_int("k", k, 1)
+    n_bootstrap = check_int("n_bootstrap", n_bootstrap, 1)
+    confidence = check_real("confidence", confidence, 0.0, 1.0, low_open=True, high_open=True)
+    n_blocks = check_int("n_blocks", n_blocks, 2)
+    rng = np.random.default_rng(check_seed(seed))
+    trajs = _trajectories(data)
+    tau = int(model.lag_)
+    build = _factory(model, refit_features)
+
+    def leading(est: Any) -> np.ndarray:
+        vals = np.full(k, np.nan, dtype=np.complex128)
+        ev = np.asarray(est.eig())[:k]
+        vals[: ev.size] = ev
+        return vals
+
+    def statistic(sample: list[np.ndarray]) -> np.ndarray:
+        if refit_features:
+            est = build(tau, sample)
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=".*validating across lags")
+                return leading(est.fit(sample, lag=tau))
+        return leading(_refit_at(model, sample, tau))
+
+    samples = _bootstrap(trajs, n_bootstrap, n_blocks, rng, statistic)
+    vals = leading(model)
+    from dpnets.operators import timescales_from_eigvals
+
+    step = tau * (
+        getattr(model, "dt", 1.0) if dt is None else check_real("dt", dt, 0.0, low_open=True)
+    )
+    mod_lo, mod_hi = _interval(np.abs(samples), confidence)
+    ts_samples = timescales_from_eigvals(np.nan_to_num(np.abs(samples), nan=0.0), step)
+    ts_samples[np.isnan(samples.real)] = np.nan
+    ts_lo, ts_hi = _interval(ts_samples, confidence)
+    return Spectrum(
+        vals,
+        timescales_from_eigvals(vals, step),
+        mod_lo,
+        mod_hi,
+        ts_lo,
+        ts_hi,
+        samples,
+        confidence,
+    )
 
 
 def _trajectories(data: Any) -> list[np.ndarray]:
@@ -292,43 +415,28 @@ class ChapmanKolmogorov:
     ``predictions[k, i, j]`` is the probability, predicted by the model at lag ``tau``
     propagated ``steps[k]`` times, to be in set ``j`` at ``steps[k] * tau`` when starting in
     set ``i`` from the model's equilibrium; ``estimates[k, i, j]`` the same from a model
-    refitted at lag ``steps[k] * tau``. A Markovian model has predictions equal to estimates.
+    refitted at lag ``steps[k] * tau``. A Markovian model has predictions equal to estimates
+    (within the intervals, when bootstrapped).
+
+    ``*_lower``/``*_upper``: percentile intervals over resamples of whole trajectories
+    (None without bootstrap).
     """
 
     steps: np.ndarray
     lag_times: np.ndarray
     predictions: np.ndarray
     estimates: np.ndarray
+    predictions_lower: np.ndarray | None = None
+    predictions_upper: np.ndarray | None = None
+    estimates_lower: np.ndarray | None = None
+    estimates_upper: np.ndarray | None = None
+    confidence: float = 0.95
 
-    def plot(self, units: str = "") -> Any:
-        """The ``n_sets x n_sets`` grid of predicted (line) against estimated (markers)
-        curves over the lag time; needs matplotlib. Returns the figure."""
-        import matplotlib.pyplot as plt
+    def plot(self, units: str = "", names: Sequence[str] | None = None) -> Any:
+        """The grid of predicted against estimated curves (:func:`dpnets.plot.ck_test`)."""
+        from dpnets.plot import ck_test as plot_ck
 
-        n = self.predictions.shape[1]
-        fig, axes = plt.subplots(
-            n,
-            n,
-            figsize=(2.2 * n + 1, 2.0 * n + 0.5),
-            sharex=True,
-            sharey=True,
-            layout="constrained",
-            squeeze=False,
-        )
-        unit = f" ({units})" if units else ""
-        for i in range(n):
-            for j in range(n):
-                ax = axes[i, j]
-                ax.plot(self.lag_times, self.predictions[:, i, j], "-", label="predicted")
-                ax.plot(self.lag_times, self.estimates[:, i, j], "o", label="estimated")
-                ax.set_title(f"{i} → {j}", fontsize="small")
-                ax.set_ylim(-0.05, 1.05)
-                if i == n - 1:
-                    ax.set_xlabel(f"lag time{unit}")
-                if j == 0:
-                    ax.set_ylabel("probability")
-        axes[0, 0].legend(fontsize="x-small")
-        return fig
+        return plot_ck(self, units=units, names=names)
 
 
 def ck_test(
@@ -339,6 +447,10 @@ def ck_test(
     *,
     dt: float = 1.0,
     include_lag0: bool = True,
+    n_bootstrap: int = 0,
+    confidence: float = 0.95,
+    n_blocks: int = 10,
+    seed: int | None = None,
 ) -> ChapmanKolmogorov:
     """Chapman–Kolmogorov test of a fitted transfer-operator model on sets of states.
 
@@ -353,55 +465,87 @@ def ck_test(
 
     Parameters
     ----------
-    model : fitted TransferOperator (or DMD/EDMD)
+    model : fitted TransferOperator (or DMD/EDMD, kernel models, autoencoders)
         Fitted at its lag ``tau`` (``lag_``) on ``data``.
     data : array or list of arrays
     steps : sequence of int
         Multiples ``k`` of the lag.
     memberships : callable
-        States ``(n, ...)`` -> memberships ``(n, n_sets)``.
+        States ``(n, ...)`` -> memberships ``(n, n_sets)`` (e.g.
+        :attr:`MetastableSets.memberships_of` from :func:`pcca`).
     dt : float, default 1.0
         Time between frames (for ``lag_times``).
     include_lag0 : bool, default True
         Start the curves at lag 0 (the identity).
+    n_bootstrap : int, default 0
+        Resamples of whole trajectories (a single trajectory: ``n_blocks`` contiguous
+        blocks); the model is refitted at ``tau`` on each, its features kept, and both
+        curves recomputed.
+    confidence : float, default 0.95
+    n_blocks : int, default 10
+    seed : int, optional
     """
-    from dpnets.data import pairs
-
     if getattr(model, "operator_", None) is None or getattr(model, "lag_", None) is None:
         raise ValueError("ck_test needs a transfer-operator model fitted on trajectories")
     steps = np.array([check_lag(int(k)) for k in steps], dtype=np.int64)
     dt = check_real("dt", dt, 0.0, low_open=True)
+    n_bootstrap = check_int("n_bootstrap", n_bootstrap, 0)
+    confidence = check_real("confidence", confidence, 0.0, 1.0, low_open=True, high_open=True)
+    n_blocks = check_int("n_blocks", n_blocks, 2)
+    rng = np.random.default_rng(check_seed(seed))
     trajs = _trajectories(data)
     tau = int(model.lag_)
-    base = pairs(trajs, tau)
-    x0 = base.X
+    pred, est = _ck_curves(model, trajs, steps, memberships)
+    out = ChapmanKolmogorov(steps, steps * tau * dt, pred, est, confidence=confidence)
+    if n_bootstrap:
+
+        def statistic(sample: list[np.ndarray]) -> np.ndarray:
+            return np.stack(_ck_curves(_refit_at(model, sample, tau), sample, steps, memberships))
+
+        samples = _bootstrap(trajs, n_bootstrap, n_blocks, rng, statistic)
+        lower, upper = _interval(samples, confidence)
+        out.predictions_lower, out.estimates_lower = lower
+        out.predictions_upper, out.estimates_upper = upper
+    if include_lag0:
+        eye = np.eye(pred.shape[1])[None]
+        for name in (
+            "predictions",
+            "estimates",
+            "predictions_lower",
+            "predictions_upper",
+            "estimates_lower",
+            "estimates_upper",
+        ):
+            value = getattr(out, name)
+            if value is not None:
+                setattr(out, name, np.concatenate([eye, value]))
+        out.steps = np.concatenate([[0], steps])
+        out.lag_times = out.steps * tau * dt
+    return out
+
+
+def _ck_curves(
+    model: Any, trajs: list[np.ndarray], steps: np.ndarray, memberships: Callable
+) -> tuple[np.ndarray, np.ndarray]:
+    """Predicted and estimated set-to-set probabilities, (len(steps), n_sets, n_sets) each."""
+    from dpnets.data import pairs
+
+    tau = int(model.lag_)
+    x0 = pairs(trajs, tau).X
     weights = np.real(model.stationary_weights(x0))
     m0 = _memberships(memberships, x0)
     norm = (weights[:, None] * m0).sum(0)  # E_pi[m_i], up to the sample count
 
     def propagate(op: Any, t: int, lag: int) -> np.ndarray:
-        p = pairs(trajs, lag)
-        values = _memberships(memberships, p.Y)
+        values = _memberships(memberships, pairs(trajs, lag).Y)
         km = np.real(op.predict(x0, t=t, observable=values))  # (n, n_sets): K^t m_j at x0
         return (weights[:, None] * m0).T @ km / norm[:, None]
 
     predictions, estimates = [], []
     for k in steps:
         predictions.append(propagate(model, int(k), tau))
-        refit = clone(model)
-        if "features" in model.get_params(deep=False):
-            refit.set_params(features=model.features_)
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*validating across lags")
-            refit.fit(trajs, lag=int(k) * tau)
-        estimates.append(propagate(refit, 1, int(k) * tau))
-    predictions, estimates = np.array(predictions), np.array(estimates)
-    if include_lag0:
-        eye = np.eye(m0.shape[1])[None]
-        predictions = np.concatenate([eye, predictions])
-        estimates = np.concatenate([eye, estimates])
-        steps = np.concatenate([[0], steps])
-    return ChapmanKolmogorov(steps, steps * tau * dt, predictions, estimates)
+        estimates.append(propagate(_refit_at(model, trajs, int(k) * tau), 1, int(k) * tau))
+    return np.array(predictions), np.array(estimates)
 
 
 def _memberships(memberships: Callable[[np.ndarray], np.ndarray], x: np.ndarray) -> np.ndarray:
@@ -409,3 +553,153 @@ def _memberships(memberships: Callable[[np.ndarray], np.ndarray], x: np.ndarray)
     if m.ndim != 2 or m.shape[0] != x.shape[0]:
         raise ValueError(f"memberships must return (n, n_sets) for n = {x.shape[0]}; got {m.shape}")
     return m
+
+
+# ------------------------------------------------------------------------------ PCCA+
+@dataclass
+class MetastableSets:
+    """Metastable sets of a model by PCCA+ (:func:`pcca`).
+
+    Attributes
+    ----------
+    memberships : ndarray (n_frames, n_sets)
+        Fuzzy memberships of the frames (non-negative, rows sum to 1).
+    assignments : ndarray (n_frames,)
+        The set of largest membership of each frame.
+    coarse_transition_matrix : ndarray (n_sets, n_sets)
+        Transition probabilities between the sets in one lag (row-stochastic).
+    stationary : ndarray (n_sets,)
+        Equilibrium probability of each set.
+    rotation : ndarray (n_sets, n_sets)
+        ``memberships = [1, phi_1, ..., phi_{n-1}] @ rotation`` in the normalised eigenfunctions.
+    """
+
+    memberships: np.ndarray
+    assignments: np.ndarray
+    coarse_transition_matrix: np.ndarray
+    stationary: np.ndarray
+    rotation: np.ndarray
+    _model: Any = None
+    _scale: np.ndarray | None = None
+
+    def memberships_of(self, X: Any) -> np.ndarray:
+        """Memberships of new states (e.g. for :func:`ck_test`), clipped and renormalised as
+        for the frames."""
+        phi = np.real(self._model.eigenfunctions(X))[:, : self.rotation.shape[0]] / self._scale
+        phi[:, 0] = 1.0
+        return _clip_rows(phi @ self.rotation)
+
+
+def pcca(model: Any, X: Any, n_sets: int, weights: Any = None) -> MetastableSets:
+    """PCCA+ metastable sets from the leading eigenfunctions of a model, evaluated at frames.
+
+    The algorithm is deeptime's PCCA+ (Röblitz and Weber, Adv. Data Anal. Classif. 7, 147,
+    2013: the inner simplex algorithm, then the Nelder–Mead optimisation of the crispness of
+    the memberships), applied to the eigenfunction values at the frames ``X`` instead of the
+    eigenvectors of a transition matrix. Written here because deeptime's public ``pcca``
+    takes a row-stochastic matrix on discrete states, which a model on continuous features
+    does not have; on indicator features of a Markov chain, evaluated at its states, it gives
+    deeptime's memberships (tested).
+
+    Parameters
+    ----------
+    model : fitted TransferOperator (or another model with real leading eigenvalues)
+        Its ``n_sets`` leading eigenvalues must be real (a reversible process).
+    X : array (n, ...)
+        Frames on which the sets are defined (e.g. the training trajectories, stacked).
+    n_sets : int
+        Number of metastable sets (>= 2).
+    weights : array (n,), optional
+        Equilibrium weights of the frames (default: the model's
+        :meth:`~dpnets.TransferOperator.stationary_weights`, which handles off-equilibrium
+        data); they normalise the eigenfunctions and weigh the coarse-grained matrix.
+
+    Returns
+    -------
+    MetastableSets
+        With the Galerkin coarse-grained matrix
+        ``P_c = (chi^T W chi)^{-1} chi^T W Phi Lambda A`` (``W`` the weights,
+        ``chi = Phi A``), renormalised to be row-stochastic.
+    """
+    n_sets = check_int("n_sets", n_sets, 2)
+    lam = np.asarray(model.eig())
+    if n_sets > lam.size:
+        raise ValueError(f"n_sets={n_sets} exceeds the model's {lam.size} eigenvalues")
+    lead = lam[:n_sets]
+    if np.any(np.abs(lead.imag) > 1e-8 * np.maximum(1.0, np.abs(lead))):
+        raise ValueError(
+            f"the {n_sets} leading eigenvalues are not all real ({np.round(lead, 4)}): PCCA+ needs "
+            "a reversible model; choose n_sets so as not to split a complex pair"
+        )
+    x = check_states(X, "X")
+    phi = np.real(model.eigenfunctions(x))[:, :n_sets]
+    w = np.real(model.stationary_weights(x)) if weights is None else np.asarray(weights, float)
+    if w.shape != (x.shape[0],) or not np.all(np.isfinite(w)):
+        raise ValueError(f"weights must be {x.shape[0]} finite values; got shape {w.shape}")
+    w = np.clip(w, 0.0, None)
+    w = w / w.sum()
+    col0 = phi[:, 0]
+    if np.ptp(col0) > 1e-6 * max(1.0, float(np.abs(col0).max())):
+        raise ValueError(
+            "the leading eigenfunction is not constant on X: the model has no stationary "
+            "eigenvalue 1 in front (add the constant function, constant=True)"
+        )
+    scale = np.sqrt(w @ phi**2)  # unit norm under the equilibrium weights
+    evecs = phi / scale
+    evecs[:, 0] = 1.0
+    rot = _pcca_isa(evecs)
+    rot = _pcca_optimise(evecs, rot)
+    chi = _clip_rows(evecs @ rot)
+    # Galerkin coarse graining under the equilibrium weights
+    wchi = chi * w[:, None]
+    pc = np.linalg.solve(chi.T @ wchi, wchi.T @ (evecs * lead.real) @ rot)
+    pc = np.clip(pc, 0.0, None)
+    pc = pc / pc.sum(1, keepdims=True)
+    stationary = chi.T @ w
+    return MetastableSets(
+        chi, np.argmax(chi, axis=1), pc, stationary / stationary.sum(), rot, model, scale
+    )
+
+
+def _clip_rows(chi: np.ndarray) -> np.ndarray:
+    chi = np.clip(chi, 0.0, 1.0)
+    return chi / chi.sum(1, keepdims=True)
+
+
+def _pcca_isa(evecs: np.ndarray) -> np.ndarray:
+    """Inner simplex algorithm (Deuflhard and Weber 2005): the rotation that maps the
+    ``n`` most simplex-vertex-like frames to the unit vectors."""
+    n = evecs.shape[1]
+    ortho = evecs.copy()
+    ind = np.zeros(n, dtype=np.int64)
+    ind[0] = int(np.argmax(np.linalg.norm(evecs, axis=1)))
+    ortho -= evecs[ind[0]]
+    for k in range(1, n):
+        temp = ortho[ind[k - 1]].copy()
+        ortho -= np.outer(ortho @ temp, temp)
+        dist = np.linalg.norm(ortho, axis=1)
+        dist[ind[:k]] = -1.0
+        ind[k] = int(np.argmax(dist))
+        ortho /= np.linalg.norm(ortho[ind[k]])
+    return np.linalg.inv(evecs[ind])
+
+
+def _pcca_fill(crop: np.ndarray, evecs: np.ndarray) -> np.ndarray:
+    """The feasible rotation from its inner block (memberships >= 0 summing to 1)."""
+    full = np.concatenate([-crop.sum(1, keepdims=True), crop], axis=1)
+    top = np.max(-(evecs[:, 1:] @ full), axis=0, keepdims=True)
+    return np.concatenate([top, full], axis=0) / top.sum()
+
+
+def _pcca_optimise(evecs: np.ndarray, rot: np.ndarray) -> np.ndarray:
+    """Maximise the crispness ``sum_ij A_ji^2 / A_0i`` over feasible rotations (Nelder–Mead)."""
+    from scipy.optimize import fmin
+
+    n = evecs.shape[1]
+
+    def objective(v: np.ndarray) -> float:
+        a = _pcca_fill(v.reshape(n - 1, n - 1), evecs)
+        return -float(np.sum(a**2 / a[0][None, :]))
+
+    best = fmin(objective, rot[1:, 1:].ravel(), disp=False)
+    return _pcca_fill(best.reshape(n - 1, n - 1), evecs)

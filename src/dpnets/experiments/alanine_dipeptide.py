@@ -95,6 +95,7 @@ CONFIG: dict[str, Any] = {
     "nys_ridge": 1e-6,
     # analysis
     "its_lags_ps": (10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0),
+    "ck_steps": (1, 2, 4, 8),  # multiples of the training lag in the Chapman–Kolmogorov test
     "msm_bins": 24,
     "fes_bins": 60,
     "scatter_points": 12_000,
@@ -116,6 +117,7 @@ QUICK_CONFIG: dict[str, Any] = {
     "nys_centers": 300,
     "nys_pairs": 2_000,
     "its_lags_ps": (10.0, 20.0, 50.0, 100.0),
+    "ck_steps": (1, 2),
     "scatter_points": 5_000,
     "bootstrap": 0,
 }
@@ -296,32 +298,36 @@ def _evaluate(
     held_out: list[int],
     cfg: dict,
     model: Any = None,
+    ck: bool = False,
 ) -> dict[str, Any]:
     """Timescales vs lag, table entries, weights and eigenfunctions of one method.
 
     ``feats`` are the method's features (first column the constant) on every trajectory; a
-    :class:`dpnets.TransferOperator` on them at each lag gives the timescale curve, and at the
-    training lag the stationary weights of the frames (``Delta G``). ``model`` (default: that
-    operator at the training lag) gives the table's timescale and the eigenfunctions.
+    :class:`dpnets.TransferOperator` on them at each lag gives the timescale curve
+    (:func:`dpnets.validation.implied_timescales`, bootstrap bands over whole trajectories),
+    and at the training lag the stationary weights of the frames (``Delta G``). ``model``
+    (default: that operator at the training lag) gives the table's timescale and the
+    eigenfunctions. ``ck``: also the Chapman–Kolmogorov test on the two PCCA+ sets.
     """
     from dpnets import TransferOperator
+    from dpnets.validation import implied_timescales
 
     dt = cfg["frame_ps"]
     lag = cfg["_lag"]
     longest = max(len(f) for f in feats)
-    ops = {
-        lg: TransferOperator(None, constant=False, dt=dt).fit(feats, lag=lg)
-        for lg in {lag, *cfg["_its_lags"]}
-        if lg < longest // 2 or lg == lag
-    }
-    its_curve = []
-    for lg in cfg["_its_lags"]:
-        if lg >= longest // 2:
-            its_curve.append([float("nan")] * 3)
-            continue
-        its = ops[lg].implied_timescales()
-        its_curve.append([float(v) for v in its[1:4]])
-    op = ops[lag]
+    fit_lags = [lg for lg in cfg["_its_lags"] if lg < longest // 2]
+    scan = implied_timescales(
+        TransferOperator(None, constant=False, dt=dt),
+        feats,
+        fit_lags,
+        k=3,
+        dt=dt,
+        n_bootstrap=int(cfg.get("bootstrap", 0)),
+        seed=0,
+    )
+    pad = [[float("nan")] * 3] * (len(cfg["_its_lags"]) - len(fit_lags))
+    its_curve = scan.timescales.tolist() + pad
+    op = TransferOperator(None, constant=False, dt=dt).fit(feats, lag=lag)
     model = op if model is None else model
     its = model.implied_timescales(dt)
     ef = eigfun(model)
@@ -338,13 +344,55 @@ def _evaluate(
         "its_ps": [float(v) for v in its[1:6]],
         "eigvals": [float(v) for v in np.abs(model.eig()[:6])],
         "its_curve_ps": its_curve,
+        "its_lower_ps": None if scan.lower is None else scan.lower.tolist() + pad,
+        "its_upper_ps": None if scan.upper is None else scan.upper.tolist() + pad,
         "delta_g": dg,
         "split_threshold": thr,
         "negative_weight_fraction": float(np.mean(weights < 0)),
         "f1": f1,
         "f2": f2,
         "weights": weights,
+        **(_ck(op, feats, cfg) if ck else {}),
     }
+
+
+def _ck(op: Any, feats: list[np.ndarray], cfg: dict) -> dict[str, Any]:
+    """Chapman–Kolmogorov test of the operator at the training lag on its two PCCA+
+    metastable sets (:func:`dpnets.validation.pcca`, :func:`dpnets.validation.ck_test`)."""
+    from dpnets.validation import ck_test, pcca
+
+    sets = pcca(op, np.concatenate(feats), 2)
+    steps = [int(k) for k in cfg["ck_steps"]]
+    test = ck_test(
+        op,
+        feats,
+        steps,
+        sets.memberships_of,
+        dt=cfg["frame_ps"] / 1000.0,
+        n_bootstrap=int(cfg.get("bootstrap", 0)),
+        seed=0,
+    )
+    gap = np.abs(test.predictions - test.estimates)
+    out = {
+        "ck_steps": steps,
+        "ck_predictions": test.predictions.tolist(),
+        "ck_estimates": test.estimates.tolist(),
+        "ck_max_abs_diff": float(gap.max()),
+        "pcca_stationary": sets.stationary.tolist(),
+        "ck_assignments": sets.assignments,
+        "ck_test": test,
+    }
+    if test.estimates_lower is not None:
+        lo = np.minimum(test.estimates_lower, test.predictions_lower)
+        hi = np.maximum(test.estimates_upper, test.predictions_upper)
+        out["ck_bands_overlap"] = bool(
+            np.all(
+                (test.predictions_upper >= test.estimates_lower - 1e-12)
+                & (test.estimates_upper >= test.predictions_lower - 1e-12)
+            )
+        )
+        out["ck_band_width_max"] = float((hi - lo).max())
+    return out
 
 
 def _nystrom(
@@ -432,6 +480,10 @@ def _plot_its(path: Path, results: list[dict], ref: dict, cfg: dict) -> None:
     for k, res in enumerate(results):
         c = np.asarray(res["its_curve_ps"], dtype=float)
         ax.plot(lags, c[:, 0] / 1000, "-s", color=colors[k], ms=3, lw=1.2, label=res["name"])
+        if res.get("its_lower_ps") is not None:  # bootstrap band of the slowest process
+            lo = np.asarray(res["its_lower_ps"], dtype=float)[:, 0] / 1000
+            hi = np.asarray(res["its_upper_ps"], dtype=float)[:, 0] / 1000
+            ax.fill_between(lags, lo, hi, color=colors[k], alpha=0.18, linewidth=0)
         ax.plot(lags, c[:, 1] / 1000, ":", color=colors[k], lw=0.8)
     ax.fill_between(mlags, 0, mlags / 1000, color="0.85", label="t < lag")
     ax.set_xscale("log")
@@ -445,25 +497,52 @@ def _plot_its(path: Path, results: list[dict], ref: dict, cfg: dict) -> None:
     plt.close(fig)
 
 
-def _plot_fes(path: Path, results: list[dict], kT: float, bins: int) -> None:
+def _set_names(assignments: np.ndarray, phi: np.ndarray) -> list[str]:
+    """Names of two metastable sets by where their frames lie in phi."""
+    from dpnets.systems.alanine import basin_b_mask
+
+    b = basin_b_mask(phi)
+    frac = [
+        float(np.mean(b[assignments == i])) if np.any(assignments == i) else 0.0 for i in (0, 1)
+    ]
+    return ["C7ax/αL" if f > 0.5 else "C7eq/β" for f in frac]
+
+
+def _plot_fes(
+    path: Path,
+    results: list[dict],
+    phi: np.ndarray,
+    psi: np.ndarray,
+    kT: float,
+    bins: int,
+) -> None:
+    """Free energy on (phi, psi) from every method's reweighted frames
+    (:func:`dpnets.plot.free_energy`), next to the unweighted (biased) histogram."""
     plt = pyplot()
     if plt is None:  # pragma: no cover - optional dependency
         return
-    fig, axes = plt.subplots(1, len(results), figsize=(4.2 * len(results), 3.6), squeeze=False)
-    for ax, res in zip(axes[0], results, strict=True):
-        # equilibrium (reweighted) density; negative weights (a poor span) count as zero
-        w = np.clip(res["weights"], 0.0, None)
-        h, xe, ye = np.histogram2d(res["f1"], res["f2"], bins=bins, weights=w)
-        with np.errstate(divide="ignore"):
-            g = -kT * np.log(h / h.sum())
-        g -= np.nanmin(g[np.isfinite(g)])
-        g[~np.isfinite(g)] = np.nan
-        im = ax.pcolormesh(xe, ye, g.T, cmap="viridis", vmax=min(8.0, np.nanmax(g)))
-        fig.colorbar(im, ax=ax, label="FES (kcal/mol)")
-        ax.set_xlabel(r"$\psi_1$ (slowest)")
-        ax.set_ylabel(r"$\psi_2$")
-        ax.set_title(res["name"], fontsize=9)
-    fig.tight_layout()
+    from dpnets.plot import free_energy
+
+    n = len(results) + 1
+    fig, axes = plt.subplots(1, n, figsize=(4.3 * n, 3.6), squeeze=False, layout="constrained")
+    coords = np.stack([phi, psi], axis=1)
+    labels = ["φ (deg)", "ψ (deg)"]
+    free_energy(
+        coords, kT=kT, energy_units="kcal/mol", labels=labels, bins=bins, ax=axes[0, 0], vmax=8.0
+    )
+    axes[0, 0].set_title("frames as simulated (not in equilibrium)", fontsize=9)
+    for ax, res in zip(axes[0, 1:], results, strict=True):
+        free_energy(
+            coords,
+            res["weights"],
+            kT=kT,
+            energy_units="kcal/mol",
+            labels=labels,
+            bins=bins,
+            ax=ax,
+            vmax=8.0,
+        )
+        ax.set_title(f"{res['name']}: reweighted to equilibrium", fontsize=9)
     fig.savefig(path, dpi=100)
     plt.close(fig)
 
@@ -588,6 +667,7 @@ def run(
                 kT,
                 held_out,
                 cfg,
+                ck=kind == "DPNets-relaxed" and seed == 0,
             )
             res["train_s"] = t_fit
             res["history"] = net.history_
@@ -688,12 +768,21 @@ def run(
     results = per_seed[0]
     _plot_its(out / "its.png", results, ref, cfg)
     fes_methods = [r for r in results if r["name"] in ("DPNets-relaxed", "Nyström-PCR")]
-    _plot_fes(out / "fes.png", fes_methods, kT, cfg["fes_bins"])
+    _plot_fes(out / "fes.png", fes_methods, phi_all, psi_all, kT, cfg["fes_bins"])
+    main = results[0]
+    if "ck_test" in main and pyplot() is not None:
+        names = _set_names(main["ck_assignments"], phi_all)
+        fig = main["ck_test"].plot(units="ns", names=names)
+        fig.suptitle(
+            f"DPNets-relaxed: Chapman–Kolmogorov test (PCCA+ sets, lag {lag * dt:g} ps)", fontsize=9
+        )
+        fig.savefig(out / "ck.png", dpi=100)
+        pyplot().close(fig)
     _plot_eigenfunctions(
         out / "eigenfunctions.png", results, phi_all, psi_all, cfg["scatter_points"]
     )
 
-    drop = ("f1", "f2", "weights")
+    drop = ("f1", "f2", "weights", "ck_test", "ck_assignments")
     payload = {
         "config": {
             k: list(v) if isinstance(v, tuple) else v for k, v in cfg.items() if k[0] != "_"

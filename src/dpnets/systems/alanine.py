@@ -30,8 +30,9 @@ Reference (:func:`msm_reference`)
     features of the grid cells, the least-squares transfer operator
     :class:`dpnets.TransferOperator` (Eq. 15) is exactly the count-based maximum-likelihood
     MSM estimator ``T = diag(counts)^{-1} C(lag)``. We use the reversible maximum-likelihood
-    variant (:func:`reversible_mle`, valid for ensembles of short trajectories started out of
-    equilibrium) restricted to the largest strongly connected set of cells; implied timescales
+    variant (deeptime's ``MaximumLikelihoodMSM(reversible=True)``, valid for ensembles of
+    short trajectories started out of equilibrium) restricted to the largest strongly
+    connected set of cells; implied timescales
     ``t_i = -lag / ln |lambda_i|`` are reported against the lag time, and the free-energy
     difference ``Delta G = -kT ln(p_B / p_A)`` between the two main basins from the MSM
     stationary populations: ``A`` = C7eq/beta/alpha_R (``phi`` outside ``(0, 120)`` deg) and
@@ -57,7 +58,6 @@ __all__ = [
     "simulate_alanine_ensemble",
     "dihedral",
     "msm_reference",
-    "reversible_mle",
     "basin_delta_g",
     "pdb_path",
     "HEAVY_ATOM_NAMES",
@@ -459,70 +459,6 @@ def _grid_labels(phi: np.ndarray, psi: np.ndarray, n_bins: int) -> np.ndarray:
     return i * n_bins + j
 
 
-def _largest_connected(counts: np.ndarray) -> np.ndarray:
-    """States of the largest strongly connected set of the count matrix."""
-    import scipy.sparse as sp
-    from scipy.sparse.csgraph import connected_components
-
-    _, lab = connected_components(sp.csr_matrix(counts > 0), directed=True, connection="strong")
-    sizes = np.bincount(lab, weights=counts.sum(1))
-    return np.flatnonzero(lab == np.argmax(sizes))
-
-
-def reversible_mle(
-    counts: np.ndarray, tol: float = 1e-12, max_iter: int = 100_000
-) -> tuple[np.ndarray, np.ndarray]:
-    """Reversible maximum-likelihood transition matrix of a connected count matrix.
-
-    The fixed-point iteration of Bowman et al. (2009) and Prinz et al. (2011, Eq. 33) for the
-    symmetric flux matrix ``x``: ``x_ij <- (c_ij + c_ji) / (c_i / x_i + c_j / x_j)``, with
-    ``c_i`` the counts out of state ``i`` and ``x_i = sum_j x_ij``. Unlike symmetrising the
-    counts, it does not assume the data start in equilibrium, so it is the estimator for
-    ensembles of short trajectories seeded in chosen states.
-
-    Parameters
-    ----------
-    counts : ndarray (n, n)
-        Transition counts of a strongly connected set (every state has outgoing counts).
-    tol : float, default 1e-12
-        Stop when the stationary vector changes by less than this (max norm).
-    max_iter : int, default 100000
-
-    Returns
-    -------
-    T : ndarray (n, n)
-        Row-stochastic, in detailed balance with ``pi``.
-    pi : ndarray (n,)
-        Stationary distribution.
-    """
-    c = np.asarray(counts, dtype=np.float64)
-    if c.ndim != 2 or c.shape[0] != c.shape[1]:
-        raise ValueError(f"counts must be a square matrix, got shape {c.shape}")
-    c_out = c.sum(1)
-    if np.any(c_out <= 0):
-        raise ValueError("every state needs outgoing counts (restrict to a connected set).")
-    i, j = np.nonzero(c + c.T)
-    csym = (c + c.T)[i, j]
-    x = csym.copy()
-    n = c.shape[0]
-    pi = np.bincount(i, weights=x, minlength=n)
-    pi /= pi.sum()
-    for _ in range(int(max_iter)):
-        xi = np.bincount(i, weights=x, minlength=n)
-        q = c_out / xi
-        x = csym / (q[i] + q[j])
-        new = np.bincount(i, weights=x, minlength=n)
-        new /= new.sum()
-        if np.max(np.abs(new - pi)) < tol:
-            pi = new
-            break
-        pi = new
-    xm = np.zeros((n, n))
-    xm[i, j] = x
-    rows = xm.sum(1)
-    return xm / rows[:, None], rows / rows.sum()
-
-
 def msm_reference(
     phi: np.ndarray | list[np.ndarray],
     psi: np.ndarray | list[np.ndarray],
@@ -537,9 +473,12 @@ def msm_reference(
 
     The grid cells' one-hot indicators make the least-squares transfer operator (Eq. 15,
     :class:`dpnets.TransferOperator`) the count MSM ``diag(c)^{-1} C(lag)``; here the
-    reversible maximum-likelihood estimate (:func:`reversible_mle`, detailed balance) on the
-    largest strongly connected set of the counts is used, which is valid for an ensemble of
-    short trajectories that do not start in equilibrium. Its eigenvalues give the implied
+    reversible maximum-likelihood estimate (deeptime's ``MaximumLikelihoodMSM(reversible=
+    True)``, detailed balance; Bowman et al. 2009, Prinz et al. 2011) on the largest strongly
+    connected set of the sliding-window counts is used, which is valid for an ensemble of
+    short trajectories that do not start in equilibrium. (It replaced our own fixed-point
+    iteration: same slowest timescale to 1e-8 on the committed ensemble, twice as fast.)
+    Needs deeptime (``pip install dpnets[molecules]``). Its eigenvalues give the implied
     timescales ``t_i(lag) = -lag dt / ln |lambda_i|`` and its stationary vector the basin
     populations.
 
@@ -585,27 +524,27 @@ def msm_reference(
     its = np.full((len(lags), n_timescales), np.nan)
     pi_last = None
     n_states = 0
+    try:
+        from deeptime.markov import TransitionCountEstimator
+        from deeptime.markov.msm import MaximumLikelihoodMSM
+    except ImportError as err:  # pragma: no cover - optional dependency
+        raise ImportError(
+            "msm_reference needs deeptime: pip install 'dpnets[molecules]' (or deeptime)"
+        ) from err
     for k, lag in enumerate(lags):
-        counts = np.zeros((n, n))
-        for labels in labels_list:
-            if lag < len(labels):
-                np.add.at(counts, (labels[:-lag], labels[lag:]), 1.0)
-        if not counts.any():
+        usable = [labels for labels in labels_list if lag < len(labels)]
+        if not usable:
             continue
-        keep = _largest_connected(counts)
-        if len(keep) < 2:
+        counts = TransitionCountEstimator(lag, "sliding", n_states=n).fit(usable)
+        sub = counts.fetch_model().submodel_largest()
+        if sub.n_states < 2:
             continue
-        tmat, pi = reversible_mle(counts[np.ix_(keep, keep)])
-        # T is similar to the symmetric D^1/2 T D^-1/2 with D = diag(pi) (detailed balance).
-        sq = np.sqrt(pi)
-        s = sq[:, None] * tmat / sq[None, :]
-        ev = np.sort(np.linalg.eigvalsh(0.5 * (s + s.T)))[::-1]
-        lam = np.abs(ev[1 : n_timescales + 1])
-        with np.errstate(divide="ignore"):
-            ts = -lag * dt_ps / np.log(np.clip(lam, 1e-300, 1 - 1e-15))
+        msm = MaximumLikelihoodMSM(reversible=True, maxiter=1_000_000, maxerr=1e-12)
+        model = msm.fit(sub).fetch_model()
+        ts = model.timescales(min(n_timescales, sub.n_states - 1)) * dt_ps
         its[k, : len(ts)] = ts
-        pi_last = (pi, keep)
-        n_states = len(keep)
+        pi_last = (model.stationary_distribution, sub.state_symbols)
+        n_states = sub.n_states
     pi, keep = pi_last if pi_last is not None else (np.ones(1), np.zeros(1, int))
     delta_g = basin_delta_g(cphi[keep], kT, weights=pi)
     valid = np.flatnonzero(np.isfinite(its[:, 0]))
