@@ -131,6 +131,7 @@ def test_bootstrap_spectrum_covers_the_exact_eigenvalues():
         res = bootstrap_spectrum(op, trajs, k=3, n_bootstrap=60, seed=rep)
         hits += res.modulus_lower[1] <= exact[1] <= res.modulus_upper[1]
         assert res.samples.shape == (60, 3) and np.isinf(res.timescales[0])
+        assert np.isinf(res.lower[0]) and np.isinf(res.upper[0])
         assert res.lower[1] <= res.timescales[1] <= res.upper[1]
     assert hits >= 26
 

@@ -164,11 +164,12 @@ def _interval(samples: np.ndarray, confidence: float) -> tuple[np.ndarray, np.nd
     """Percentile interval of bootstrap ``samples`` (first axis), ignoring NaNs."""
     alpha = 100 * (1 - confidence) / 2
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns
-        return (
-            np.nanpercentile(samples, alpha, axis=0),
-            np.nanpercentile(samples, 100 - alpha, axis=0),
-        )
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns, inf - inf
+        lower = np.nanpercentile(samples, alpha, axis=0)
+        upper = np.nanpercentile(samples, 100 - alpha, axis=0)
+    stationary = np.all(np.isposinf(samples), axis=0)  # e.g. the timescale of lambda = 1
+    lower[stationary] = upper[stationary] = np.inf
+    return lower, upper
 
 
 def _refit_at(model: Any, trajs: list[np.ndarray], lag: int) -> Any:
