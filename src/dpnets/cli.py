@@ -1,4 +1,10 @@
-"""Command line: ``dpnets demo`` and ``dpnets reproduce NAME``."""
+"""Command line: ``dpnets fit``, ``analyze``, ``transform``, ``forecast`` on the user's files
+(:mod:`dpnets.workflow`), ``dpnets demo`` and ``dpnets reproduce NAME``.
+
+A user error (a missing or unreadable file, a bad option, a non-empty output folder) prints
+one line, ``dpnets: error: FILE: problem``, and exits with status 2; ``--debug`` shows the
+traceback instead.
+"""
 
 from __future__ import annotations
 
@@ -75,13 +81,101 @@ def demo(
     return "\n".join(lines)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+_FIT_EXAMPLE = """examples:
+  dpnets fit traj_*.npy --lag 10 --dt 0.1 --out fit/
+  dpnets fit run*.xtc --topology ala.pdb --features dihedrals --lag 10 --out fit/
+  dpnets fit --config fit/config.toml --out fit2/      # repeat a fit
+"""
+
+
+def _add_data_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--topology", help="topology for MD trajectories (.pdb, .gro, .prmtop)")
+    p.add_argument(
+        "--features",
+        choices=("raw", "positions", "dihedrals", "distances"),
+        help="MD: atom positions (for schnet), backbone dihedrals (sin/cos) or distances",
+    )
+    p.add_argument("--selection", help="MD atoms: heavy (default), backbone, all or mdtraj syntax")
+    p.add_argument("--keys", nargs="+", help=".npz keys or .h5 dataset paths to read")
+    p.add_argument("--columns", nargs="+", help=".csv/.txt columns (names or indices)")
+    p.add_argument("--stride", type=int, help="keep every k-th frame")
+    p.add_argument("--dt", type=float, help="time per frame (default: from the files, else 1)")
+
+
+def _parser() -> argparse.ArgumentParser:
+    from dpnets import __version__
     from dpnets.experiments import EXPERIMENTS
 
     parser = argparse.ArgumentParser(
-        prog="dpnets", description="Deep Projection Networks for dynamical systems"
+        prog="dpnets",
+        description="Deep Projection Networks: slow modes, timescales and forecasts from "
+        "trajectories",
+        epilog="examples:\n  dpnets fit traj_*.npy --lag 10 --out fit/\n  dpnets analyze fit/\n",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"dpnets {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks of errors")
     sub = parser.add_subparsers(dest="command", required=True)
+    raw = argparse.RawDescriptionHelpFormatter
+
+    p_fit = sub.add_parser(
+        "fit",
+        help="learn features and the transfer operator from trajectory files",
+        epilog=_FIT_EXAMPLE,
+        formatter_class=raw,
+    )
+    p_fit.add_argument("data", nargs="*", help="trajectory files or glob patterns")
+    p_fit.add_argument("--out", required=True, help="output folder (must be empty or new)")
+    p_fit.add_argument("--config", help="a config.toml written by an earlier fit")
+    p_fit.add_argument("--lag", type=int, help="lag in frames")
+    p_fit.add_argument("--encoder", help="mlp:64,64 (default) or schnet")
+    p_fit.add_argument("--dim", type=int, help="number of learned features r (default 4)")
+    p_fit.add_argument("--score", choices=("projection", "relaxed", "vamp1", "vamp2"))
+    p_fit.add_argument("--gamma", type=float)
+    p_fit.add_argument("--lr", type=float)
+    p_fit.add_argument("--batch-size", type=int, dest="batch_size")
+    p_fit.add_argument("--epochs", type=int)
+    p_fit.add_argument("--seed", type=int)
+    p_fit.add_argument("--device", help="cpu or cuda (default: cuda if available)")
+    p_fit.add_argument("--overwrite", action="store_true", help="write into a non-empty folder")
+    p_fit.add_argument("--quiet", action="store_true", help="no progress bars or report")
+    _add_data_options(p_fit)
+
+    p_an = sub.add_parser(
+        "analyze",
+        help="validate a fit: timescales vs lag, CK test, metastable sets, plots",
+        epilog="example:\n  dpnets analyze fit/ --lags 1 2 5 10 20\n",
+        formatter_class=raw,
+    )
+    p_an.add_argument("fit", help="a folder written by dpnets fit")
+    p_an.add_argument("data", nargs="*", help="trajectory files (default: the fit's own)")
+    p_an.add_argument("--lags", type=int, nargs="+", help="lags in frames for the timescales")
+    p_an.add_argument("--sets", type=int, default=2, help="number of metastable sets (PCCA+)")
+    p_an.add_argument("--bootstrap", type=int, default=20, help="bootstrap resamples")
+    p_an.add_argument("--out", help="output folder (default: FIT/analysis)")
+    p_an.add_argument("--quiet", action="store_true")
+
+    p_tr = sub.add_parser(
+        "transform",
+        help="features of every frame, as one .npy array",
+        epilog="example:\n  dpnets transform fit/ new_*.npy --out feats.npy\n",
+        formatter_class=raw,
+    )
+    p_tr.add_argument("fit")
+    p_tr.add_argument("data", nargs="+")
+    p_tr.add_argument("--out", required=True, help="a .npy file")
+
+    p_fc = sub.add_parser(
+        "forecast",
+        help="forecast the state 1..N lags ahead of every frame",
+        epilog="example:\n  dpnets forecast fit/ start.npy --steps 10 --out pred.npy\n",
+        formatter_class=raw,
+    )
+    p_fc.add_argument("fit")
+    p_fc.add_argument("data", nargs="+")
+    p_fc.add_argument("--steps", type=int, required=True)
+    p_fc.add_argument("--out", required=True, help="a .npy file")
+
     p_demo = sub.add_parser("demo", help="train a DPNet on Ornstein-Uhlenbeck (about a minute)")
     p_demo.add_argument("--out", default="dpnets-demo.pt", help="where to save the model")
     p_demo.add_argument("--samples", type=int, default=50_000)
@@ -97,8 +191,72 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_rep.add_argument("--out", default=None, help="output folder")
     p_rep.add_argument("--device", default=None)
     p_rep.add_argument("--no-progress", action="store_true")
+    return parser
 
-    args = parser.parse_args(argv)
+
+def _fit_config(args: argparse.Namespace) -> dict:
+    from dpnets.workflow import DEFAULT_CONFIG, load_config
+
+    config = (
+        load_config(args.config) if args.config else {t: dict(v) for t, v in DEFAULT_CONFIG.items()}
+    )
+    if args.data:
+        config["data"]["paths"] = list(args.data)
+    for table, keys in (
+        ("data", ("topology", "features", "selection", "keys", "columns", "stride", "dt")),
+        (
+            "model",
+            (
+                "lag",
+                "encoder",
+                "dim",
+                "score",
+                "gamma",
+                "lr",
+                "batch_size",
+                "epochs",
+                "seed",
+                "device",
+            ),
+        ),
+    ):
+        for key in keys:
+            value = getattr(args, key)
+            if value is not None:
+                config[table][key] = list(value) if isinstance(value, list) else value
+    return config
+
+
+def _run(args: argparse.Namespace) -> int:
+    from dpnets import workflow
+
+    if args.command == "fit":
+        report = workflow.fit_files(
+            _fit_config(args), args.out, overwrite=args.overwrite, progress=not args.quiet
+        )
+        if not args.quiet:
+            print(report)
+        return 0
+    if args.command == "analyze":
+        report = workflow.analyze(
+            args.fit,
+            args.data,
+            lags=args.lags,
+            n_sets=args.sets,
+            n_bootstrap=args.bootstrap,
+            out=args.out,
+        )
+        if not args.quiet:
+            print(report)
+        return 0
+    if args.command == "transform":
+        feats = workflow.transform_files(args.fit, args.data, args.out)
+        print(f"{args.out}: features of shape {feats.shape}")
+        return 0
+    if args.command == "forecast":
+        pred = workflow.forecast_file(args.fit, args.data, args.steps, args.out)
+        print(f"{args.out}: forecasts of shape {pred.shape}")
+        return 0
     if args.command == "demo":
         print(
             demo(
@@ -118,12 +276,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         kwargs["seeds"] = args.seeds
     if args.out is not None:
         kwargs["out"] = Path(args.out)
-    try:
-        print(run_experiment(args.name, **kwargs))
-    except NotImplementedError as err:
-        print(f"dpnets: {err}", file=sys.stderr)
-        return 2
+    print(run_experiment(args.name, **kwargs))
     return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit status (2 for user errors)."""
+    args = _parser().parse_args(argv)
+    if args.debug:
+        return _run(args)
+    try:
+        return _run(args)
+    except (ValueError, OSError, ImportError, NotImplementedError) as err:
+        message = " ".join(str(err).split()) or type(err).__name__
+        print(f"dpnets: error: {message}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("dpnets: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -22,10 +22,18 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["eigenvalues", "implied_timescales", "ck_test", "eigenfunctions", "free_energy"]
+__all__ = [
+    "eigenvalues",
+    "implied_timescales",
+    "ck_test",
+    "eigenfunctions",
+    "free_energy",
+    "pyplot",
+]
 
 
-def _pyplot() -> Any:
+def pyplot() -> Any:
+    """``matplotlib.pyplot``, or an ImportError that says how to install matplotlib."""
     try:
         import matplotlib.pyplot as plt
     except ImportError as err:  # pragma: no cover - optional dependency
@@ -56,7 +64,7 @@ def eigenvalues(model: Any, ax: Any = None, k: int | None = None) -> Any:
     -------
     matplotlib axes
     """
-    plt = _pyplot()
+    plt = pyplot()
     vals = np.asarray(model.eig() if hasattr(model, "eig") else model, dtype=np.complex128)
     if ax is None:
         _, ax = plt.subplots(figsize=(4.2, 4.0), layout="constrained")
@@ -96,10 +104,12 @@ def implied_timescales(result: Any, ax: Any = None, units: str = "", log: bool =
     log : bool, default True
         Logarithmic timescale axis.
     """
-    plt = _pyplot()
+    plt = pyplot()
     if ax is None:
         _, ax = plt.subplots(figsize=(5.0, 3.6), layout="constrained")
     for i in range(result.timescales.shape[1]):
+        if np.all(np.isnan(result.timescales[:, i])):
+            continue  # fewer processes than asked for
         (line,) = ax.plot(result.lag_times, result.timescales[:, i], "o-", label=f"process {i + 1}")
         if result.lower is not None:
             ax.fill_between(
@@ -124,7 +134,7 @@ def implied_timescales(result: Any, ax: Any = None, units: str = "", log: bool =
 def ck_test(result: Any, units: str = "", names: Sequence[str] | None = None) -> Any:
     """The ``n_sets x n_sets`` Chapman–Kolmogorov grid: predicted (line, band) against
     estimated (markers, error bars) probabilities over the lag time. Returns the figure."""
-    plt = _pyplot()
+    plt = pyplot()
     n = result.predictions.shape[1]
     names = [str(i) for i in range(n)] if names is None else [str(v) for v in names]
     fig, axes = plt.subplots(
@@ -209,7 +219,7 @@ def eigenfunctions(
     """
     from scipy.stats import binned_statistic_2d
 
-    plt = _pyplot()
+    plt = pyplot()
     x = np.asarray(X)
     phi = np.real(model.eigenfunctions(x))
     lam = np.asarray(model.eig())
@@ -284,7 +294,7 @@ def free_energy(
     -------
     matplotlib axes
     """
-    plt = _pyplot()
+    plt = pyplot()
     c = np.asarray(coords, dtype=np.float64)
     if c.ndim != 2 or c.shape[1] != 2:
         raise ValueError(f"coords must be (n, 2); got shape {c.shape}")

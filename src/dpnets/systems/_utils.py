@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import numbers
 import os
+import warnings
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -72,3 +75,45 @@ def cache_path(name: str, params: dict, suffix: str = ".npz") -> Path:
     blob = json.dumps(params, sort_keys=True, default=str).encode()
     digest = hashlib.sha256(blob).hexdigest()[:16]
     return cache_dir() / f"{name}-{digest}{suffix}"
+
+
+def write_cache(path: Path, *, compress: bool = False, **arrays: np.ndarray) -> None:
+    """Write a generated dataset to its cache file atomically.
+
+    The arrays go to a uniquely named temporary file in the same folder, which is fsynced
+    and renamed over ``path`` (:func:`dpnets.io.atomic_write`): processes that generate the
+    same cache at once all succeed (the last rename wins, every version is complete), and a
+    crash never leaves a partial file under the cache's name.
+    """
+    from dpnets.io import atomic_write
+
+    save = np.savez_compressed if compress else np.savez
+    atomic_write(path, lambda fh: save(fh, **arrays))
+
+
+def read_cache(path: Path, keys: Sequence[str]) -> dict[str, np.ndarray] | None:
+    """The arrays ``keys`` of a cache file, read in full and checked, or None without a file.
+
+    Every array is read to its end, so zip's CRC-32 of each member, the ``.npy`` headers and
+    the archive structure are all verified. A damaged file (truncated, empty, not an
+    archive, a flipped bit, an array missing) is deleted with a ``RuntimeWarning`` that names
+    it and the problem, and None is returned, so that the caller regenerates it.
+    """
+    if not path.exists():
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            missing = [k for k in keys if k not in z.files]
+            if missing:
+                raise KeyError(f"arrays {missing} are missing")
+            return {k: np.array(z[k]) for k in keys}
+    except Exception as err:  # noqa: BLE001 - any failure to read means a damaged file
+        warnings.warn(
+            f"the cache file {path} is damaged ({type(err).__name__}: {err}); it is deleted "
+            "and the data are generated again",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        with contextlib.suppress(OSError):
+            path.unlink()
+        return None

@@ -50,7 +50,10 @@ from typing import Any
 
 import numpy as np
 
-from ._utils import cache_path, check_finite_scalar, check_positive_int
+from ._utils import cache_path, check_finite_scalar, check_positive_int, read_cache, write_cache
+
+#: arrays of a cached trajectory
+_CACHED = ("positions", "atomic_numbers", "phi", "psi", "wall_s")
 
 __all__ = [
     "AlanineDipeptideTrajectory",
@@ -338,17 +341,17 @@ def simulate_alanine_dipeptide(
     if initial_phi is not None:  # absent key: unchanged cache names of unseeded runs
         params["initial_phi"] = initial_phi
     path = cache_path("alanine-dipeptide", params) if cache else None
-    if path is not None and path.exists():
-        with np.load(path) as f:
-            return AlanineDipeptideTrajectory(
-                positions=f["positions"],
-                atomic_numbers=f["atomic_numbers"],
-                phi=f["phi"],
-                psi=f["psi"],
-                dt_ps=frame_interval_ps,
-                temperature=temperature,
-                params={**params, "wall_s": float(f["wall_s"]), "cache": str(path)},
-            )
+    f = None if path is None else read_cache(path, _CACHED)
+    if f is not None:
+        return AlanineDipeptideTrajectory(
+            positions=f["positions"],
+            atomic_numbers=f["atomic_numbers"],
+            phi=f["phi"],
+            psi=f["psi"],
+            dt_ps=frame_interval_ps,
+            temperature=temperature,
+            params={**params, "wall_s": float(f["wall_s"]), "cache": str(path)},
+        )
 
     openmm = _import_openmm()
     unit = openmm.unit
@@ -377,11 +380,15 @@ def simulate_alanine_dipeptide(
     phi = dihedral(out, PHI_ATOMS).astype(np.float32)
     psi = dihedral(out, PSI_ATOMS).astype(np.float32)
     if path is not None:
-        tmp = path.with_suffix(".tmp.npz")
-        np.savez_compressed(
-            tmp, positions=out, atomic_numbers=z, phi=phi, psi=psi, wall_s=np.float64(wall)
+        write_cache(
+            path,
+            compress=True,
+            positions=out,
+            atomic_numbers=z,
+            phi=phi,
+            psi=psi,
+            wall_s=np.float64(wall),
         )
-        tmp.replace(path)
     return AlanineDipeptideTrajectory(
         positions=out,
         atomic_numbers=z,

@@ -53,7 +53,7 @@ from typing import Any
 
 import numpy as np
 
-from ._utils import cache_path, check_finite_scalar, check_positive_int
+from ._utils import cache_path, check_finite_scalar, check_positive_int, read_cache, write_cache
 
 __all__ = [
     "CylinderFlow",
@@ -540,19 +540,17 @@ class CylinderFlow:
         if not cache:
             return self.generate()
         path = self.cache_file()
-        if path.exists():
-            with np.load(path, allow_pickle=False) as z:
-                params = json.loads(str(z["params"]))
-                return CylinderFlowData(z["snapshots"], z["probe"], z["mass"], z["solid"], params)
+        z = read_cache(path, ("snapshots", "probe", "mass", "solid", "params"))
+        if z is not None:
+            params = json.loads(str(z["params"]))
+            return CylinderFlowData(z["snapshots"], z["probe"], z["mass"], z["solid"], params)
         data = self.generate()
-        tmp = path.with_suffix(".tmp.npz")
-        np.savez(
-            tmp,
+        write_cache(
+            path,
             snapshots=data.snapshots,
             probe=data.probe,
             mass=data.mass,
             solid=data.solid,
             params=np.array(json.dumps(data.params)),
         )
-        tmp.replace(path)
         return data

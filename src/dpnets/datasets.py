@@ -1,0 +1,749 @@
+"""Reading a user's trajectories from files on disk.
+
+:func:`read_trajectories` turns files into a :class:`Trajectories`: a list of numpy arrays of
+shape ``(frames, *state_shape)`` (one per trajectory, ready for the dpnets estimators), the time
+per frame when the files store it, and where each trajectory came from.
+
+Formats (chosen by the file extension, case-insensitive):
+
+``.npy``
+    One trajectory per file, memory-mapped by default (``mmap=True``). Pickled (object)
+    arrays are never loaded.
+``.npz``
+    Every array is a trajectory (sorted by key), or only the arrays named by ``keys``.
+``.csv`` / ``.txt``
+    One trajectory per file; comma-delimited when the first line holds a comma, else
+    whitespace-delimited; lines starting with ``#`` are comments. A first row without any
+    number is a header of column names; ``columns`` picks columns by name or index.
+``.h5`` / ``.hdf5``
+    Every numeric dataset with at least one dimension is a trajectory (sorted by path), or
+    only the datasets named by ``keys``. An mdtraj HDF5 trajectory (``/coordinates`` and
+    ``/topology`` at the root) is read as molecular dynamics instead, with h5py only (mdtraj's
+    own HDF5 reader would need PyTables).
+``.xtc`` / ``.trr`` / ``.dcd`` / ``.nc`` / ``.netcdf``
+    Molecular dynamics through mdtraj, which needs a ``topology`` file (``.pdb``, ``.gro``,
+    ``.prmtop``, ``.psf``, ...). ``features`` chooses what is returned from the selected atoms.
+
+Every problem with a file (missing, unknown type, truncated, non-numeric, NaN or infinite
+values, state shapes that differ between trajectories) raises :class:`DataFileError`, whose
+message is one line that starts with the file's name.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import math
+import os
+import re
+import struct
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+__all__ = ["DataFileError", "Trajectories", "read_trajectories", "FEATURES", "EXTENSIONS"]
+
+#: What :func:`read_trajectories` can compute from a molecular-dynamics trajectory.
+FEATURES = ("raw", "positions", "dihedrals", "distances")
+
+_ARRAY_EXTS = (".npy", ".npz")
+_TEXT_EXTS = (".csv", ".txt")
+_HDF5_EXTS = (".h5", ".hdf5")
+_MD_EXTS = (".xtc", ".trr", ".dcd", ".nc", ".netcdf")
+#: The file extensions :func:`read_trajectories` reads.
+EXTENSIONS = _ARRAY_EXTS + _TEXT_EXTS + _HDF5_EXTS + _MD_EXTS
+# Formats whose frames carry their simulation time (mdtraj reads DCD times as 0, 1, 2, ...).
+_MD_TIMED_EXTS = (".xtc", ".trr", ".nc", ".netcdf") + _HDF5_EXTS
+_GLOB_CHARS = re.compile(r"[*?\[]")
+# Elements of the finiteness check per chunk (memory-mapped files are not read all at once).
+_CHUNK = 1 << 22
+
+
+class DataFileError(ValueError):
+    """A data file cannot be read as trajectories; the message is one line naming the file."""
+
+    def __init__(self, source: str | os.PathLike, problem: str) -> None:
+        self.source = str(source)
+        self.problem = _one_line(problem)
+        super().__init__(f"{_one_line(self.source)}: {self.problem}")
+
+
+@dataclass(eq=False)
+class Trajectories:
+    """Trajectories read by :func:`read_trajectories`.
+
+    Attributes
+    ----------
+    data : list of numpy.ndarray
+        One array per trajectory, shape ``(frames, *state_shape)`` with the same
+        ``state_shape`` for all, float32 or float64 (``.npy`` arrays may be read-only
+        memory maps).
+    dt : float or None
+        Time per frame (after ``stride``) read from the files, in ``time_unit``; None when the
+        format does not store times or the files disagree on it.
+    sources : list of str
+        Where each trajectory came from: the file, followed by ``[key]`` for ``.npz`` arrays
+        and ``[/dataset/path]`` for HDF5 datasets.
+    time_unit : str or None
+        ``"ps"`` for molecular-dynamics files, None otherwise.
+    atomic_numbers : numpy.ndarray or None
+        Element numbers ``(n_atoms,)`` of the atoms of molecular-dynamics ``"positions"``
+        (the input of :class:`dpnets.nn.schnet.SchNetEncoder`), else None.
+    """
+
+    data: list[np.ndarray]
+    dt: float | None = None
+    sources: list[str] = field(default_factory=list)
+    time_unit: str | None = None
+    atomic_numbers: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    @property
+    def n_frames(self) -> list[int]:
+        """Number of frames of each trajectory."""
+        return [len(x) for x in self.data]
+
+    @property
+    def state_shape(self) -> tuple[int, ...]:
+        """Shape of one frame (common to all trajectories)."""
+        return tuple(self.data[0].shape[1:]) if self.data else ()
+
+    def __repr__(self) -> str:
+        dtypes = sorted({str(x.dtype) for x in self.data})
+        return (
+            f"Trajectories(n={len(self.data)}, frames={self.n_frames}, "
+            f"state_shape={self.state_shape}, dtype={'/'.join(dtypes)}, dt={self.dt}, "
+            f"time_unit={self.time_unit!r})"
+        )
+
+
+def read_trajectories(
+    paths: str | os.PathLike | Sequence[str | os.PathLike],
+    *,
+    keys: Sequence[str] | None = None,
+    columns: Sequence[str | int] | None = None,
+    topology: str | os.PathLike | None = None,
+    features: str = "raw",
+    selection: str = "heavy",
+    mmap: bool = True,
+    stride: int = 1,
+) -> Trajectories:
+    """Read trajectories from files (one or more per file).
+
+    Parameters
+    ----------
+    paths : path, glob pattern, or sequence of them
+        Files to read; patterns (``"runs/*.npy"``, ``"runs/**/*.xtc"``) are expanded and
+        sorted. Each file gives one trajectory, except ``.npz`` and HDF5 files, which give one
+        per array / dataset.
+    keys : sequence of str, optional
+        ``.npz`` keys or HDF5 dataset paths (``"runs/a"`` or ``"/runs/a"``) to read from every
+        such file; default: all of them. Ignored for other formats.
+    columns : sequence of str or int, optional
+        ``.csv`` / ``.txt`` columns to keep, by header name or by (0-based) index; default: all.
+        Ignored for other formats.
+    topology : path, optional
+        Topology of molecular-dynamics trajectories (``.pdb``, ``.gro``, ``.prmtop``, ...),
+        needed for ``.xtc``, ``.trr``, ``.dcd`` and ``.nc`` files; for mdtraj HDF5 files it
+        replaces the stored topology.
+    features : {"raw", "positions", "dihedrals", "distances"}
+        What to return for molecular dynamics (ignored for other formats):
+        ``"positions"`` (or ``"raw"``): positions of the selected atoms in nm,
+        ``(frames, n_atoms, 3)`` float32, and their ``atomic_numbers``;
+        ``"dihedrals"``: the backbone dihedrals as ``[sin(phi), cos(phi), sin(psi),
+        cos(psi)]`` blocks, ``(frames, 2 * (n_phi + n_psi))`` (``selection`` is not used);
+        ``"distances"``: all pairwise distances of the selected atoms in nm (minimum image
+        when the file has a unit cell), ``(frames, n_atoms * (n_atoms - 1) / 2)``.
+    selection : str
+        Molecular-dynamics atoms: ``"heavy"`` (all but hydrogens and virtual sites),
+        ``"backbone"``, ``"all"``, or any mdtraj selection string (``"name CA"``).
+    mmap : bool
+        Memory-map ``.npy`` files instead of reading them into memory.
+    stride : int
+        Keep every ``stride``-th frame; ``dt`` is multiplied accordingly.
+
+    Returns
+    -------
+    Trajectories
+        The arrays, the time per frame, their sources, and the atomic numbers for positions.
+
+    Raises
+    ------
+    DataFileError
+        For a pattern matching no file, a missing, unknown, truncated or unreadable file,
+        non-numeric, NaN or infinite values, state shapes differing between trajectories, or
+        molecular-dynamics files that disagree on the time per frame or the atoms.
+    ValueError
+        For invalid arguments (``features``, ``stride``).
+    ImportError
+        When h5py (HDF5 files) or mdtraj (molecular dynamics) is needed but not installed.
+    """
+    if features not in FEATURES:
+        raise ValueError(f"features must be one of {', '.join(FEATURES)}; got {features!r}")
+    if isinstance(stride, bool) or not isinstance(stride, (int, np.integer)) or stride < 1:
+        raise ValueError(f"stride must be a positive integer; got {stride!r}")
+    stride = int(stride)
+    if isinstance(keys, str):
+        keys = [keys]
+    if isinstance(columns, (str, int)):
+        columns = [columns]
+
+    files = _expand(paths)
+    reader = _Reader(keys, columns, topology, features, selection, mmap, stride)
+    for path in files:
+        reader.read(path)
+    return reader.result()
+
+
+# --------------------------------------------------------------------------------------------
+# Paths
+
+
+def _expand(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> list[str]:
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    items = [os.fspath(p) for p in paths]
+    if not items:
+        raise ValueError("no paths given")
+    files: list[str] = []
+    for item in items:
+        if _GLOB_CHARS.search(item) and not os.path.exists(item):
+            matches = sorted(m for m in glob.glob(item, recursive=True) if os.path.isfile(m))
+            if not matches:
+                raise DataFileError(item, "no file matches this pattern")
+            files.extend(matches)
+        else:
+            files.append(item)
+    seen: set[str] = set()
+    unique = []
+    for f in files:
+        key = os.path.realpath(f)
+        if key not in seen:
+            seen.add(key)
+            unique.append(f)
+    for f in unique:
+        ext = _ext(f)
+        if not os.path.exists(f):
+            raise DataFileError(f, "no such file")
+        if os.path.isdir(f):
+            raise DataFileError(f, "is a directory, not a file")
+        if ext not in EXTENSIONS:
+            shown = f"'{ext}'" if ext else "(none)"
+            raise DataFileError(f, f"unknown file type {shown}; supported: {', '.join(EXTENSIONS)}")
+    return unique
+
+
+def _ext(path: str) -> str:
+    return os.path.splitext(path)[1].lower()
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def _reason(exc: BaseException) -> str:
+    """A short one-line description of a library exception."""
+    text = _one_line(str(exc)) or type(exc).__name__
+    if len(text) > 200:
+        text = text[:197] + "..."
+    return text
+
+
+# --------------------------------------------------------------------------------------------
+# Reader
+
+
+class _Reader:
+    def __init__(
+        self,
+        keys: Sequence[str] | None,
+        columns: Sequence[str | int] | None,
+        topology: str | os.PathLike | None,
+        features: str,
+        selection: str,
+        mmap: bool,
+        stride: int,
+    ) -> None:
+        self.keys = None if keys is None else [str(k) for k in keys]
+        self.columns = None if columns is None else list(columns)
+        self.topology_path = None if topology is None else os.fspath(topology)
+        self.features = "positions" if features == "raw" else features
+        self.selection = selection
+        self.mmap = mmap
+        self.stride = stride
+        self._topology: Any = None
+        self.data: list[np.ndarray] = []
+        self.sources: list[str] = []
+        self.dts: list[tuple[str, float | None]] = []
+        self.atomic_numbers: list[tuple[str, np.ndarray]] = []
+        self.any_md = False
+
+    # -- dispatch ---------------------------------------------------------------------------
+
+    def read(self, path: str) -> None:
+        ext = _ext(path)
+        if ext == ".npy":
+            self._add(path, self._read_npy(path), None)
+        elif ext == ".npz":
+            self._read_npz(path)
+        elif ext in _TEXT_EXTS:
+            self._add(path, self._read_text(path), None)
+        elif ext in _HDF5_EXTS:
+            self._read_hdf5(path)
+        else:
+            self._read_md(path)
+
+    def _add(self, source: str, arr: Any, dt: float | None, *, strided: bool = False) -> None:
+        """Check and append one trajectory (``strided``: the reader applied ``stride``)."""
+        arr = _as_trajectory(source, arr)
+        if self.stride > 1 and not strided:
+            arr = arr[:: self.stride]
+        if len(arr) == 0:
+            raise DataFileError(source, "holds no frames")
+        _check_finite(source, arr)
+        if self.data and arr.shape[1:] != self.data[0].shape[1:]:
+            raise DataFileError(
+                source,
+                f"state shape {tuple(arr.shape[1:])} differs from "
+                f"{self.sources[0]}'s {tuple(self.data[0].shape[1:])}",
+            )
+        self.data.append(arr)
+        self.sources.append(source)
+        self.dts.append((source, dt))
+
+    def result(self) -> Trajectories:
+        dt = None
+        known = [(s, d) for s, d in self.dts if d is not None]
+        if known:
+            s0, d0 = known[0]
+            for s, d in known[1:]:
+                if not math.isclose(d, d0, rel_tol=1e-6, abs_tol=1e-9):
+                    raise DataFileError(s, f"time per frame {d:g} differs from {s0}'s {d0:g}")
+            if len(known) == len(self.dts):
+                dt = d0
+        atomic_numbers = None
+        if self.atomic_numbers:
+            s0, z0 = self.atomic_numbers[0]
+            for s, z in self.atomic_numbers[1:]:
+                if not np.array_equal(z, z0):
+                    raise DataFileError(s, f"atomic numbers differ from {s0}'s")
+            atomic_numbers = z0
+        return Trajectories(
+            data=self.data,
+            dt=dt,
+            sources=self.sources,
+            time_unit="ps" if self.any_md else None,
+            atomic_numbers=atomic_numbers,
+        )
+
+    # -- numpy ------------------------------------------------------------------------------
+
+    def _read_npy(self, path: str) -> np.ndarray:
+        try:
+            return np.load(path, mmap_mode="r" if self.mmap else None, allow_pickle=False)
+        except Exception as exc:
+            raise DataFileError(path, f"cannot read: {_npy_reason(exc)}") from exc
+
+    def _read_npz(self, path: str) -> None:
+        try:
+            npz = np.load(path, allow_pickle=False)
+        except Exception as exc:
+            raise DataFileError(path, f"cannot read: {_npy_reason(exc)}") from exc
+        if not hasattr(npz, "files"):  # np.load read a .npy saved under a .npz name
+            raise DataFileError(path, "cannot read: not a .npz archive")
+        with npz:
+            names = sorted(npz.files)
+            if self.keys is not None:
+                for key in self.keys:
+                    if key not in names:
+                        raise DataFileError(
+                            path, f"no array {key!r} (has: {', '.join(names) or 'none'})"
+                        )
+                names = list(self.keys)
+            if not names:
+                raise DataFileError(path, "holds no arrays")
+            for key in names:
+                source = f"{path}[{key}]"
+                try:
+                    arr = npz[key]
+                except Exception as exc:
+                    raise DataFileError(source, f"cannot read: {_npy_reason(exc)}") from exc
+                self._add(source, arr, None)
+
+    # -- text -------------------------------------------------------------------------------
+
+    def _read_text(self, path: str) -> np.ndarray:
+        try:
+            with open(path, encoding="utf-8-sig") as fh:
+                lines = fh.read().splitlines()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise DataFileError(path, f"cannot read: {_reason(exc)}") from exc
+        rows = [
+            (i + 1, line.strip())
+            for i, line in enumerate(lines)
+            if line.strip() and not line.lstrip().startswith("#")
+        ]
+        if not rows:
+            raise DataFileError(path, "holds no data")
+        delimiter = "," if "," in rows[0][1] else None
+
+        def split(line: str) -> list[str]:
+            return [c.strip() for c in line.split(delimiter)]
+
+        header: list[str] | None = None
+        first = split(rows[0][1])
+        if not any(_is_number(c) for c in first):
+            header = [c.strip("\"'") for c in first]
+            rows = rows[1:]
+            if not rows:
+                raise DataFileError(path, "holds a header line but no data")
+        n_cols = len(header) if header is not None else len(split(rows[0][1]))
+        usecols = self._text_columns(path, header, n_cols)
+
+        try:  # fast path; the scan below finds the line of any problem
+            values = np.loadtxt(
+                [line for _, line in rows],
+                delimiter=delimiter,
+                usecols=None if self.columns is None else usecols,
+                ndmin=2,
+                dtype=np.float64,
+            )
+            if values.shape[1] == len(usecols):
+                return values
+        except ValueError:
+            pass
+        for lineno, line in rows:
+            cells = split(line)
+            if len(cells) != n_cols:
+                raise DataFileError(path, f"line {lineno}: {len(cells)} columns, expected {n_cols}")
+            for j in usecols:
+                if not _is_number(cells[j]):
+                    raise DataFileError(path, f"line {lineno}: non-numeric value {cells[j][:40]!r}")
+        raise DataFileError(path, "cannot read: not a table of numbers")
+
+    def _text_columns(self, path: str, header: list[str] | None, n_cols: int) -> list[int]:
+        if self.columns is None:
+            return list(range(n_cols))
+        out = []
+        for col in self.columns:
+            if isinstance(col, (int, np.integer)) and not isinstance(col, bool):
+                j = int(col)
+                if not -n_cols <= j < n_cols:
+                    raise DataFileError(path, f"column index {j} out of range ({n_cols} columns)")
+                out.append(j % n_cols)
+            elif isinstance(col, str):
+                if header is None:
+                    raise DataFileError(
+                        path, f"column {col!r} asked by name but the file has no header line"
+                    )
+                if col not in header:
+                    raise DataFileError(path, f"no column {col!r} (header: {', '.join(header)})")
+                out.append(header.index(col))
+            else:
+                raise ValueError(f"columns must be names or integer indices; got {col!r}")
+        if not out:
+            raise ValueError("columns is empty")
+        return out
+
+    # -- HDF5 -------------------------------------------------------------------------------
+
+    def _read_hdf5(self, path: str) -> None:
+        h5py = _import_h5py()
+        try:
+            fh = h5py.File(path, "r")
+        except Exception as exc:
+            raise DataFileError(path, f"cannot read: {_reason(exc)}") from exc
+        with fh:
+            is_md = "coordinates" in fh and isinstance(fh["coordinates"], h5py.Dataset)
+            if is_md and ("topology" in fh or self.topology_path is not None):
+                self._read_mdtraj_hdf5(path, fh)
+                return
+            datasets: dict[str, Any] = {}
+
+            def visit(name: str, obj: Any) -> None:
+                if isinstance(obj, h5py.Dataset) and obj.ndim >= 1:
+                    datasets["/" + name] = obj
+
+            try:
+                fh.visititems(visit)
+            except Exception as exc:
+                raise DataFileError(path, f"cannot read: {_reason(exc)}") from exc
+            if self.keys is not None:
+                chosen = []
+                for key in self.keys:
+                    name = "/" + key.lstrip("/")
+                    obj = fh.get(name) if name in fh else None
+                    if not isinstance(obj, h5py.Dataset):
+                        raise DataFileError(
+                            path,
+                            f"no dataset {name!r} (has: {', '.join(sorted(datasets)) or 'none'})",
+                        )
+                    chosen.append((name, obj))
+            else:
+                chosen = [(n, d) for n, d in sorted(datasets.items()) if _numeric_dtype(d.dtype)]
+                if not chosen:
+                    raise DataFileError(path, "holds no numeric datasets")
+            for name, ds in chosen:
+                source = f"{path}[{name}]"
+                if not _numeric_dtype(ds.dtype):
+                    raise DataFileError(source, f"non-numeric dataset of type {ds.dtype}")
+                if ds.ndim == 0:
+                    raise DataFileError(source, "is a scalar, not a trajectory")
+                try:
+                    arr = ds[:: self.stride]
+                except Exception as exc:
+                    raise DataFileError(source, f"cannot read: {_reason(exc)}") from exc
+                self._add(source, arr, None, strided=True)
+
+    def _read_mdtraj_hdf5(self, path: str, fh: Any) -> None:
+        md = _import_mdtraj()
+        try:
+            coords = fh["coordinates"]
+            xyz = np.asarray(coords[:: self.stride], dtype=np.float32)
+            units = coords.attrs.get("units", b"nanometers")
+            units = units.decode() if isinstance(units, bytes) else str(units)
+            if units.lower().startswith("angstrom"):
+                xyz = xyz * np.float32(0.1)
+            time = None
+            if "time" in fh:
+                time = np.asarray(fh["time"][:: self.stride], dtype=np.float64)
+            cell = {}
+            if "cell_lengths" in fh and "cell_angles" in fh:
+                cell_units = fh["cell_lengths"].attrs.get("units", b"nanometers")
+                cell_units = cell_units.decode() if isinstance(cell_units, bytes) else cell_units
+                lengths = np.asarray(fh["cell_lengths"][:: self.stride], dtype=np.float32)
+                if str(cell_units).lower().startswith("angstrom"):
+                    lengths = lengths * np.float32(0.1)
+                cell = {
+                    "unitcell_lengths": lengths,
+                    "unitcell_angles": np.asarray(
+                        fh["cell_angles"][:: self.stride], dtype=np.float32
+                    ),
+                }
+            if self.topology_path is not None:
+                top = self._load_topology(md)
+            else:
+                top = _topology_from_json(md, fh["topology"][0])
+            traj = md.Trajectory(xyz, top, time=time, **cell)
+        except DataFileError:
+            raise
+        except Exception as exc:
+            raise DataFileError(path, f"cannot read: {_reason(exc)}") from exc
+        self._add_md(path, traj, md, timed=time is not None)
+
+    # -- molecular dynamics -----------------------------------------------------------------
+
+    def _load_topology(self, md: Any) -> Any:
+        if self._topology is None:
+            top_path = self.topology_path
+            assert top_path is not None
+            if not os.path.isfile(top_path):
+                raise DataFileError(top_path, "no such topology file")
+            try:
+                self._topology = md.load_topology(top_path)
+            except Exception as exc:
+                raise DataFileError(top_path, f"cannot read topology: {_reason(exc)}") from exc
+        return self._topology
+
+    def _read_md(self, path: str) -> None:
+        ext = _ext(path)
+        if self.topology_path is None:
+            raise DataFileError(
+                path, f"a topology file is needed for {ext} trajectories (topology=...)"
+            )
+        md = _import_mdtraj()
+        top = self._load_topology(md)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                traj = md.load(path, top=top, stride=self.stride)
+        except Exception as exc:
+            raise DataFileError(path, f"cannot read: {_reason(exc)}") from exc
+        if ext == ".dcd":
+            _check_dcd_complete(path, md)
+        self._add_md(path, traj, md, timed=ext in _MD_TIMED_EXTS)
+
+    def _add_md(self, path: str, traj: Any, md: Any, *, timed: bool) -> None:
+        self.any_md = True
+        dt = _timestep(traj.time) if timed else None
+        if self.features == "dihedrals":
+            phi_idx, phi = md.compute_phi(traj)
+            psi_idx, psi = md.compute_psi(traj)
+            if len(phi_idx) == 0 and len(psi_idx) == 0:
+                raise DataFileError(path, "the topology has no backbone phi/psi dihedrals")
+            feats = np.concatenate([np.sin(phi), np.cos(phi), np.sin(psi), np.cos(psi)], axis=1)
+            self._add(path, feats.astype(np.float32), dt, strided=True)
+            return
+        atoms = self._select(path, traj.topology)
+        if self.features == "positions":
+            z = np.array([_atomic_number(traj.topology.atom(i)) for i in atoms], dtype=np.int64)
+            xyz = np.ascontiguousarray(traj.xyz[:, atoms], dtype=np.float32)
+            self._add(path, xyz, dt, strided=True)
+            self.atomic_numbers.append((path, z))
+        else:  # distances
+            if len(atoms) < 2:
+                raise DataFileError(path, f"distances need two atoms; selection has {len(atoms)}")
+            i, j = np.triu_indices(len(atoms), k=1)
+            pairs = np.stack([atoms[i], atoms[j]], axis=1)
+            dist = md.compute_distances(traj, pairs)
+            self._add(path, dist.astype(np.float32), dt, strided=True)
+
+    def _select(self, path: str, top: Any) -> np.ndarray:
+        sel = self.selection
+        try:
+            if sel == "heavy":
+                atoms = [a.index for a in top.atoms if _atomic_number(a) > 1]
+            elif sel == "all":
+                atoms = list(range(top.n_atoms))
+            else:
+                atoms = top.select(sel)
+        except Exception as exc:
+            raise DataFileError(path, f"bad atom selection {sel!r}: {_reason(exc)}") from exc
+        atoms = np.asarray(atoms, dtype=np.int64)
+        if atoms.size == 0:
+            raise DataFileError(path, f"atom selection {sel!r} matches no atom")
+        return atoms
+
+
+# --------------------------------------------------------------------------------------------
+# Helpers
+
+
+def _as_trajectory(source: str, arr: Any) -> np.ndarray:
+    if not isinstance(arr, np.ndarray):
+        arr = np.asarray(arr)
+    if not _numeric_dtype(arr.dtype):
+        raise DataFileError(source, f"non-numeric data of type {arr.dtype}")
+    if arr.ndim == 0:
+        raise DataFileError(source, "is a scalar, not a trajectory")
+    if arr.ndim == 1:
+        arr = arr[:, None]
+    if arr.dtype not in (np.float32, np.float64):
+        arr = arr.astype(np.float64)
+    return arr
+
+
+def _numeric_dtype(dtype: np.dtype) -> bool:
+    return dtype.kind in "biuf"
+
+
+def _check_finite(source: str, arr: np.ndarray) -> None:
+    per_frame = max(1, int(np.prod(arr.shape[1:])))
+    step = max(1, _CHUNK // per_frame)
+    for start in range(0, len(arr), step):
+        block = np.asarray(arr[start : start + step])
+        ok = np.isfinite(block).reshape(len(block), -1).all(axis=1)
+        if not ok.all():
+            frame = start + int(np.argmin(ok))
+            raise DataFileError(source, f"holds NaN or infinite values (first at frame {frame})")
+
+
+def _is_number(cell: str) -> bool:
+    try:
+        float(cell)
+    except ValueError:
+        return False
+    return True
+
+
+def _npy_reason(exc: BaseException) -> str:
+    text = _reason(exc)
+    if "allow_pickle" in text or "pickle" in text.lower():
+        return "holds pickled (object) data, which is never loaded"
+    return text
+
+
+def _timestep(time: np.ndarray | None) -> float | None:
+    if time is None or len(time) < 2:
+        return None
+    diffs = np.diff(np.asarray(time, dtype=np.float64))
+    dt = float(diffs[0])
+    if not np.isfinite(dt) or dt <= 0:
+        return None
+    if not np.allclose(diffs, dt, rtol=1e-4, atol=1e-6):
+        return None
+    return dt
+
+
+def _atomic_number(atom: Any) -> int:
+    element = atom.element
+    number = getattr(element, "atomic_number", None)
+    return int(number) if number is not None else 0
+
+
+def _topology_from_json(md: Any, raw: Any) -> Any:
+    """An mdtraj Topology from the JSON of an mdtraj HDF5 file (as mdtraj's own reader)."""
+    if isinstance(raw, bytes):
+        raw = raw.decode()
+    spec = json.loads(str(raw))
+    elements = md.element
+    top = md.Topology()
+    for chain_spec in sorted(spec["chains"], key=lambda c: c["index"]):
+        chain = top.add_chain()
+        for res_spec in sorted(chain_spec["residues"], key=lambda r: r["index"]):
+            residue = top.add_residue(
+                res_spec["name"],
+                chain,
+                resSeq=res_spec.get("resSeq"),
+                segment_id=res_spec.get("segmentID", ""),
+            )
+            for atom_spec in sorted(res_spec["atoms"], key=lambda a: a["index"]):
+                try:
+                    element = elements.get_by_symbol(atom_spec["element"])
+                except KeyError:
+                    element = elements.virtual
+                top.add_atom(atom_spec["name"], element, residue)
+    atoms = list(top.atoms)
+    for a, b in spec.get("bonds", []):
+        top.add_bond(atoms[a], atoms[b])
+    return top
+
+
+def _check_dcd_complete(path: str, md: Any) -> None:
+    """A DCD file whose header announces more frames than it holds is truncated."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(12)
+        if len(head) < 12:
+            raise DataFileError(path, "cannot read: truncated header")
+        for order in "<>":
+            size, magic, n_set = struct.unpack(order + "i4si", head)
+            if size == 84 and magic == b"CORD":
+                break
+        else:
+            return
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with md.formats.DCDTrajectoryFile(path) as dcd:
+                n_frames = len(dcd)
+    except DataFileError:
+        raise
+    except Exception as exc:
+        raise DataFileError(path, f"cannot read: {_reason(exc)}") from exc
+    if n_set > n_frames:
+        raise DataFileError(
+            path, f"cannot read: truncated (header says {n_set} frames, file holds {n_frames})"
+        )
+
+
+def _import_h5py() -> Any:
+    try:
+        import h5py
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ImportError("reading HDF5 files (.h5, .hdf5) needs h5py: pip install h5py") from exc
+    return h5py
+
+
+def _import_mdtraj() -> Any:
+    try:
+        import mdtraj
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ImportError(
+            "reading molecular-dynamics trajectories needs mdtraj: pip install mdtraj"
+        ) from exc
+    return mdtraj

@@ -1,0 +1,414 @@
+"""From a user's files to a validated model: the work behind ``dpnets fit``, ``dpnets
+analyze``, ``dpnets transform`` and ``dpnets forecast`` (:mod:`dpnets.cli` parses the
+arguments; everything here is also usable from Python).
+
+A fit folder holds ``model.pt`` (the DPNet and its transfer operator in one file),
+``config.toml`` (the resolved settings: ``dpnets fit --config DIR/config.toml --out NEW``
+repeats the fit), ``training.png`` (the training curve) and ``report.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "WorkflowError",
+    "DEFAULT_CONFIG",
+    "load_config",
+    "write_config",
+    "fit_files",
+    "analyze",
+    "transform_files",
+    "forecast_file",
+]
+
+
+class WorkflowError(ValueError):
+    """A user error in the command-line workflow (bad option, folder or file); the command
+    line prints its one-line message and exits with status 2."""
+
+
+#: Settings of ``dpnets fit`` (the ``[data]`` and ``[model]`` tables of ``config.toml``).
+DEFAULT_CONFIG: dict[str, dict[str, Any]] = {
+    "data": {
+        "paths": [],
+        "keys": [],
+        "columns": [],
+        "topology": "",
+        "features": "raw",
+        "selection": "heavy",
+        "stride": 1,
+        "dt": 0.0,  # 0: from the files, else 1 frame
+    },
+    "model": {
+        "lag": 1,
+        "encoder": "mlp:64,64",
+        "dim": 4,
+        "score": "projection",
+        "gamma": 0.1,
+        "lr": 1e-3,
+        "batch_size": 1024,
+        "epochs": 30,
+        "seed": 0,
+        "device": "",
+    },
+}
+
+
+# ------------------------------------------------------------------------------ configuration
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v)  # a TOML basic string (JSON escapes are valid TOML)
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(u) for u in v) + "]"
+    raise TypeError(f"cannot write {v!r} to TOML")
+
+
+def write_config(config: dict[str, dict[str, Any]], path: str | os.PathLike) -> None:
+    """Write the two tables of a configuration as TOML (atomically)."""
+    from dpnets.io import atomic_write
+
+    lines = ["# dpnets fit configuration: dpnets fit --config THIS_FILE --out NEW_FOLDER"]
+    for table in ("data", "model"):
+        lines.append(f"\n[{table}]")
+        lines += [f"{k} = {_toml_value(v)}" for k, v in config[table].items()]
+    text = "\n".join(lines) + "\n"
+    atomic_write(path, lambda fh: fh.write(text.encode()))
+
+
+def load_config(path: str | os.PathLike) -> dict[str, dict[str, Any]]:
+    """Read a ``config.toml``, checking every key against :data:`DEFAULT_CONFIG`."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - Python 3.10
+        try:
+            import tomli as tomllib
+        except ImportError as err:
+            raise WorkflowError("--config on Python 3.10 needs tomli: pip install tomli") from err
+    try:
+        with open(path, "rb") as fh:
+            raw = tomllib.load(fh)
+    except FileNotFoundError as err:
+        raise WorkflowError(f"{path}: no such configuration file") from err
+    except tomllib.TOMLDecodeError as err:
+        raise WorkflowError(f"{path}: not valid TOML ({err})") from err
+    config = {t: dict(v) for t, v in DEFAULT_CONFIG.items()}
+    for table, values in raw.items():
+        if table not in config or not isinstance(values, dict):
+            raise WorkflowError(f"{path}: unknown table [{table}]; expected [data] and [model]")
+        for key, value in values.items():
+            if key not in config[table]:
+                raise WorkflowError(
+                    f"{path}: unknown key {key!r} in [{table}]; expected one of "
+                    f"{', '.join(config[table])}"
+                )
+            config[table][key] = value
+    return config
+
+
+# ------------------------------------------------------------------------------ data and model
+def _read(data: dict[str, Any]):
+    from dpnets.datasets import read_trajectories
+
+    if not data["paths"]:
+        raise WorkflowError("no data files given")
+    trajs = read_trajectories(
+        data["paths"],
+        keys=data["keys"] or None,
+        columns=data["columns"] or None,
+        topology=data["topology"] or None,
+        features=data["features"],
+        selection=data["selection"],
+        stride=int(data["stride"]),
+    )
+    dt = float(data["dt"]) or trajs.dt or 1.0
+    return trajs, dt
+
+
+def _encoder(spec: str, state_shape: tuple[int, ...], dim: int, atomic_numbers: Any):
+    from dpnets.nn import MLP, SchNetEncoder
+
+    name, _, args = str(spec).partition(":")
+    if name == "mlp":
+        try:
+            hidden = tuple(int(h) for h in args.split(",") if h) or (64, 64)
+        except ValueError as err:
+            raise WorkflowError(f"--encoder {spec!r}: give widths as mlp:64,64") from err
+        if len(state_shape) != 1:
+            raise WorkflowError(
+                f"--encoder mlp needs vector states, got state shape {state_shape}: use "
+                "--features dihedrals or distances for MD files, or --encoder schnet"
+            )
+        return MLP(state_shape[0], hidden, dim, activation="celu")
+    if name == "schnet":
+        if atomic_numbers is None or len(state_shape) != 2 or state_shape[1] != 3:
+            raise WorkflowError(
+                "--encoder schnet needs atom positions: MD files with --features positions"
+            )
+        # MD readers give positions in nm (mdtraj); SchNet's 5 Å cutoff is 0.5 nm
+        return SchNetEncoder(list(map(int, atomic_numbers)), out_dim=dim, cutoff=0.5)
+    raise WorkflowError(f"--encoder {spec!r}: expected mlp:W1,W2,... or schnet")
+
+
+def _check_out(out: Path, overwrite: bool) -> None:
+    if out.exists() and not out.is_dir():
+        raise WorkflowError(f"{out}: exists and is not a folder")
+    if out.is_dir() and any(out.iterdir()) and not overwrite:
+        raise WorkflowError(f"{out}: the output folder is not empty (use --overwrite)")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".dpnets-write-test"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as err:
+        raise WorkflowError(f"{out}: cannot write to the output folder ({err.strerror})") from err
+
+
+def fit_files(
+    config: dict[str, dict[str, Any]],
+    out: str | os.PathLike,
+    *,
+    overwrite: bool = False,
+    progress: bool = True,
+) -> str:
+    """Train a DPNet and its transfer operator on files; write the fit folder ``out``.
+
+    The output folder is checked before any data are read or trained on. Returns the
+    report (markdown).
+    """
+    import torch
+
+    from dpnets import DPNet, TransferOperator
+    from dpnets.training import local_seed
+
+    out = Path(out)
+    _check_out(out, overwrite)
+    data, model = config["data"], config["model"]
+    t0 = time.perf_counter()
+    trajs, dt = _read(data)
+    lag = int(model["lag"])
+    longest = max(t.shape[0] for t in trajs.data)
+    if lag < 1 or lag >= longest:
+        raise WorkflowError(
+            f"--lag {lag} must be at least 1 and shorter than the longest trajectory "
+            f"({longest} frames)"
+        )
+    usable = [t for t in trajs.data if t.shape[0] > lag]
+    state_shape = tuple(usable[0].shape[1:])
+    with local_seed(int(model["seed"]), torch.device("cpu")):  # reproducible initial weights
+        enc = _encoder(model["encoder"], state_shape, int(model["dim"]), trajs.atomic_numbers)
+    net = DPNet(
+        enc,
+        score=model["score"],
+        gamma=float(model["gamma"]),
+        lr=float(model["lr"]),
+        batch_size=int(model["batch_size"]),
+        epochs=int(model["epochs"]),
+        seed=int(model["seed"]),
+        device=model["device"] or None,
+        progress=progress,
+    )
+    op = TransferOperator(net, dt=dt).fit(usable, lag=lag)
+    op.save(out / "model.pt")
+    write_config({"data": dict(data), "model": dict(model)}, out / "config.toml")
+    _plot_history(op.features_.history_, out / "training.png")
+    units = _units(data, trajs)
+    report = _fit_report(op, trajs, usable, lag, dt, units, time.perf_counter() - t0)
+    (out / "report.md").write_text(report)
+    return report
+
+
+def _units(data: dict, trajs: Any) -> str:
+    """The time unit of timescales: the files' (MD: ps), "time units" of a given --dt, or
+    frames."""
+    if float(data.get("dt") or 0.0):
+        return "time units"  # the unit of the user's --dt
+    if trajs.dt:
+        return trajs.time_unit or "time units"
+    return "frames"  # no time per frame in the files (e.g. .dcd) nor --dt
+
+
+def _plot_history(history: dict, path: Path) -> None:
+    from dpnets.plot import pyplot
+
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(5.0, 3.4), layout="constrained")
+    ep = np.arange(1, len(history["train_score"]) + 1)
+    ax.plot(ep, history["train_score"], "-o", ms=3, label="training batches (mean)")
+    if history.get("val_score"):
+        ax.plot(ep, history["val_score"], "-s", ms=3, label="validation split")
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("score (higher is better)")
+    ax.legend(fontsize="small")
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def _fit_report(op, trajs, usable, lag: int, dt: float, units: str, seconds: float) -> str:
+    ts = op.implied_timescales()
+    lam = op.eig()
+    rows = "\n".join(
+        f"| {i} | {lam[i].real:.5f}{lam[i].imag:+.5f}i | {ts[i]:.4g} |" for i in range(len(lam))
+    )
+    return (
+        f"# dpnets fit\n\n{len(usable)} trajectories ({sum(len(t) for t in usable)} frames, "
+        f"state shape {tuple(usable[0].shape[1:])}) from {len(set(trajs.sources))} source(s); "
+        f"lag {lag} frames = {lag * dt:g} {units}; {op.n_features_ - 1} learned features "
+        f"and the constant; {seconds:.0f} s.\n\n"
+        f"VAMP-2 on the training data: {op.score(usable):.4f}\n\n"
+        f"| k | eigenvalue | implied timescale ({units}) |\n|---|---|---|\n{rows}\n\n"
+        "Validate before trusting the timescales: `dpnets analyze` (timescales against "
+        "lag, Chapman–Kolmogorov test, metastable sets).\n"
+    )
+
+
+def _load_fit(folder: str | os.PathLike):
+    from dpnets import load
+
+    folder = Path(folder)
+    if not (folder / "model.pt").exists():
+        raise WorkflowError(f"{folder}: not a dpnets fit folder (no model.pt)")
+    config = load_config(folder / "config.toml")
+    return load(folder / "model.pt"), config
+
+
+def _data_like(config: dict, paths: Sequence[str]) -> dict[str, Any]:
+    data = dict(config["data"])
+    if paths:
+        data["paths"] = list(paths)
+    return data
+
+
+# ------------------------------------------------------------------------------ analysis
+def analyze(
+    folder: str | os.PathLike,
+    paths: Sequence[str] = (),
+    *,
+    lags: Sequence[int] | None = None,
+    n_sets: int = 2,
+    n_bootstrap: int = 20,
+    out: str | os.PathLike | None = None,
+    overwrite: bool = True,
+) -> str:
+    """Validate a fitted model on data (default: its training files): eigenvalues, implied
+    timescales against lag with bootstrap bands, PCCA+ sets and the Chapman–Kolmogorov
+    test, eigenfunctions. Writes PNG files, ``report.md`` and ``results.json``."""
+    from dpnets import plot
+    from dpnets.base import clone
+    from dpnets.validation import bootstrap_spectrum, ck_test, implied_timescales, pcca
+
+    op, config = _load_fit(folder)
+    out = Path(folder) / "analysis" if out is None else Path(out)
+    _check_out(out, overwrite)
+    trajs, dt = _read(_data_like(config, paths))
+    lag = int(op.lag_)
+    data = [t for t in trajs.data if t.shape[0] > lag]
+    if not data:
+        raise WorkflowError(f"every trajectory is shorter than the model's lag ({lag} frames)")
+    # the operator is re-estimated on these data with the fit's learned features (a model
+    # file does not keep the training features that observables are regressed on)
+    op = clone(op).set_params(features=op.features_).fit(data, lag=lag)
+    longest = max(t.shape[0] for t in data)
+    if lags is None:
+        lags = sorted({max(1, lag // 4), max(1, lag // 2), lag, 2 * lag, 4 * lag})
+    lags = [int(k) for k in lags if 0 < int(k) < longest]
+    units = _units(config["data"], trajs)
+    plt = plot.pyplot()
+    its = implied_timescales(op, data, lags, k=3, dt=dt, n_bootstrap=n_bootstrap, seed=0)
+    its.plot(units=units).figure.savefig(out / "timescales.png", dpi=100)
+    spec = bootstrap_spectrum(op, data, k=4, n_bootstrap=max(n_bootstrap, 2), seed=0)
+    plot.eigenvalues(op, k=4).figure.savefig(out / "eigenvalues.png", dpi=100)
+    frames = np.concatenate(data)
+    sets = pcca(op, frames, n_sets)
+    ck = ck_test(op, data, [1, 2, 4], sets.memberships_of, dt=dt, n_bootstrap=n_bootstrap, seed=0)
+    ck.plot(units=units).savefig(out / "ck_test.png", dpi=100)
+    flat = frames.reshape(frames.shape[0], -1)
+    if flat.shape[1] >= 1:
+        step = max(1, flat.shape[0] // 20000)
+        coords = flat[::step, : min(2, flat.shape[1])]
+        fig = plot.eigenfunctions(op, frames[::step], coords=coords, k=3)
+        fig.savefig(out / "eigenfunctions.png", dpi=100)
+    plt.close("all")
+    results = {
+        "lag": lag,
+        "dt": dt,
+        "time_unit": units,
+        "eigenvalues": [[float(v.real), float(v.imag)] for v in op.eig()],
+        "timescales": [float(v) for v in op.implied_timescales(dt)],
+        "timescales_interval": [spec.lower.tolist(), spec.upper.tolist()],
+        "its_lags": its.lags.tolist(),
+        "its": its.timescales.tolist(),
+        "its_lower": None if its.lower is None else its.lower.tolist(),
+        "its_upper": None if its.upper is None else its.upper.tolist(),
+        "sets_stationary": sets.stationary.tolist(),
+        "coarse_transition_matrix": sets.coarse_transition_matrix.tolist(),
+        "ck_max_abs_diff": float(np.abs(ck.predictions - ck.estimates).max()),
+    }
+    (out / "results.json").write_text(json.dumps(results, indent=1, allow_nan=True))
+    ts = results["timescales"]
+    report = (
+        f"# dpnets analyze\n\nModel lag {lag} frames ({lag * dt:g} {units}).\n\n"
+        f"Slowest implied timescales ({units}): "
+        + ", ".join(
+            f"{ts[i]:.4g} [{spec.lower[i]:.3g}, {spec.upper[i]:.3g}]"
+            for i in range(1, min(4, len(ts)))
+        )
+        + f" (95% bootstrap intervals over trajectories).\n\n"
+        f"PCCA+ ({n_sets} sets): equilibrium populations "
+        f"{np.round(sets.stationary, 3).tolist()}.\n\n"
+        f"Chapman–Kolmogorov test: largest |predicted − estimated| = "
+        f"{results['ck_max_abs_diff']:.2g} (`ck_test.png`).\n\n"
+        "Figures: `timescales.png` (flat above the lag line = Markovian), `ck_test.png`, "
+        "`eigenvalues.png`, `eigenfunctions.png`.\n"
+    )
+    (out / "report.md").write_text(report)
+    return report
+
+
+# ------------------------------------------------------------------------------ apply a model
+def transform_files(
+    folder: str | os.PathLike, paths: Sequence[str], out: str | os.PathLike
+) -> np.ndarray:
+    """The model's features (the constant first) of every frame of the files, saved as one
+    ``.npy`` array (frames of all files stacked)."""
+    op, config = _load_fit(folder)
+    trajs, _ = _read(_data_like(config, paths))
+    feats = np.concatenate([op.transform(t) for t in trajs.data])
+    _save_npy(out, feats)
+    return feats
+
+
+def forecast_file(
+    folder: str | os.PathLike, paths: Sequence[str], steps: int, out: str | os.PathLike
+) -> np.ndarray:
+    """Forecasts ``E[x_{t + k lag} | x_t]`` for ``k = 1..steps`` from every frame:
+    an array ``(steps, frames, *state_shape)`` saved as ``.npy``."""
+    op, config = _load_fit(folder)
+    if int(steps) < 1:
+        raise WorkflowError(f"--steps must be >= 1, got {steps}")
+    trajs, _ = _read(_data_like(config, paths))
+    x = np.concatenate(trajs.data)
+    pred = op.predict(x, t=list(range(1, int(steps) + 1)))
+    _save_npy(out, pred)
+    return pred
+
+
+def _save_npy(path: str | os.PathLike, array: np.ndarray) -> None:
+    from dpnets.io import atomic_write
+
+    path = Path(path)
+    if path.suffix != ".npy":
+        raise WorkflowError(f"{path}: the output must be a .npy file")
+    atomic_write(path, lambda fh: np.save(fh, array, allow_pickle=False))

@@ -1,0 +1,162 @@
+"""The command line on the user's files (issue 16): ``dpnets fit`` then ``dpnets analyze`` on
+real files written here, the same timescales whatever the file format, a repeatable
+configuration, and one clear line with exit status 2 for every user error."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from dpnets.cli import main
+from dpnets.systems import OrnsteinUhlenbeck
+
+FIT = ["--lag", "2", "--dt", "0.1", "--epochs", "3", "--dim", "2", "--quiet"]
+
+
+@pytest.fixture(scope="module")
+def trajs() -> list[np.ndarray]:
+    ou = OrnsteinUhlenbeck(theta=1.0, sigma=np.sqrt(2.0), dt=0.1)
+    return [ou.sample(1500, seed=s).astype(np.float64) for s in range(4)]
+
+
+def _timescales(folder) -> list[float]:
+    report = (folder / "report.md").read_text()
+    rows = [r for r in report.splitlines() if r.startswith("| ") and "+" in r]
+    return [float(r.split("|")[3]) for r in rows]
+
+
+def test_fit_analyze_transform_forecast_on_npy_files(tmp_path, trajs, capsys):
+    for i, t in enumerate(trajs):
+        np.save(tmp_path / f"traj_{i}.npy", t)
+    out = tmp_path / "fit"
+    assert main(["fit", str(tmp_path / "traj_*.npy"), "--out", str(out), *FIT]) == 0
+    for name in ("model.pt", "config.toml", "training.png", "report.md"):
+        assert (out / name).stat().st_size > 0
+    ts = _timescales(out)
+    assert np.isinf(ts[0]) and 0.7 < ts[1] < 1.3  # OU: 1 / theta = 1 time unit
+    assert main(["analyze", str(out), "--bootstrap", "3", "--quiet"]) == 0
+    for name in ("timescales.png", "ck_test.png", "eigenvalues.png", "eigenfunctions.png"):
+        assert (out / "analysis" / name).stat().st_size > 5000
+    res = json.loads((out / "analysis" / "results.json").read_text())
+    assert res["lag"] == 2 and res["time_unit"] == "time units"
+    assert res["ck_max_abs_diff"] < 0.1 and abs(sum(res["sets_stationary"]) - 1) < 1e-9
+    # the fit's configuration repeats it exactly
+    again = tmp_path / "again"
+    assert main(["fit", "--config", str(out / "config.toml"), "--out", str(again), "--quiet"]) == 0
+    assert _timescales(again) == ts
+    feats = tmp_path / "feats.npy"
+    assert main(["transform", str(out), str(tmp_path / "traj_0.npy"), "--out", str(feats)]) == 0
+    assert np.load(feats).shape == (1500, 3)  # the constant and 2 learned features
+    pred = tmp_path / "pred.npy"
+    assert (
+        main(
+            ["forecast", str(out), str(tmp_path / "traj_1.npy"), "--steps", "3", "--out", str(pred)]
+        )
+        == 0
+    )
+    assert np.load(pred).shape == (3, 1500, 1)
+
+
+def test_the_same_timescales_from_every_file_format(tmp_path, trajs):
+    h5py = pytest.importorskip("h5py")
+    files = {}
+    np.savez(tmp_path / "all.npz", **{f"t{i}": t for i, t in enumerate(trajs)})
+    files["npz"] = [str(tmp_path / "all.npz")]
+    for i, t in enumerate(trajs):
+        np.savetxt(
+            tmp_path / f"t{i}.csv",
+            np.hstack([t, t**2]),
+            delimiter=",",
+            header="x,x2",
+            comments="",
+            fmt="%.17g",
+        )
+    files["csv"] = [str(tmp_path / "t*.csv"), "--columns", "x"]
+    with h5py.File(tmp_path / "all.h5", "w") as f:
+        for i, t in enumerate(trajs):
+            f.create_dataset(f"runs/t{i}", data=t)
+    files["h5"] = [str(tmp_path / "all.h5")]
+    for i, t in enumerate(trajs):
+        np.save(tmp_path / f"n{i}.npy", t)
+    files["npy"] = [str(tmp_path / "n*.npy")]
+    found = {}
+    for fmt, args in files.items():
+        out = tmp_path / f"fit_{fmt}"
+        assert main(["fit", *args, "--out", str(out), *FIT]) == 0, fmt
+        found[fmt] = _timescales(out)
+    for fmt, ts in found.items():
+        np.testing.assert_allclose(ts, found["npy"], rtol=1e-10, err_msg=fmt)
+
+
+def _error(capsys, argv) -> str:
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and err.startswith("dpnets: error: ")
+    return err
+
+
+def test_user_errors_print_one_line_and_exit_2(tmp_path, trajs, capsys):
+    np.save(tmp_path / "a.npy", trajs[0])
+    np.save(tmp_path / "b.npy", np.hstack([trajs[1], trajs[1]]))
+    out = str(tmp_path / "out")
+    assert "nothing.npy" in _error(capsys, ["fit", str(tmp_path / "nothing.npy"), "--out", out])
+    assert "lag" in _error(capsys, ["fit", str(tmp_path / "a.npy"), "--lag", "5000", "--out", out])
+    err = _error(capsys, ["fit", str(tmp_path / "a.npy"), str(tmp_path / "b.npy"), "--out", out])
+    assert "a.npy" in err and "b.npy" in err  # different state shapes
+    good = np.save(tmp_path / "c.npy", trajs[2]) or (tmp_path / "c.npy")
+    cut = tmp_path / "cut.npy"
+    cut.write_bytes(good.read_bytes()[:500])
+    assert "cut.npy" in _error(capsys, ["fit", str(cut), "--out", out])
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("x")
+    err = _error(capsys, ["fit", str(good), "--out", str(tmp_path / "full"), *FIT])
+    assert "not empty" in err
+    assert "not a dpnets fit folder" in _error(capsys, ["analyze", str(tmp_path)])
+    assert "config.toml" in _error(
+        capsys, ["fit", "--config", str(tmp_path / "config.toml"), "--out", out]
+    )
+    assert "--encoder" in _error(
+        capsys, ["fit", str(good), "--encoder", "cnn", "--out", str(tmp_path / "o2"), *FIT]
+    )
+    with pytest.raises(ValueError):  # --debug shows the traceback instead
+        main(["--debug", "fit", str(tmp_path / "nothing.npy"), "--out", out])
+
+
+def test_md_files_from_the_project_simulation(tmp_path, monkeypatch):
+    """An alanine-dipeptide run of the project's OpenMM code saved as .xtc + .pdb and as
+    .dcd: fit + analyze on the backbone dihedrals work, and the same dihedral states saved as
+    .npy give the same timescales."""
+    pytest.importorskip("openmm")
+    md = pytest.importorskip("mdtraj")
+    from dpnets.datasets import read_trajectories
+    from dpnets.systems.alanine import pdb_path, simulate_alanine_dipeptide
+
+    monkeypatch.setenv("DPNETS_CACHE", str(tmp_path / "cache"))
+    run = simulate_alanine_dipeptide(600, frame_interval_ps=1.0, seed=0, equilibration_ps=5.0)
+    full = md.load(str(pdb_path()))
+    heavy = full.topology.select("element != H")
+    top = full.atom_slice(heavy)
+    top.save_pdb(str(tmp_path / "ala.pdb"))
+    traj = md.Trajectory(run.positions / 10.0, top.topology, time=np.arange(600) * 1.0)
+    traj.save_xtc(str(tmp_path / "run.xtc"))
+    traj.save_dcd(str(tmp_path / "run.dcd"))
+    md_args = ["--topology", str(tmp_path / "ala.pdb"), "--features", "dihedrals"]
+    md_fit = [a for a in FIT if a not in ("--dt", "0.1")]  # the time per frame from the file
+    for ext in ("xtc", "dcd"):
+        out = tmp_path / f"fit_{ext}"
+        args = ["fit", str(tmp_path / f"run.{ext}"), *md_args, "--out", str(out), *md_fit]
+        assert main(args) == 0
+        states = read_trajectories(
+            tmp_path / f"run.{ext}", topology=tmp_path / "ala.pdb", features="dihedrals"
+        )
+        assert states.data[0].shape == (600, 4)  # sin/cos of phi and psi
+        np.save(tmp_path / f"{ext}.npy", states.data[0])
+        npy = tmp_path / f"fit_{ext}_npy"
+        assert main(["fit", str(tmp_path / f"{ext}.npy"), "--out", str(npy), *md_fit]) == 0
+        np.testing.assert_allclose(_timescales(out), _timescales(npy), rtol=1e-10)
+    assert "= 2 ps" in (tmp_path / "fit_xtc" / "report.md").read_text()  # xtc stores times
+    assert "= 2 frames" in (tmp_path / "fit_dcd" / "report.md").read_text()  # dcd does not
+    assert main(["analyze", str(tmp_path / "fit_xtc"), "--bootstrap", "2", "--quiet"]) == 0
+    assert (tmp_path / "fit_xtc" / "analysis" / "ck_test.png").stat().st_size > 5000
