@@ -124,10 +124,9 @@ def implied_timescales(
         raise ValueError("lags is empty")
     k = check_int("k", k, 1)
     dt = check_real("dt", dt, 0.0, low_open=True)
-    n_bootstrap = check_int("n_bootstrap", n_bootstrap, 0)
-    confidence = check_real("confidence", confidence, 0.0, 1.0, low_open=True, high_open=True)
-    n_blocks = check_int("n_blocks", n_blocks, 2)
-    rng = np.random.default_rng(check_seed(seed))
+    n_bootstrap, confidence, n_blocks, rng = _bootstrap_settings(
+        n_bootstrap, confidence, n_blocks, seed
+    )
     trajs = _trajectories(data)
     factory = _factory(estimator, refit_features)
     ts = _scan(factory, trajs, lags, k, dt)
@@ -138,6 +137,18 @@ def implied_timescales(
         )
         out.lower, out.upper = _interval(out.samples, confidence)
     return out
+
+
+def _bootstrap_settings(
+    n_bootstrap: Any, confidence: Any, n_blocks: Any, seed: Any, minimum: int = 0
+) -> tuple[int, float, int, np.random.Generator]:
+    """Checked bootstrap parameters and the random generator of the draws."""
+    return (
+        check_int("n_bootstrap", n_bootstrap, minimum),
+        check_real("confidence", confidence, 0.0, 1.0, low_open=True, high_open=True),
+        check_int("n_blocks", n_blocks, 2),
+        np.random.default_rng(check_seed(seed)),
+    )
 
 
 def _bootstrap(
@@ -245,10 +256,9 @@ def bootstrap_spectrum(
     if getattr(model, "operator_", None) is None or getattr(model, "lag_", None) is None:
         raise ValueError("bootstrap_spectrum needs a model fitted on trajectories (lag_ set)")
     k = check_int("k", k, 1)
-    n_bootstrap = check_int("n_bootstrap", n_bootstrap, 1)
-    confidence = check_real("confidence", confidence, 0.0, 1.0, low_open=True, high_open=True)
-    n_blocks = check_int("n_blocks", n_blocks, 2)
-    rng = np.random.default_rng(check_seed(seed))
+    n_bootstrap, confidence, n_blocks, rng = _bootstrap_settings(
+        n_bootstrap, confidence, n_blocks, seed, minimum=1
+    )
     trajs = _trajectories(data)
     tau = int(model.lag_)
     build = _factory(model, refit_features)
@@ -490,10 +500,9 @@ def ck_test(
         raise ValueError("ck_test needs a transfer-operator model fitted on trajectories")
     steps = np.array([check_lag(int(k)) for k in steps], dtype=np.int64)
     dt = check_real("dt", dt, 0.0, low_open=True)
-    n_bootstrap = check_int("n_bootstrap", n_bootstrap, 0)
-    confidence = check_real("confidence", confidence, 0.0, 1.0, low_open=True, high_open=True)
-    n_blocks = check_int("n_blocks", n_blocks, 2)
-    rng = np.random.default_rng(check_seed(seed))
+    n_bootstrap, confidence, n_blocks, rng = _bootstrap_settings(
+        n_bootstrap, confidence, n_blocks, seed
+    )
     trajs = _trajectories(data)
     tau = int(model.lag_)
     pred, est = _ck_curves(model, trajs, steps, memberships)
