@@ -245,6 +245,7 @@ def _run(args: argparse.Namespace) -> int:
             n_sets=args.sets,
             n_bootstrap=args.bootstrap,
             out=args.out,
+            progress=not args.quiet,
         )
         if not args.quiet:
             print(report)

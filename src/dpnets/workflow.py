@@ -230,6 +230,18 @@ def fit_files(
     return report
 
 
+def _steps(enabled: bool, total: int):
+    """A printer of numbered steps on stderr (the analysis's progress), or a no-op."""
+    count = [0]
+
+    def step(what: str) -> None:
+        count[0] += 1
+        if enabled:
+            print(f"[{count[0]}/{total}] {what}", file=sys.stderr, flush=True)
+
+    return step
+
+
 def _units(data: dict, trajs: Any) -> str:
     """The time unit of timescales: the files' (MD: ps), "time units" of a given --dt, or
     frames."""
@@ -301,6 +313,7 @@ def analyze(
     n_bootstrap: int = 20,
     out: str | os.PathLike | None = None,
     overwrite: bool = True,
+    progress: bool = True,
 ) -> str:
     """Validate a fitted model on data (default: its training files): eigenvalues, implied
     timescales against lag with bootstrap bands, PCCA+ sets and the Chapman–Kolmogorov
@@ -326,14 +339,20 @@ def analyze(
     lags = [int(k) for k in lags if 0 < int(k) < longest]
     units = _units(config["data"], trajs)
     plt = plot.pyplot()
+    step = _steps(progress, 5)
+    step("implied timescales against lag (bootstrap)")
     its = implied_timescales(op, data, lags, k=3, dt=dt, n_bootstrap=n_bootstrap, seed=0)
     its.plot(units=units).figure.savefig(out / "timescales.png", dpi=100)
+    step("eigenvalues with bootstrap intervals")
     spec = bootstrap_spectrum(op, data, k=4, n_bootstrap=max(n_bootstrap, 2), seed=0)
     plot.eigenvalues(op, k=4).figure.savefig(out / "eigenvalues.png", dpi=100)
     frames = np.concatenate(data)
+    step("PCCA+ metastable sets")
     sets = pcca(op, frames, n_sets)
+    step("Chapman–Kolmogorov test (bootstrap)")
     ck = ck_test(op, data, [1, 2, 4], sets.memberships_of, dt=dt, n_bootstrap=n_bootstrap, seed=0)
     ck.plot(units=units).savefig(out / "ck_test.png", dpi=100)
+    step("eigenfunctions")
     flat = frames.reshape(frames.shape[0], -1)
     if flat.shape[1] >= 1:
         step = max(1, flat.shape[0] // 20000)
