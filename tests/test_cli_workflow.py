@@ -124,7 +124,7 @@ def test_user_errors_print_one_line_and_exit_2(tmp_path, trajs, capsys):
         main(["--debug", "fit", str(tmp_path / "nothing.npy"), "--out", out])
 
 
-def test_md_files_from_the_project_simulation(tmp_path, monkeypatch):
+def test_md_files_from_the_project_simulation(tmp_path, monkeypatch, capsys):
     """An alanine-dipeptide run of the project's OpenMM code saved as .xtc + .pdb and as
     .dcd: fit + analyze on the backbone dihedrals work, and the same dihedral states saved as
     .npy give the same timescales."""
@@ -156,7 +156,31 @@ def test_md_files_from_the_project_simulation(tmp_path, monkeypatch):
         npy = tmp_path / f"fit_{ext}_npy"
         assert main(["fit", str(tmp_path / f"{ext}.npy"), "--out", str(npy), *md_fit]) == 0
         np.testing.assert_allclose(_timescales(out), _timescales(npy), rtol=1e-10)
+    # the xtc's dihedral states as .npz, .csv and .h5: the same timescales, and analyze runs
+    h5py = pytest.importorskip("h5py")
+    states = np.load(tmp_path / "xtc.npy")
+    np.savez(tmp_path / "states.npz", run=states)
+    np.savetxt(
+        tmp_path / "states.csv",
+        states,
+        delimiter=",",
+        header="sp,cp,ss,cs",
+        comments="",
+        fmt="%.9g",
+    )
+    with h5py.File(tmp_path / "states.h5", "w") as f:
+        f.create_dataset("run", data=states)
+    for name in ("states.npz", "states.csv", "states.h5"):
+        out = tmp_path / f"fit_{name}"
+        assert main(["fit", str(tmp_path / name), "--out", str(out), *md_fit]) == 0
+        np.testing.assert_allclose(
+            _timescales(out), _timescales(tmp_path / "fit_xtc"), rtol=1e-10, err_msg=name
+        )
+        assert main(["analyze", str(out), "--bootstrap", "2", "--quiet"]) == 0
+        assert (out / "analysis" / "timescales.png").stat().st_size > 5000
     assert "= 2 ps" in (tmp_path / "fit_xtc" / "report.md").read_text()  # xtc stores times
     assert "= 2 frames" in (tmp_path / "fit_dcd" / "report.md").read_text()  # dcd does not
     assert main(["analyze", str(tmp_path / "fit_xtc"), "--bootstrap", "2", "--quiet"]) == 0
+    assert main(["fit", str(tmp_path / "run.xtc"), "--out", str(tmp_path / "x")]) == 2
+    assert "run.xtc" in capsys.readouterr().err  # no topology: one line naming the file
     assert (tmp_path / "fit_xtc" / "analysis" / "ck_test.png").stat().st_size > 5000
