@@ -181,6 +181,25 @@ def test_md_files_from_the_project_simulation(tmp_path, monkeypatch, capsys):
     assert "= 2 ps" in (tmp_path / "fit_xtc" / "report.md").read_text()  # xtc stores times
     assert "= 2 frames" in (tmp_path / "fit_dcd" / "report.md").read_text()  # dcd does not
     assert main(["analyze", str(tmp_path / "fit_xtc"), "--bootstrap", "2", "--quiet"]) == 0
+    # atom positions for a SchNet encoder (nm, with the matching 0.5 nm cutoff)
+    pytest.importorskip("torch_geometric")
+    schnet = tmp_path / "fit_schnet"
+    args = [
+        "fit",
+        str(tmp_path / "run.xtc"),
+        "--topology",
+        str(tmp_path / "ala.pdb"),
+        "--features",
+        "positions",
+        "--encoder",
+        "schnet",
+        "--out",
+        str(schnet),
+        *md_fit,
+    ]
+    assert main(args) == 0
+    ts = _timescales(schnet)
+    assert np.isinf(ts[0]) and np.all(np.isfinite(ts[1:])) and ts[1] > 0
     assert main(["fit", str(tmp_path / "run.xtc"), "--out", str(tmp_path / "x")]) == 2
     assert "run.xtc" in capsys.readouterr().err  # no topology: one line naming the file
     assert (tmp_path / "fit_xtc" / "analysis" / "ck_test.png").stat().st_size > 5000

@@ -176,7 +176,12 @@ def _parser() -> argparse.ArgumentParser:
     p_fc.add_argument("--steps", type=int, required=True)
     p_fc.add_argument("--out", required=True, help="a .npy file")
 
-    p_demo = sub.add_parser("demo", help="train a DPNet on Ornstein-Uhlenbeck (about a minute)")
+    p_demo = sub.add_parser(
+        "demo",
+        help="train a DPNet on Ornstein-Uhlenbeck (about a minute)",
+        epilog="example:\n  dpnets demo --epochs 10 --out demo.pt\n",
+        formatter_class=raw,
+    )
     p_demo.add_argument("--out", default="dpnets-demo.pt", help="where to save the model")
     p_demo.add_argument("--samples", type=int, default=50_000)
     p_demo.add_argument("--epochs", type=int, default=None, help="default: DPNet's default")
@@ -184,7 +189,12 @@ def _parser() -> argparse.ArgumentParser:
     p_demo.add_argument("--device", default=None)
     p_demo.add_argument("--no-progress", action="store_true")
 
-    p_rep = sub.add_parser("reproduce", help="run a paper experiment and print its table")
+    p_rep = sub.add_parser(
+        "reproduce",
+        help="run a paper experiment and print its table",
+        epilog="example:\n  dpnets reproduce logistic-map --quick --out results/\n",
+        formatter_class=raw,
+    )
     p_rep.add_argument("name", choices=sorted(EXPERIMENTS))
     p_rep.add_argument("--quick", action="store_true", help="small smoke-test version")
     p_rep.add_argument("--seeds", type=int, default=None, help="number of seeds")
