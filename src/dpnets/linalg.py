@@ -140,7 +140,8 @@ def eig_biorthogonal(
     order = np.lexsort((-w.imag, -np.round(np.abs(w), 10)))
     w, vl, vr = w[order], vl[:, order], vr[:, order]
     if metric is not None:
-        norms = np.sqrt(np.abs(np.einsum("ji,jk,ki->i", vr.conj(), metric, vr)))
+        # r_i^H G r_i for every i through one BLAS product (O(r^3) in BLAS, not in einsum)
+        norms = np.sqrt(np.abs(np.sum(vr.conj() * (np.asarray(metric) @ vr), axis=0)))
     else:
         norms = np.linalg.norm(vr, axis=0)
     norms = np.where(norms > 0, norms, 1.0)
