@@ -120,6 +120,9 @@ def test_user_errors_print_one_line_and_exit_2(tmp_path, trajs, capsys):
     assert "--encoder" in _error(
         capsys, ["fit", str(good), "--encoder", "cnn", "--out", str(tmp_path / "o2"), *FIT]
     )
+    assert "--dim" in _error(
+        capsys, ["fit", str(good), "--dim", "0", "--out", str(tmp_path / "o3"), *FIT[:-3]]
+    )
     with pytest.raises(ValueError):  # --debug shows the traceback instead
         main(["--debug", "fit", str(tmp_path / "nothing.npy"), "--out", out])
 

@@ -140,6 +140,9 @@ def _read(data: dict[str, Any]):
 def _encoder(spec: str, state_shape: tuple[int, ...], dim: int, atomic_numbers: Any):
     from dpnets.nn import MLP, SchNetEncoder
 
+    if dim < 1:
+        raise WorkflowError(f"--dim must be at least 1 (the number of learned features), got {dim}")
+
     name, _, args = str(spec).partition(":")
     if name == "mlp":
         try:
