@@ -184,6 +184,12 @@ def test_md_files_from_the_project_simulation(tmp_path, monkeypatch, capsys):
     assert "= 2 ps" in (tmp_path / "fit_xtc" / "report.md").read_text()  # xtc stores times
     assert "= 2 frames" in (tmp_path / "fit_dcd" / "report.md").read_text()  # dcd does not
     assert main(["analyze", str(tmp_path / "fit_xtc"), "--bootstrap", "2", "--quiet"]) == 0
+    from dpnets.workflow import _plot_coordinates  # noqa: PLC2701 - checked directly here
+
+    coords, labels = _plot_coordinates(states, {"features": "dihedrals"})
+    gap = np.radians(coords[:, 0]) - md.compute_phi(traj)[1][:, 0]
+    assert np.abs(np.angle(np.exp(1j * gap))).max() < 0.03  # xtc keeps 1e-3 nm
+    assert labels == ["φ (deg)", "ψ (deg)"]
     # atom positions for a SchNet encoder (nm, with the matching 0.5 nm cutoff)
     pytest.importorskip("torch_geometric")
     schnet = tmp_path / "fit_schnet"

@@ -245,6 +245,20 @@ def _steps(enabled: bool, total: int):
     return step
 
 
+def _plot_coordinates(frames: np.ndarray, data: dict) -> tuple[np.ndarray, list[str]]:
+    """Coordinates to draw eigenfunctions on: the first backbone (phi, psi) pair in degrees
+    for dihedral features (laid out ``[sin phi.., cos phi.., sin psi.., cos psi..]``), else
+    the first one or two input coordinates."""
+    flat = frames.reshape(frames.shape[0], -1)
+    m, rest = divmod(flat.shape[1], 4)
+    if data.get("features") == "dihedrals" and m >= 1 and rest == 0:
+        phi = np.degrees(np.arctan2(flat[:, 0], flat[:, m]))
+        psi = np.degrees(np.arctan2(flat[:, 2 * m], flat[:, 3 * m]))
+        return np.stack([phi, psi], axis=1), ["φ (deg)", "ψ (deg)"]
+    k = min(2, flat.shape[1])
+    return flat[:, :k], [f"input coordinate {j}" for j in range(k)]
+
+
 def _units(data: dict, trajs: Any) -> str:
     """The time unit of timescales: the files' (MD: ps), "time units" of a given --dt, or
     frames."""
@@ -356,12 +370,10 @@ def analyze(
     ck = ck_test(op, data, [1, 2, 4], sets.memberships_of, dt=dt, n_bootstrap=n_bootstrap, seed=0)
     ck.plot(units=units).savefig(out / "ck_test.png", dpi=100)
     step("eigenfunctions")
-    flat = frames.reshape(frames.shape[0], -1)
-    if flat.shape[1] >= 1:
-        step = max(1, flat.shape[0] // 20000)
-        coords = flat[::step, : min(2, flat.shape[1])]
-        fig = plot.eigenfunctions(op, frames[::step], coords=coords, k=3)
-        fig.savefig(out / "eigenfunctions.png", dpi=100)
+    every = max(1, frames.shape[0] // 20000)
+    coords, labels = _plot_coordinates(frames[::every], config["data"])
+    fig = plot.eigenfunctions(op, frames[::every], coords=coords, k=3, labels=labels)
+    fig.savefig(out / "eigenfunctions.png", dpi=100)
     plt.close("all")
     results = {
         "lag": lag,
