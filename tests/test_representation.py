@@ -104,8 +104,20 @@ def test_dataset_and_dataloader_inputs(ou_traj):
     ds = TensorDataset(x, y)
     net = _small_fit(ds, seed=0)
     assert len(net.history_["val_score"]) == 3
+    # a Dataset is split and batched like the arrays: the same fit, bit for bit
+    arrays = _small_fit((x.numpy(), y.numpy()), seed=0)
+    assert net.history_ == arrays.history_
+    np.testing.assert_array_equal(net.transform(ou_traj), arrays.transform(ou_traj))
+    # a DataLoader is split too (its batch size kept), and held-out pairs select the epoch
     net2 = _small_fit(DataLoader(ds, batch_size=256, shuffle=True), seed=0)
-    assert "val_score" not in net2.history_
+    assert len(net2.history_["val_score"]) == 3 and net2.n_train_ == round(0.9 * len(ds))
+    net3 = _small_fit(DataLoader(ds, batch_size=256), seed=0, val_fraction=0.0)
+    assert "val_score" not in net3.history_ and net3.n_train_ == len(ds)
+    # a loader that cannot be split trains without validation, and says so
+    sampler = torch.utils.data.BatchSampler(range(len(ds)), 256, drop_last=False)
+    with pytest.warns(UserWarning, match="cannot be split"):
+        net4 = _small_fit(DataLoader(ds, batch_sampler=sampler), seed=0)
+    assert "val_score" not in net4.history_
     op = TransferOperator(net).fit(ds, lag=1)
     op_arr = TransferOperator(net).fit(ou_traj)
     # the Dataset holds float32 states: equal up to their rounding

@@ -85,6 +85,8 @@ _FIT_EXAMPLE = """examples:
   dpnets fit traj_*.npy --lag 10 --dt 0.1 --out fit/
   dpnets fit run*.xtc --topology ala.pdb --features dihedrals --lag 10 --out fit/
   dpnets fit --config fit/config.toml --out fit2/      # repeat a fit
+  torchrun --nproc-per-node 4 -m dpnets fit run*.xtc ... --out fit/   # 4 GPUs/processes,
+      # one exact global batch (--batch-size is the total); rank 0 writes the folder
 """
 
 
@@ -241,10 +243,17 @@ def _run(args: argparse.Namespace) -> int:
     from dpnets import workflow
 
     if args.command == "fit":
+        from dpnets import distributed
+
+        distributed.init_from_env()  # a torchrun launch: train on all its processes
+        main = distributed.is_main_process()
         report = workflow.fit_files(
-            _fit_config(args), args.out, overwrite=args.overwrite, progress=not args.quiet
+            _fit_config(args),
+            args.out,
+            overwrite=args.overwrite,
+            progress=not args.quiet and main,
         )
-        if not args.quiet:
+        if not args.quiet and main:
             print(report)
         return 0
     if args.command == "analyze":

@@ -15,12 +15,15 @@ mini-batches by tensor indexing, with no per-sample collation.
 
 from __future__ import annotations
 
+import mmap
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
+
+from dpnets.distributed import shard
 
 __all__ = [
     "Pairs",
@@ -34,6 +37,19 @@ __all__ = [
     "states_to_tensor",
     "windows",
     "chunks",
+    "PairSegment",
+    "pair_segments",
+    "OutOfCoreStates",
+    "is_out_of_core",
+    "read_batchwise",
+    "MappedStates",
+    "OUT_OF_CORE_BYTES",
+    "DatasetPairs",
+    "DatasetBatcher",
+    "fetch_pairs",
+    "batch_to_tensor",
+    "ConvertedLoader",
+    "split_loader",
 ]
 
 
@@ -44,13 +60,32 @@ def to_numpy(a: object) -> np.ndarray:
     return np.asarray(a)
 
 
-def check_states(a: object, name: str = "data", min_samples: int = 1) -> np.ndarray:
+def check_states(
+    a: object, name: str = "data", min_samples: int = 1, lazy: bool = False
+) -> np.ndarray | OutOfCoreStates:
     """Validate an array of states of shape ``(n, *state_shape)``.
 
     Raises ``ValueError`` naming the problem for NaN/inf values, empty or 0-d input, or
-    non-numeric data. A 1-D array is returned as ``(n, 1)``.
+    non-numeric data. A 1-D array is returned as ``(n, 1)``. Arrays (memory-mapped ones
+    included) are not copied, and the finiteness check reads them in chunks, so a
+    memory-mapped ``.npy`` file is never held in memory as a whole.
+
+    Parameters
+    ----------
+    a : array-like, torch.Tensor, or an out-of-core array
+        The states.
+    name : str, default "data"
+        Name of the argument, used in the error messages.
+    min_samples : int, default 1
+        Fewest samples accepted.
+    lazy : bool, default False
+        Return an out-of-core array (an ``h5py.Dataset`` or any object with ``shape``,
+        ``dtype`` and slicing that is not a numpy array or tensor) as an
+        :class:`OutOfCoreStates`, read chunk by chunk by the fits that accept it, instead of
+        reading it into memory.
     """
-    arr = to_numpy(a)
+    arr: np.ndarray | OutOfCoreStates
+    arr = OutOfCoreStates(a) if lazy and is_out_of_core(a) else to_numpy(a)
     if np.issubdtype(arr.dtype, np.complexfloating):
         raise ValueError(
             f"{name} is complex ({arr.dtype}); dpnets models real states: pass the real and "
@@ -64,14 +99,93 @@ def check_states(a: object, name: str = "data", min_samples: int = 1) -> np.ndar
     if arr.ndim == 0:
         raise ValueError(f"{name} must have at least one dimension (samples), got a scalar")
     if arr.ndim == 1:
-        arr = arr[:, None]
+        arr = arr[:, None] if isinstance(arr, np.ndarray) else OutOfCoreStates(arr.source, True)
     if arr.shape[0] < min_samples:
         raise ValueError(f"{name} has {arr.shape[0]} samples; at least {min_samples} needed")
-    if np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.complexfloating):
-        if not np.all(np.isfinite(arr)):
-            bad = int(np.size(arr) - np.count_nonzero(np.isfinite(arr)))
+    if np.issubdtype(arr.dtype, np.floating):
+        bad = _count_nonfinite(arr)
+        if bad:
             raise ValueError(f"{name} contains {bad} NaN or inf value(s)")
     return arr
+
+
+#: elements per chunk of the finiteness check (4 MiB of booleans)
+_FINITE_CHUNK = 1 << 22
+
+
+def _count_nonfinite(arr: np.ndarray | OutOfCoreStates) -> int:
+    """Number of NaN/inf values, read in chunks of rows (no full-size temporary)."""
+    row = int(np.prod(arr.shape[1:], dtype=np.int64))
+    bad = 0
+    for sl in chunks(arr.shape[0], max(1, _FINITE_CHUNK // max(row, 1))):
+        part = np.asarray(arr[sl])
+        finite = np.isfinite(part)
+        if not finite.all():
+            bad += int(finite.size - np.count_nonzero(finite))
+    return bad
+
+
+def is_out_of_core(a: object) -> bool:
+    """Whether ``a`` is an out-of-core array (an ``h5py.Dataset``, a zarr array, ...):
+    it has ``shape``, ``dtype``, ``len`` and slicing, and is not a numpy array or tensor
+    (nor a pandas object)."""
+    if isinstance(a, OutOfCoreStates):
+        return True
+    if isinstance(a, (np.ndarray, torch.Tensor)) or hasattr(a, "iloc"):
+        return False
+    return all(hasattr(a, k) for k in ("shape", "dtype", "__getitem__", "__len__"))
+
+
+class OutOfCoreStates:
+    """Read-only states of an out-of-core array, read by slices of rows.
+
+    Wraps an ``h5py.Dataset`` (or any object with ``shape``, ``dtype`` and slicing):
+    indexing with a slice or an integer array returns a numpy array of those rows only, so
+    the fits read the file one chunk at a time. ``numpy.asarray`` reads it all.
+
+    Parameters
+    ----------
+    source : array-like
+        The out-of-core array, shape ``(n, *state_shape)``.
+    expand : bool, default False
+        Present a 1-D ``source`` as ``(n, 1)`` (scalar states).
+    """
+
+    def __init__(self, source: object, expand: bool = False) -> None:
+        if isinstance(source, OutOfCoreStates):
+            source = source.source
+        self.source = source
+        self.expand = bool(expand)
+        self.dtype = np.dtype(source.dtype)  # type: ignore[attr-defined]
+        shape = tuple(int(s) for s in source.shape)  # type: ignore[attr-defined]
+        self.shape = shape + (1,) if self.expand else shape
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, key: object) -> np.ndarray:
+        if isinstance(key, slice):
+            out = np.asarray(self.source[key])  # type: ignore[index]
+        else:  # rows by index: h5py reads increasing, unique indices only
+            idx = np.asarray(key, dtype=np.int64).reshape(-1)
+            uniq, inv = np.unique(idx, return_inverse=True)
+            rows = self.source[uniq] if uniq.size else self.source[0:0]  # type: ignore[index]
+            out = np.asarray(rows)[inv]
+        return out[..., None] if self.expand else out
+
+    def __array__(self, dtype: object = None, copy: object = None) -> np.ndarray:
+        out = self[0 : self.shape[0]]
+        return out if dtype is None else out.astype(dtype)
+
+    def __repr__(self) -> str:
+        return f"OutOfCoreStates({type(self.source).__name__}, shape={self.shape})"
+
+    def __deepcopy__(self, memo: dict) -> OutOfCoreStates:
+        return self  # a read-only reference to the file, shared (h5py objects do not copy)
 
 
 def check_lag(lag: object) -> int:
@@ -155,6 +269,86 @@ def pairs(data: object, lag: int = 1) -> Pairs:
     ValueError
         For NaN/inf values, mismatched shapes or lengths, a non-positive lag, or a lag
         that is not shorter than a trajectory.
+
+    See Also
+    --------
+    pair_segments : the same pairs per trajectory, without concatenating the trajectories
+        (for the chunked fits and out-of-core data).
+    """
+    segments = pair_segments(data, lag, lazy=False)
+    if len(segments) == 1:
+        s = segments[0]
+        idx = np.arange(s.n, dtype=np.int64)
+        return Pairs(s.x_states, s.y_states, s.x0 + idx, s.y0 + idx)
+    trajs = [s.x_states for s in segments]
+    states = np.concatenate(trajs, axis=0)
+    starts = np.cumsum([0] + [t.shape[0] for t in trajs[:-1]])
+    i = np.concatenate(
+        [st + np.arange(s.n, dtype=np.int64) for st, s in zip(starts, segments, strict=True)]
+    )
+    return Pairs(states, states, i, i + (segments[0].y0 - segments[0].x0))
+
+
+@dataclass(frozen=True)
+class PairSegment:
+    """Contiguous lagged pairs ``(x_states[x0 + k], y_states[y0 + k])`` for ``k < n``.
+
+    One trajectory's pairs (``x_states is y_states``, ``y0 = x0 + lag``) or pre-paired
+    ``(X, Y)`` samples; the states are referenced, never copied, and may be memory-mapped
+    or out of core (:class:`OutOfCoreStates`): :meth:`chunks` reads them a slice at a time.
+    """
+
+    x_states: np.ndarray | OutOfCoreStates
+    y_states: np.ndarray | OutOfCoreStates
+    x0: int
+    y0: int
+    n: int
+
+    @property
+    def state_shape(self) -> tuple[int, ...]:
+        return tuple(self.x_states.shape[1:])
+
+    def chunks(self, size: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """``(X, Y)`` chunks of at most ``size`` pairs, in order, as numpy arrays."""
+        for sl in chunks(self.n, size):
+            yield (
+                np.asarray(self.x_states[self.x0 + sl.start : self.x0 + sl.stop]),
+                np.asarray(self.y_states[self.y0 + sl.start : self.y0 + sl.stop]),
+            )
+
+    def x_chunks(self, size: int) -> Iterator[np.ndarray]:
+        """The initial states ``X`` in chunks of at most ``size``, in order."""
+        for sl in chunks(self.n, size):
+            yield np.asarray(self.x_states[self.x0 + sl.start : self.x0 + sl.stop])
+
+    def __deepcopy__(self, memo: dict) -> PairSegment:
+        return self  # a reference to the states, never a copy (they may be a large file)
+
+
+def pair_segments(data: object, lag: int = 1, lazy: bool = True) -> list[PairSegment]:
+    """Validated lagged pairs of in-memory or out-of-core ``data``, one segment per
+    trajectory (nothing is concatenated or copied).
+
+    Parameters
+    ----------
+    data : array, list of arrays, or tuple ``(X, Y)``
+        As :func:`pairs`; the arrays may be memory-mapped (``np.load(path, mmap_mode="r")``)
+        or, with ``lazy``, out-of-core arrays such as ``h5py.Dataset`` objects.
+    lag : int, default 1
+        Time lag in steps between ``X`` and ``Y``. Must be 1 for pre-paired data.
+    lazy : bool, default True
+        Keep out-of-core arrays as :class:`OutOfCoreStates` (read chunk by chunk) instead
+        of reading them into memory.
+
+    Returns
+    -------
+    list of PairSegment
+        In the order of the pairs of :func:`pairs` on the same data.
+
+    Raises
+    ------
+    ValueError
+        As :func:`pairs`.
     """
     lag = check_lag(lag)
     if is_streaming(data):
@@ -170,20 +364,19 @@ def pairs(data: object, lag: int = 1) -> Pairs:
                 "(X, Y) pairs are already lagged: pair them at the lag you want, and give that "
                 "lag to fit(..., lag=k) of a model only to record it"
             )
-        x = check_states(data[0], "X")
-        y = check_states(data[1], "Y")
+        x = check_states(data[0], "X", lazy=lazy)
+        y = check_states(data[1], "Y", lazy=lazy)
         if x.shape[0] != y.shape[0]:
             raise ValueError(f"X and Y have different lengths: {x.shape[0]} and {y.shape[0]}")
         if x.shape[1:] != y.shape[1:]:
             raise ValueError(
                 f"X and Y have different state shapes: {x.shape[1:]} and {y.shape[1:]}"
             )
-        idx = np.arange(x.shape[0], dtype=np.int64)
-        return Pairs(x, y, idx, idx.copy())
+        return [PairSegment(x, y, 0, 0, int(x.shape[0]))]
     if isinstance(data, list):
         if len(data) == 0:
             raise ValueError("empty list of trajectories")
-        trajs = [check_states(t, f"trajectory {k}") for k, t in enumerate(data)]
+        trajs = [check_states(t, f"trajectory {k}", lazy=lazy) for k, t in enumerate(data)]
         shape = trajs[0].shape[1:]
         for k, t in enumerate(trajs):
             if t.shape[1:] != shape:
@@ -194,23 +387,18 @@ def pairs(data: object, lag: int = 1) -> Pairs:
                 raise ValueError(
                     f"lag={lag} is not shorter than trajectory {k} (length {t.shape[0]})"
                 )
-        states = np.concatenate(trajs, axis=0) if len(trajs) > 1 else trajs[0]
-        starts = np.cumsum([0] + [t.shape[0] for t in trajs[:-1]])
-        i = np.concatenate(
-            [
-                s + np.arange(t.shape[0] - lag, dtype=np.int64)
-                for s, t in zip(starts, trajs, strict=False)
-            ]
-        )
-        return Pairs(states, states, i, i + lag)
-    if isinstance(data, (np.ndarray, torch.Tensor)) or hasattr(data, "__array__"):
-        traj = check_states(data, "trajectory")
+        return [PairSegment(t, t, 0, lag, int(t.shape[0]) - lag) for t in trajs]
+    if (
+        isinstance(data, (np.ndarray, torch.Tensor))
+        or hasattr(data, "__array__")
+        or is_out_of_core(data)
+    ):
+        traj = check_states(data, "trajectory", lazy=lazy)
         if traj.shape[0] <= lag:
             raise ValueError(
                 f"lag={lag} is not shorter than the trajectory (length {traj.shape[0]})"
             )
-        i = np.arange(traj.shape[0] - lag, dtype=np.int64)
-        return Pairs(traj, traj, i, i + lag)
+        return [PairSegment(traj, traj, 0, lag, int(traj.shape[0]) - lag)]
     raise TypeError(
         "data must be an array (one trajectory), a list of arrays (trajectories), a tuple "
         f"(X, Y), or a torch Dataset/DataLoader; got {type(data).__name__}"
@@ -248,7 +436,12 @@ class IndexBatcher:
     ``batch_size`` samples (score estimates from tiny trailing batches are avoided).
     ``transform`` (e.g. the input standardisation) is applied once, in float64, while the
     states are converted; ``like`` reuses the converted states of another batcher over the
-    same :class:`Pairs` states (a validation subset).
+    same :class:`Pairs` states (a validation subset). States that are not in memory and
+    larger than :data:`OUT_OF_CORE_BYTES` (a memory-mapped ``.npy``, an HDF5 dataset; see
+    :func:`read_batchwise`) are instead read batch by batch (:class:`MappedStates`), never
+    copied whole; ``out_of_core`` forces either way. With ``sharded`` (distributed
+    training, :mod:`dpnets.distributed`) every process draws the same global batches (the
+    same ``generator`` state) and yields only its own part of each.
     """
 
     def __init__(
@@ -262,33 +455,283 @@ class IndexBatcher:
         generator: torch.Generator | None = None,
         transform: Callable[[np.ndarray], np.ndarray] | None = None,
         like: IndexBatcher | None = None,
+        sharded: bool = False,
+        out_of_core: bool | None = None,
     ) -> None:
+        if out_of_core is None:
+            out_of_core = like.out_of_core if like is not None else read_batchwise(p.x_states)
+        self.out_of_core = bool(out_of_core)
+        convert = MappedStates if self.out_of_core else states_to_tensor
         if like is not None:  # pairs of the same states: share the converted tensors
             self.x, self.y = like.x, like.y
         else:
-            self.x = states_to_tensor(p.x_states, device, dtype, transform)
+            self.x = convert(p.x_states, device, dtype, transform)
             self.y = (
                 self.x
                 if p.y_states is p.x_states
-                else states_to_tensor(p.y_states, device, dtype, transform)
+                else convert(p.y_states, device, dtype, transform)
             )
-        self.i = torch.as_tensor(p.i, device=device)
-        self.j = torch.as_tensor(p.j, device=device)
+        index_device = torch.device("cpu") if self.out_of_core else device
+        self.i = torch.as_tensor(p.i, device=index_device)
+        self.j = torch.as_tensor(p.j, device=index_device)
         self.batch_size = int(batch_size)
         self.shuffle = shuffle
         self.generator = generator
+        self.sharded = bool(sharded)
 
     def __len__(self) -> int:
         return max(1, int(self.i.shape[0]) // self.batch_size)
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         n = int(self.i.shape[0])
-        if self.shuffle:
-            perm = torch.randperm(n, generator=self.generator).to(self.i.device)
-        else:
-            perm = torch.arange(n, device=self.i.device)
-        for b in torch.tensor_split(perm, len(self)):
+        for b in batch_indices(n, len(self), self.shuffle, self.generator, self.sharded):
+            b = b.to(self.i.device)
             yield self.x[self.i[b]], self.y[self.j[b]]
+
+
+def batch_indices(
+    n: int,
+    n_batches: int,
+    shuffle: bool,
+    generator: torch.Generator | None,
+    sharded: bool = False,
+) -> Iterator[torch.Tensor]:
+    """The batches of one epoch over ``n`` items, as CPU index tensors: a permutation
+    (``shuffle``, drawn from ``generator``) or ``0..n-1`` split into ``n_batches`` nearly
+    equal parts; with ``sharded`` this process's part of each (:func:`dpnets.distributed.shard`)."""
+    perm = torch.randperm(n, generator=generator) if shuffle else torch.arange(n)
+    for b in torch.tensor_split(perm, n_batches):
+        yield shard(b) if sharded else b
+
+
+class DatasetPairs:
+    """The ``(x, y)`` pairs of a map-style torch ``Dataset``, restricted to ``indices``
+    (all by default): the Dataset counterpart of :class:`Pairs` for the train/validation
+    split."""
+
+    def __init__(self, dataset: Dataset, indices: np.ndarray | None = None) -> None:
+        self.dataset = dataset
+        n = len(dataset)  # type: ignore[arg-type]
+        self.indices = np.arange(n, dtype=np.int64) if indices is None else indices
+
+    def __len__(self) -> int:
+        return int(self.indices.shape[0])
+
+    def subset(self, idx: np.ndarray) -> DatasetPairs:
+        return DatasetPairs(self.dataset, self.indices[idx])
+
+
+def fetch_pairs(dataset: Dataset, idx: np.ndarray) -> tuple[object, object]:
+    """The batch ``(x, y)`` of items ``idx`` of a map-style Dataset of pairs: one tensor
+    index per field for a ``TensorDataset``, one ``__getitems__`` call where the Dataset has
+    it, else the items collated by torch's ``default_collate``."""
+    from torch.utils.data import TensorDataset, default_collate
+
+    if isinstance(dataset, TensorDataset):
+        sel = torch.as_tensor(idx)
+        batch: object = tuple(t[sel] for t in dataset.tensors)
+    elif callable(getattr(dataset, "__getitems__", None)):
+        batch = default_collate(dataset.__getitems__(idx.tolist()))  # type: ignore[attr-defined]
+    else:
+        batch = default_collate([dataset[int(k)] for k in idx])
+    if not isinstance(batch, (tuple, list)) or len(batch) < 2:
+        raise ValueError("a Dataset for fit must yield (x, y) pairs of states")
+    return batch[0], batch[1]
+
+
+def batch_to_tensor(
+    a: object,
+    device: torch.device,
+    dtype: torch.dtype,
+    transform: Callable[[np.ndarray], np.ndarray] | None = None,
+) -> torch.Tensor:
+    """One batch of states as a ``dtype`` tensor on ``device``, through ``transform`` in
+    float64 (as :func:`states_to_tensor` converts whole arrays: the same numbers)."""
+    if transform is not None:
+        a = transform(np.asarray(to_numpy(a), dtype=np.float64))
+    t = torch.as_tensor(a)
+    if t.dtype != dtype:
+        t = t.to(dtype)
+    return t.to(device, non_blocking=True)
+
+
+class DatasetBatcher:
+    """Mini-batches of a map-style Dataset of pairs, drawn like :class:`IndexBatcher`.
+
+    The same permutation and split into ``max(1, n // batch_size)`` batches as
+    :class:`IndexBatcher` (so a ``TensorDataset`` of the pairs gives the batches of the
+    arrays); each batch is fetched at once by :func:`fetch_pairs` (no per-sample collation
+    for a ``TensorDataset``) and converted by :func:`batch_to_tensor`.
+    """
+
+    out_of_core = False
+
+    def __init__(
+        self,
+        p: DatasetPairs,
+        batch_size: int,
+        *,
+        device: torch.device,
+        dtype: torch.dtype,
+        shuffle: bool = True,
+        generator: torch.Generator | None = None,
+        transform: Callable[[np.ndarray], np.ndarray] | None = None,
+        like: object = None,
+        sharded: bool = False,
+    ) -> None:
+        self.p = p
+        self.batch_size = int(batch_size)
+        self.device, self.dtype = device, dtype
+        self.shuffle = shuffle
+        self.generator = generator
+        self.transform = transform if like is None else getattr(like, "transform", transform)
+        self.sharded = bool(sharded)
+
+    def __len__(self) -> int:
+        return max(1, len(self.p) // self.batch_size)
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        n = len(self.p)
+        for b in batch_indices(n, len(self), self.shuffle, self.generator, self.sharded):
+            x, y = fetch_pairs(self.p.dataset, self.p.indices[b.numpy()])
+            yield (
+                batch_to_tensor(x, self.device, self.dtype, self.transform),
+                batch_to_tensor(y, self.device, self.dtype, self.transform),
+            )
+
+
+class ConvertedLoader:
+    """A ``DataLoader`` of pairs whose batches are converted by :func:`batch_to_tensor`."""
+
+    def __init__(
+        self,
+        loader: DataLoader,
+        device: torch.device,
+        dtype: torch.dtype,
+        transform: Callable[[np.ndarray], np.ndarray] | None = None,
+    ) -> None:
+        self.loader = loader
+        self.device, self.dtype, self.transform = device, dtype, transform
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        for batch in self.loader:
+            yield (
+                batch_to_tensor(batch[0], self.device, self.dtype, self.transform),
+                batch_to_tensor(batch[1], self.device, self.dtype, self.transform),
+            )
+
+
+def split_loader(
+    loader: DataLoader, val_fraction: float, generator: torch.Generator
+) -> tuple[DataLoader, DataLoader | None, int]:
+    """A user's DataLoader of pairs split at random into training and validation loaders
+    ``(train, val or None, n_train)`` with its settings (batch size, workers, collate
+    function, pinned memory); the training loader shuffles with ``generator``. A loader
+    over an ``IterableDataset`` or with its own batch sampler cannot be split: it is
+    returned as it is, without validation (with a warning when ``val_fraction > 0``)."""
+    import warnings
+
+    from torch.utils.data import IterableDataset, Subset
+
+    ds = loader.dataset
+    if isinstance(ds, IterableDataset) or loader.batch_size is None:
+        if val_fraction > 0:
+            warnings.warn(
+                "this DataLoader (an IterableDataset, or its own batch_sampler) cannot be "
+                "split: training without validation; pass the Dataset, or a DataLoader with "
+                "batch_size, to hold out val_fraction of the pairs",
+                stacklevel=4,
+            )
+        return loader, None, len(ds)  # type: ignore[arg-type]
+    n = len(ds)  # type: ignore[arg-type]
+    perm = torch.randperm(n, generator=generator).numpy()
+    n_val = int(round(float(val_fraction) * n))
+    if n - n_val < 1:
+        raise ValueError(f"not enough samples ({n}) for training with val_fraction={val_fraction}")
+    settings = {
+        "batch_size": loader.batch_size,
+        "num_workers": loader.num_workers,
+        "collate_fn": loader.collate_fn,
+        "pin_memory": loader.pin_memory,
+        "timeout": loader.timeout,
+        "worker_init_fn": loader.worker_init_fn,
+        "persistent_workers": loader.persistent_workers,
+    }
+    if loader.num_workers > 0:
+        settings["prefetch_factor"] = loader.prefetch_factor
+    train = DataLoader(
+        Subset(ds, np.sort(perm[n_val:]).tolist()),
+        shuffle=True,
+        generator=generator,
+        drop_last=loader.drop_last,
+        **settings,
+    )
+    val = None
+    if n_val > 0:
+        val = DataLoader(Subset(ds, np.sort(perm[:n_val]).tolist()), shuffle=False, **settings)
+    return train, val, n - n_val
+
+
+#: Size above which states that are not in memory (memory-mapped ``.npy`` files, HDF5
+#: datasets) are read batch by batch during training instead of converted to one tensor.
+OUT_OF_CORE_BYTES = 2**30
+
+
+def _memory_mapped(a: np.ndarray) -> bool:
+    """Whether the array's memory is a file mapping (``np.load(mmap_mode=...)``)."""
+    base: object = a
+    while base is not None:
+        if isinstance(base, (np.memmap, mmap.mmap)):
+            return True
+        base = getattr(base, "base", None)
+    return False
+
+
+def read_batchwise(a: object, limit: int | None = None) -> bool:
+    """Whether training reads states ``a`` batch by batch (:class:`MappedStates`): they are
+    memory-mapped or out of core (:func:`is_out_of_core`) and larger than ``limit`` bytes
+    (default :data:`OUT_OF_CORE_BYTES`)."""
+    limit = OUT_OF_CORE_BYTES if limit is None else limit
+    if not (_memory_mapped(a) if isinstance(a, np.ndarray) else is_out_of_core(a)):
+        return False
+    return int(np.prod(a.shape)) * np.dtype(a.dtype).itemsize > limit  # type: ignore[attr-defined]
+
+
+class MappedStates:
+    """States on disk (memory-mapped or HDF5), indexed by batches of row indices.
+
+    ``states[idx]`` (``idx`` a CPU integer tensor) reads the rows in increasing order (as
+    HDF5 needs, and best for the page cache), applies ``transform`` in float64 and returns
+    a ``dtype`` tensor on ``device`` (through pinned memory on CUDA). Only one batch is in
+    memory at a time.
+    """
+
+    def __init__(
+        self,
+        states: object,
+        device: torch.device,
+        dtype: torch.dtype,
+        transform: Callable[[np.ndarray], np.ndarray] | None = None,
+    ) -> None:
+        self.states = states
+        self.device = device
+        self.dtype = dtype
+        self.transform = transform
+        self.shape = tuple(states.shape)  # type: ignore[attr-defined]
+
+    def __getitem__(self, idx: torch.Tensor) -> torch.Tensor:
+        flat = idx.reshape(-1).numpy()
+        rows, inverse = np.unique(flat, return_inverse=True)
+        part = np.asarray(self.states[rows])[inverse]  # type: ignore[index]
+        if self.transform is not None:
+            part = self.transform(np.asarray(part, dtype=np.float64))
+        t = torch.as_tensor(part).reshape(*idx.shape, *self.shape[1:]).to(self.dtype)
+        if self.device.type == "cuda":
+            return t.pin_memory().to(self.device, non_blocking=True)
+        return t.to(self.device)
 
 
 def states_to_tensor(

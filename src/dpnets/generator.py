@@ -14,15 +14,17 @@ from typing import Any
 import numpy as np
 import torch
 
-from dpnets.data import check_states, chunks, to_numpy
+from dpnets.data import PairSegment, check_states, chunks, is_streaming, to_numpy
 from dpnets.exceptions import check_is_fitted
 from dpnets.io import arrays_to_tensors, register, tensors_to_arrays
 from dpnets.linalg import eig_biorthogonal
+from dpnets.moments import Moments
 from dpnets.nn.utils import module_device
 from dpnets.operators import (
     SpectralModel,
     dump_feature_map,
     dump_fitted_scalars,
+    features_on_demand,
     restore_feature_map,
     restore_fitted_operator,
 )
@@ -185,13 +187,24 @@ class Generator(SpectralModel):
             "the SDE is unknown: pass sde=dpnets.ito.SDE(...) (or drift= and diffusion=)"
         )
 
-    def _evaluate(self, x: np.ndarray, what: str, sde: Any = None, constant: bool = False):
+    def _evaluate(
+        self,
+        x: np.ndarray,
+        what: str,
+        sde: Any = None,
+        constant: bool = False,
+        torch_features: tuple[Callable, torch.device] | None = None,
+    ):
         """Features (and derivatives) of states ``x`` in chunks, as float64 numpy; with
-        ``constant`` the constant function comes first (its derivatives are zero)."""
+        ``constant`` the constant function comes first (its derivatives are zero).
+        ``torch_features``: the output of :func:`_torch_features` for ``features_``, when
+        the caller evaluates many chunks (it copies the module)."""
         from dpnets.ito import diffusion_jacobian, ito_derivative
         from dpnets.scores import with_constant
 
-        fn, device = _torch_features(self.features_, self.dtype)
+        if torch_features is None:
+            torch_features = _torch_features(self.features_, self.dtype)
+        fn, device = torch_features
         if constant:
             base = fn
 
@@ -222,6 +235,12 @@ class Generator(SpectralModel):
     def fit(self, X: Any, sample_weight: Any = None) -> Generator:
         """Estimate the generator from samples ``X`` of the invariant distribution.
 
+        One pass over the samples in chunks of ``batch_size``: the features and their
+        derivatives of each chunk are computed and their moments accumulated in float64
+        (:class:`dpnets.moments.Moments`), so the memory does not grow with the number of
+        samples; memory-mapped arrays and ``h5py.Dataset`` objects are read a chunk at a
+        time. ``fit`` is :meth:`partial_fit` on a fresh model.
+
         Parameters
         ----------
         X : array (n, *state_shape) or list of arrays
@@ -235,61 +254,167 @@ class Generator(SpectralModel):
         Returns
         -------
         self
+
+        Notes
+        -----
+        The model keeps a reference to ``X`` (not a copy), from which the features of the
+        training samples are recomputed for observables given on them.
         """
+        sde = self._check_fit_params()
+        self._accumulate(X, sample_weight, sde, fresh=True)
+        return self
+
+    def partial_fit(self, X: Any, sample_weight: Any = None) -> Generator:
+        """Add samples ``X`` to the statistics of the fit and update the generator.
+
+        For samples that arrive in pieces: ``partial_fit`` over pieces equals :meth:`fit`
+        on the list of them (to round-off). A call on a fresh model starts the statistics;
+        :meth:`fit` restarts them.
+
+        Parameters
+        ----------
+        X : array (n, *state_shape) or list of arrays
+            One piece of samples.
+        sample_weight : array (n,), optional
+            Non-negative weights of this piece's samples, on the same scale for all pieces
+            (a piece without weights weighs 1 per sample).
+
+        Returns
+        -------
+        self
+
+        Raises
+        ------
+        ValueError
+            If the state shape differs from the earlier pieces or the model holds no
+            statistics to add to (a model loaded from a file).
+        """
+        if getattr(self, "_stats", None) is None and "operator_" in vars(self):
+            raise ValueError(
+                "this model holds no accumulated statistics (it was loaded from a file): call "
+                "fit, or partial_fit on a new model"
+            )
+        sde = self._check_fit_params()
+        self._accumulate(X, sample_weight, sde, fresh=getattr(self, "_stats", None) is None)
+        return self
+
+    def _check_fit_params(self) -> Any:
+        """Validate the parameters; the SDE in use."""
         if self.form not in ("ito", "dirichlet"):
             raise ValueError(f"form must be 'ito' or 'dirichlet', got {self.form!r}")
         self._check_regression_params()
         check_int("batch_size", self.batch_size, 1)
-        from dpnets.ito import check_samples, warn_if_piecewise_linear
-
         sde = self._resolve_sde()
         if self.form == "dirichlet" and not sde.reversible:
             raise ValueError(
                 "form='dirichlet' needs a reversible SDE (SDE(..., reversible=True)); use "
                 "form='ito' otherwise"
             )
-        x = check_samples(X)
-        self.features_, self.lag_ = self.features, None  # continuous time: no lag
-        if self.form == "ito" and isinstance(
-            getattr(self.features_, "encoder_", None), torch.nn.Module
-        ):
-            warn_if_piecewise_linear(self.features_.encoder_)
-        elif self.form == "ito" and isinstance(self.features_, torch.nn.Module):
-            warn_if_piecewise_linear(self.features_)
-        w = self._check_weights(sample_weight, x.shape[0])
-        phi, d = self._evaluate(x, self.form, sde, constant=True)
-        self.constant_ = self._use_constant(phi[:, 1:])
-        if not self.constant_:
-            phi, d = phi[:, 1:], d[:, 1:]
-        n, r = phi.shape
+        return sde
+
+    @staticmethod
+    def _samples(X: Any) -> list:
+        """The validated sample arrays of ``X``, not concatenated (out-of-core arrays stay
+        out of core)."""
+        from dpnets.ito import check_samples
+
+        if not isinstance(X, list):
+            if isinstance(X, tuple) or is_streaming(X):
+                check_samples(X)  # raises the error naming the accepted forms
+            return [check_states(X, "X", lazy=True)]
+        if not X:
+            raise ValueError("empty list of trajectories")
+        parts = [check_states(t, f"trajectory {k}", lazy=True) for k, t in enumerate(X)]
+        if any(p.shape[1:] != parts[0].shape[1:] for p in parts):
+            raise ValueError("all trajectories must have the same state shape")
+        return parts
+
+    def _accumulate(self, X: Any, sample_weight: Any, sde: Any, fresh: bool) -> None:
+        """Add the moments of samples ``X`` (new statistics when ``fresh``), then refit; the
+        statistics change only once the whole piece has been read."""
+        from dpnets.ito import warn_if_piecewise_linear
+
+        parts = self._samples(X)
+        shape = tuple(parts[0].shape[1:])
+        if not fresh and shape != self.state_shape_:
+            raise ValueError(
+                f"X has state shape {shape}; the pieces already fitted have {self.state_shape_}"
+            )
+        n = sum(int(p.shape[0]) for p in parts)
+        w = self._check_weights(sample_weight, n)
+        if fresh:
+            self.features_, self.lag_ = self.features, None  # continuous time: no lag
+            if self.form == "ito" and isinstance(
+                getattr(self.features_, "encoder_", None), torch.nn.Module
+            ):
+                warn_if_piecewise_linear(self.features_.encoder_)
+            elif self.form == "ito" and isinstance(self.features_, torch.nn.Module):
+                warn_if_piecewise_linear(self.features_)
+            stats = Moments([("x", "x"), ("x", "t")] + ([("x", "d")] if self.form == "ito" else []))
+            dirichlet = np.zeros(())
+            inputs: list = []
+            weights: list = []
+        else:
+            stats = copy.deepcopy(self._stats)
+            dirichlet = self._dirichlet.copy()
+            inputs, weights = list(self._train_inputs), list(self._weights)
+        start = 0
+        torch_features = _torch_features(self.features_, self.dtype)
+        for part in parts:
+            seg = PairSegment(part, part, 0, 0, int(part.shape[0]))
+            for x in seg.x_chunks(int(self.batch_size)):
+                wb = None if w is None else w[start : start + x.shape[0]]
+                start += x.shape[0]
+                phi, d = self._evaluate(x, self.form, sde, True, torch_features)
+                blocks = {"x": phi, "t": x.reshape(x.shape[0], -1)}
+                if self.form == "ito":
+                    blocks["d"] = d
+                elif wb is None:
+                    dirichlet = dirichlet + np.einsum("nim,njm->ij", d, d)
+                else:
+                    dirichlet = dirichlet + np.einsum("n,nim,njm->ij", wb, d, d)
+                stats.update(blocks, wb)
+            inputs.append(seg)
+            weights.append(None if w is None else w[start - seg.n : start])
+        self._stats, self._dirichlet = stats, dirichlet
+        self._train_inputs, self._weights = inputs, weights
+        self.state_shape_ = shape
+        self._finish()
+
+    def _finish(self) -> None:
+        """The generator and every fitted array from the accumulated moments."""
+        m: Moments = self._stats
+        second = m.second("x", "x")  # uncentred, the constant function first
+        self.constant_ = self._use_constant_moments(m.mean("x")[1:], m.cov("x", "x")[1:, 1:])
+        keep = slice(0 if self.constant_ else 1, None)
+        cx = second[keep, keep]
+        if self.form == "ito":
+            cxd = m.second("x", "d")[keep, keep]
+        else:
+            cxd = -0.5 * self._dirichlet[keep, keep] / m.weight
+        n, r = m.count, cx.shape[0]
         if n < r:
             raise ValueError(f"fewer samples ({n}) than features (r={r}); provide more data")
-        phi_w = phi if w is None else phi * w[:, None]
-        cx = phi_w.T @ phi / n
-        if self.form == "ito":
-            cxd = phi_w.T @ d / n
-        elif w is None:
-            cxd = -0.5 * np.einsum("nim,njm->ij", d, d) / n
-        else:
-            cxd = -0.5 * np.einsum("n,nim,njm->ij", w, d, d) / n
         if self.symmetrize:
             cxd = 0.5 * (cxd + cxd.T)
         self._regress(cx, cxd)
         self.cxd_ = cxd
         self.partial_trace_ = float(np.trace(self.operator_))
         self.n_samples_, self.n_features_ = n, r
-        self.state_shape_ = tuple(x.shape[1:])
-        self.features_x_ = phi
-        self.sample_weight_ = w
+        self.sample_weight_ = None
+        if any(w is not None for w in self._weights):  # normalised to mean one
+            raw = [
+                np.ones(s.n) if w is None else w
+                for s, w in zip(self._train_inputs, self._weights, strict=True)
+            ]
+            self.sample_weight_ = np.concatenate(raw) * (n / m.weight)
         # equal-time least-squares coefficients of the state (App. E)
-        x_flat = np.asarray(x, dtype=np.float64).reshape(n, -1)
-        self.state_coef_ = self._lstsq(phi_w.T @ x_flat) / n
+        self.state_coef_ = self._lstsq(m.second("x", "t")[keep])
         self._set_spectrum()
-        return self
 
     @staticmethod
     def _check_weights(sample_weight: Any, n: int) -> np.ndarray | None:
-        """Weights normalised to mean one, or None for uniform weights."""
+        """Validated (raw) weights, or None for uniform weights."""
         if sample_weight is None:
             return None
         w = np.asarray(to_numpy(sample_weight), dtype=np.float64).reshape(-1)
@@ -297,22 +422,18 @@ class Generator(SpectralModel):
             raise ValueError(f"sample_weight has {w.shape[0]} entries for {n} samples")
         if not np.all(np.isfinite(w)) or np.any(w < 0) or w.sum() <= 0:
             raise ValueError("sample_weight must be finite, non-negative and not all zero")
-        return w * (n / w.sum())
+        return w
 
-    def _observable_coef(self, observable: Any) -> tuple[np.ndarray, tuple[int, ...]]:
-        """Equal-time (weighted) least-squares coefficients of an observable (App. E)."""
+    def _weigh(self, f: np.ndarray) -> np.ndarray:
+        """Observable values times the (normalised) sample weights of the fit."""
         w = getattr(self, "sample_weight_", None)
-        if observable is None or w is None:
-            return super()._observable_coef(observable)
-        f = check_states(observable, "observable")
-        if f.shape[0] != self.n_samples_:
-            raise ValueError(
-                f"observable must hold one value per training sample ({self.n_samples_}), "
-                f"got {f.shape[0]} rows"
-            )
-        f_flat = np.asarray(f, dtype=np.float64).reshape(f.shape[0], -1) * w[:, None]
-        coef = self._lstsq(self._training_features().T @ f_flat) / self.n_samples_
-        return coef, (() if np.ndim(observable) == 1 else tuple(f.shape[1:]))
+        return f if w is None else f * w[:, None]
+
+    features_x_ = property(
+        lambda self: features_on_demand(self),
+        doc="The training samples' features (n, r), computed on demand from the training "
+        "inputs (they are not stored; None for a model loaded from a file).",
+    )
 
     def _set_spectrum(self) -> None:
         """Eigen-decomposition on the range of ``Cx`` (the Ritz problem), by whitening.

@@ -35,6 +35,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from dpnets.distributed import is_main_process
 from dpnets.nn.registry import build
 
 __all__ = [
@@ -149,7 +150,12 @@ def sub_state(tensors: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.
 
 
 def save(model: Any, path: str | os.PathLike) -> None:
-    """Save a fitted dpnets model (DPNet, TransferOperator, ...) to ``path`` atomically."""
+    """Save a fitted dpnets model (DPNet, TransferOperator, ...) to ``path`` atomically.
+
+    In a ``torch.distributed`` process group only rank 0 writes (every process holds the
+    same model after distributed training); the others check the model and return. There
+    is no barrier, so calling it on rank 0 alone is fine too.
+    """
     matches = [(k, v[1]) for k, v in _KINDS.items() if type(model) is v[0]]
     if not matches:
         raise TypeError(f"cannot save objects of type {type(model).__name__}")
@@ -166,6 +172,8 @@ def save(model: Any, path: str | os.PathLike) -> None:
         "tensors": tensors,
         "checksum": _checksum(kind, config, tensors),
     }
+    if not is_main_process():
+        return
     atomic_write(path, lambda fh: torch.save(payload, fh))
 
 
@@ -225,6 +233,10 @@ def restore_module(spec: dict | None, given: nn.Module | None, state: dict, what
         if probe is not None:
             _check_state(probe, state, what)
         module = build(spec)
+        # a module built from its description has the default dtype: give it the stored one
+        dtypes = {v.dtype for v in state.values() if v.is_floating_point()}
+        if len(dtypes) == 1:
+            module = module.to(dtypes.pop())
     else:
         raise ValueError(
             f"the saved {what} is a custom torch module; pass an instance of the same "

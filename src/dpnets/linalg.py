@@ -20,6 +20,7 @@ from typing import NamedTuple
 import numpy as np
 import scipy.linalg
 import torch
+from scipy.sparse.csgraph import connected_components
 
 __all__ = [
     "default_rtol",
@@ -58,12 +59,24 @@ def default_rtol(dim: int, dtype: np.dtype | torch.dtype = np.float64) -> float:
 # ----------------------------------------------------------------------------- numpy
 
 
-def _sym_eigh(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _sym_part(a: np.ndarray) -> np.ndarray:
+    """``(A + A^T) / 2`` of a square float64 matrix, as a new Fortran-ordered array."""
     a = np.asarray(a, dtype=np.float64)
     if a.ndim != 2 or a.shape[0] != a.shape[1]:
         raise ValueError(f"expected a square matrix, got shape {a.shape}")
-    a = 0.5 * (a + a.T)
-    return scipy.linalg.eigh(a)
+    out = np.array(a, order="F")
+    out += a.T
+    out *= 0.5
+    return out
+
+
+def _sym_eigh(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Eigenvalues (ascending) and eigenvectors of the symmetric part of ``a``.
+
+    LAPACK's default driver ``syevr``: the divide-and-conquer ``syevd`` measured no faster
+    at r = 2048 on 1 or 2 threads (``benchmarks/bench_large_r.py``).
+    """
+    return scipy.linalg.eigh(_sym_part(a), overwrite_a=True)
 
 
 def sym_matrix_function(
@@ -92,9 +105,10 @@ def sym_matrix_function(
         rtol = default_rtol(s.shape[0])
     smax = s.max(initial=0.0)
     keep = s > rtol * smax if smax > 0 else np.zeros_like(s, dtype=bool)
-    f = np.zeros_like(s)
-    f[keep] = s[keep] ** power
-    return (u * f) @ u.T, int(keep.sum())
+    # U_k diag(f) U_k^T = B B^T with B = U_k sqrt(f) (f > 0 on the kept eigenvalues): one
+    # symmetric rank-k product (BLAS syrk, half a GEMM), exactly symmetric
+    b = u[:, keep] * s[keep] ** (0.5 * power)
+    return b @ b.T, int(keep.sum())
 
 
 def sym_pinv(a: np.ndarray, rtol: float | None = None) -> np.ndarray:
@@ -110,6 +124,100 @@ def sym_inv_sqrt(a: np.ndarray, rtol: float | None = None) -> np.ndarray:
     return sym_matrix_function(a, -0.5, rtol)[0]
 
 
+#: eigenvalues closer than this times the spectral radius count as one repeated eigenvalue
+REPEATED_RTOL = float(np.sqrt(np.finfo(np.float64).eps))
+
+
+def _geev(a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """LAPACK ``dgeev`` of a real Fortran-ordered matrix, which it overwrites.
+
+    Returns ``wr, wi`` and the left and right eigenvectors in LAPACK's packed real form: for
+    a complex-conjugate pair ``(j, j + 1)`` (``wi[j] > 0``) the vectors are
+    ``v[:, j] +- 1j * v[:, j + 1]``; each left vector has unit Euclidean norm.
+    """
+    r = a.shape[0]
+    geev, geev_lwork = scipy.linalg.get_lapack_funcs(("geev", "geev_lwork"), (a,))
+    work, info = geev_lwork(r, compute_vl=1, compute_vr=1)
+    lwork = max(int(np.ceil(work)) if info == 0 else 0, 4 * r, 1)
+    wr, wi, vl, vr, info = geev(a, compute_vl=1, compute_vr=1, lwork=lwork, overwrite_a=1)
+    if info > 0:
+        raise np.linalg.LinAlgError(
+            f"eig algorithm (geev) did not converge (only eigenvalues with order >= {info} "
+            "have converged)"
+        )
+    if info < 0:  # pragma: no cover - an argument error inside LAPACK
+        raise ValueError(f"LAPACK geev failed (info={info})")
+    return wr, wi, vl, vr
+
+
+def _unpack_vectors(v: np.ndarray, first: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """Columns ``order`` of the complex eigenvectors held in LAPACK's packed real form ``v``
+    (real when there is no complex pair); ``first`` holds the first index of every pair.
+
+    Gathers rows of ``v.T`` (contiguous for LAPACK's Fortran-ordered output) and returns a
+    Fortran-ordered array.
+    """
+    vt = v.T
+    if first.size == 0:
+        return vt[order].T
+    re = np.arange(v.shape[1])
+    re[first + 1] = first
+    im = np.minimum(re + 1, v.shape[1] - 1)  # unused (times 0) for a real eigenvalue
+    sign = np.zeros(v.shape[1])
+    sign[first], sign[first + 1] = 1.0, -1.0
+    out = np.empty(vt.shape, dtype=np.complex128)
+    out.real = vt[re[order]]
+    np.multiply(vt[im[order]], sign[order, None], out=out.imag)
+    return out.T
+
+
+def _packed_diagonal(pl: np.ndarray, pr: np.ndarray, first: np.ndarray) -> np.ndarray:
+    """``l_i^H r_i`` of the complex eigenvectors from the packed ones, ``O(r^2)`` (real
+    when there is no complex pair)."""
+    d = np.einsum("ij,ij->j", pl, pr)
+    if first.size == 0:
+        return d
+    j = first
+    # (a - ib)^T (c + id) = a.c + b.d + i (a.d - b.c) for l = a + ib, r = c + id
+    cross = np.einsum("ij,ij->j", pl[:, j], pr[:, j + 1]) - np.einsum(
+        "ij,ij->j", pl[:, j + 1], pr[:, j]
+    )
+    out = d.astype(np.complex128)
+    out[j] = (d[j] + d[j + 1]) + 1j * cross
+    out[j + 1] = out[j].conj()
+    return out
+
+
+def _repeated_groups(wr: np.ndarray, wi: np.ndarray, first: np.ndarray) -> list[np.ndarray]:
+    """Packed columns of every (numerically) repeated eigenvalue, ``O(r log r)``.
+
+    Eigenvalues closer than ``REPEATED_RTOL`` times the spectral radius (chains of them)
+    form a group; a complex pair counts by ``(wr, |wi|)``, both of its eigenvectors in the
+    group, and is a group on its own when its imaginary part is below that distance.
+    Returns the groups of more than one eigenvalue (indices of packed columns).
+    """
+    delta = REPEATED_RTOL * float(np.hypot(wr, wi).max(initial=0.0))
+    absi = np.abs(wi)
+    units = np.setdiff1d(np.arange(wr.size), first + 1)  # a real eigenvalue or a pair
+    units = units[np.argsort(wr[units], kind="stable")]
+    is_pair = np.zeros(wr.size, dtype=bool)
+    is_pair[first] = True
+    groups = []
+    for chain in np.split(units, np.flatnonzero(np.diff(wr[units]) > delta) + 1):
+        if chain.size > 1:  # exact distances within the chain (rarely more than one unit)
+            gap = np.abs(wr[chain, None] - wr[chain]) + np.abs(absi[chain, None] - absi[chain])
+            _, label = connected_components(gap <= delta, directed=False)
+            parts = [chain[label == k] for k in range(label.max() + 1)]
+        else:
+            parts = [chain]
+        for part in parts:
+            if part.size == 1 and not (is_pair[part[0]] and 2.0 * absi[part[0]] <= delta):
+                continue
+            pairs = part[is_pair[part]]
+            groups.append(np.sort(np.concatenate([part, pairs + 1])))
+    return groups
+
+
 def eig_biorthogonal(
     a: np.ndarray, metric: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -119,9 +227,26 @@ def eig_biorthogonal(
     positive imaginary part first), right eigenvectors ``R`` and left eigenvectors ``L``
     with ``A R = R diag(lam)``, ``L^H A = diag(lam) L^H`` and ``L^H R = I``.
 
+    One LAPACK ``geev`` gives both sides (cheaper than inverting the right vectors, and
+    each left vector is accurate on its own even where ``R`` is ill-conditioned); the
+    metric normalisation is one real GEMM on LAPACK's packed real vectors, and the rest is
+    ``O(r^2)``. Across distinct eigenvalues LAPACK's left and right vectors are
+    biorthogonal to round-off, and scaling each left vector (``l_i / conj(l_i^H r_i)``)
+    suffices. Within a repeated (or numerically repeated) eigenvalue of a non-normal matrix
+    they are eigenvectors each, but of unrelated bases of the eigenspace, and
+    ``l_i^H r_j`` need not vanish: for every such group (:func:`_repeated_groups`) the left
+    vectors are replaced by the dual basis of the right ones within their span,
+    ``L_K^H = (L_K^H R_K)^{-1} L_K^H``: still left eigenvectors (of one eigenvalue, to
+    ``REPEATED_RTOL``), and ``L^H R = I`` to round-off for every diagonalisable matrix.
+    Left vectors of distinct eigenvalues are never mixed, so an ill-conditioned
+    eigenvalue spoils no other triplet. For a defective matrix (an eigenvector matrix
+    singular to working precision) no biorthogonal ``L`` exists: ``R`` is then
+    ill-conditioned, which callers test before using the modal decomposition.
+
     Parameters
     ----------
     a : ndarray of shape (r, r)
+        Real square matrix.
     metric : ndarray of shape (r, r), optional
         Symmetric PSD Gram matrix ``G``; right eigenvectors are scaled so that
         ``r_i^H G r_i = 1`` (unit-norm eigenfunctions when ``G`` is the feature covariance).
@@ -130,27 +255,48 @@ def eig_biorthogonal(
     Returns
     -------
     eigvals : ndarray of shape (r,), complex
-    left : ndarray of shape (r, r), complex
-        Columns are left eigenvectors.
-    right : ndarray of shape (r, r), complex
-        Columns are right eigenvectors.
+    left : ndarray of shape (r, r)
+        Columns are left eigenvectors; complex, or real when every eigenvalue is real.
+    right : ndarray of shape (r, r)
+        Columns are right eigenvectors; complex, or real when every eigenvalue is real.
     """
-    a = np.asarray(a, dtype=np.float64)
-    w, vl, vr = scipy.linalg.eig(a, left=True, right=True)
+    a = np.array(a, dtype=np.float64, order="F")  # a copy LAPACK may overwrite
+    if a.ndim != 2 or a.shape[0] != a.shape[1]:
+        raise ValueError(f"expected a square matrix, got shape {a.shape}")
+    if not np.all(np.isfinite(a)):
+        raise ValueError("array must not contain infs or NaNs")
+    wr, wi, pl, pr = _geev(a)
+    first = np.flatnonzero(wi > 0)  # pairs (j, j + 1): v[:, j] +- 1j v[:, j + 1]
+    # squared norms r_i^H G r_i = a^T G a + b^T G b for r_i = a + i b (of a non-symmetric G
+    # only the symmetric part counts): one real GEMM on the packed vectors
+    gp = pr if metric is None else np.asarray(metric, dtype=np.float64) @ pr
+    sq = np.einsum("ij,ij->j", pr, gp)
+    sq[first] += sq[first + 1]
+    sq[first + 1] = sq[first]
+    norms = np.sqrt(np.abs(sq))
+    pr /= np.where(norms > 0, norms, 1.0)
+    d = _packed_diagonal(pl, pr, first)
+    groups = _repeated_groups(wr, wi, first)
+    w = wr + 1j * wi
     order = np.lexsort((-w.imag, -np.round(np.abs(w), 10)))
-    w, vl, vr = w[order], vl[:, order], vr[:, order]
-    if metric is not None:
-        # r_i^H G r_i for every i through one BLAS product (O(r^3) in BLAS, not in einsum)
-        norms = np.sqrt(np.abs(np.sum(vr.conj() * (np.asarray(metric) @ vr), axis=0)))
-    else:
-        norms = np.linalg.norm(vr, axis=0)
-    norms = np.where(norms > 0, norms, 1.0)
-    vr = vr / norms
-    # biorthogonal scaling: l_i^H r_i = 1
-    d = np.einsum("ji,ji->i", vl.conj(), vr)
-    d = np.where(np.abs(d) > np.finfo(np.float64).tiny, d, 1.0)
-    vl = vl / d.conj()
-    return w, vl, vr
+    position = np.empty_like(order)
+    position[order] = np.arange(order.size)
+    right = _unpack_vectors(pr, first, order)
+    left = _unpack_vectors(pl, first, order)
+    d = d[order]
+    left /= np.where(np.abs(d) > np.finfo(np.float64).tiny, d, 1.0).conj()
+    for group in groups:
+        # the dual basis of the group's right vectors within the span of its left ones:
+        # L_K^H = (L_K^H R_K)^{-1} L_K^H, still left eigenvectors, and L_K^H R_K = I
+        k = position[group]
+        lh = left[:, k].conj().T
+        try:
+            lh = np.linalg.solve(lh @ right[:, k], lh)
+        except np.linalg.LinAlgError:  # a defective eigenvalue: no dual basis
+            continue
+        if np.all(np.isfinite(lh)):
+            left[:, k] = lh.conj().T
+    return w[order], left, right
 
 
 # ----------------------------------------------------------------------------- torch

@@ -8,16 +8,25 @@ Koopman modes and implied timescales.
 
 from __future__ import annotations
 
+import copy
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, IterableDataset, SequentialSampler
 
 from dpnets.base import BaseEstimator, clone, is_fitted
-from dpnets.data import check_states, is_streaming, pairs, resolve_lag, to_numpy
+from dpnets.data import (
+    PairSegment,
+    check_states,
+    is_streaming,
+    pair_segments,
+    pairs,
+    resolve_lag,
+    to_numpy,
+)
 from dpnets.exceptions import check_is_fitted
 from dpnets.io import (
     InvalidModelFile,
@@ -29,6 +38,7 @@ from dpnets.io import (
     tensors_to_arrays,
 )
 from dpnets.linalg import eig_biorthogonal, sym_matrix_function
+from dpnets.moments import FIT_CHUNK, Moments
 from dpnets.nn.utils import encode
 from dpnets.params import check_choice, check_real
 
@@ -39,6 +49,7 @@ __all__ = [
     "FeatureMap",
     "as_feature_map",
     "constant_in_span",
+    "constant_in_span_moments",
     "timescales_from_eigvals",
 ]
 
@@ -56,7 +67,8 @@ def as_feature_map(features: Any) -> FeatureMap:
         return lambda x: np.asarray(x, dtype=np.float64).reshape(x.shape[0], -1)
     if isinstance(features, torch.nn.Module):
         module = features
-        return lambda x: _as_features(encode(module, x).numpy(), x.shape[0])
+        # read-only states (memory-mapped files) are copied a chunk at a time for torch
+        return lambda x: _as_features(encode(module, _writeable(x)).numpy(), x.shape[0])
     if hasattr(features, "transform") and callable(features.transform):
         return lambda x: _as_features(features.transform(x), x.shape[0])
     if callable(features):
@@ -73,17 +85,101 @@ STATIONARY_TOL = 1e-10
 def constant_in_span(phi: np.ndarray, tol: float = 1e-8) -> bool:
     """Whether the constant function lies in the span of features ``phi`` (n, r) on the data.
 
-    The squared empirical distance of ``1`` to the span is ``1 - mu^T Cx^+ mu`` with
-    ``mu`` the feature mean and ``Cx`` the uncentred covariance; it is in the span when that
-    is at most ``tol``. The columns are first scaled to unit root mean square, so features
-    of any scale (raw coordinates far from the origin) give the same answer.
+    It does when some combination ``c^T phi`` of the features is constant and non-zero on
+    the data: ``c`` in the null space of the (centred) feature covariance with
+    ``c^T mu != 0``, ``mu`` the feature mean. The test runs on the correlation matrix (the
+    covariance of the standardised features), so features of any offset and scale give
+    the same answer: raw coordinates far from the origin do not span it (the constant is
+    then added and the regression stays well conditioned), indicator features of a
+    partition and dictionaries holding the constant do. See
+    :func:`constant_in_span_moments`, which takes the moments instead of the features.
     """
-    n = phi.shape[0]
-    rms = np.sqrt(np.mean(phi * phi, axis=0))
-    phi = phi / np.where(rms > 0, rms, 1.0)
-    mu = phi.mean(0)
-    cx_pinv, _ = sym_matrix_function(phi.T @ phi / n, -1.0)
-    return bool(1.0 - float(mu @ cx_pinv @ mu) <= tol)
+    phi = np.asarray(phi, dtype=np.float64)
+    mean = phi.mean(0)
+    centred = phi - mean
+    return constant_in_span_moments(mean, centred.T @ centred / phi.shape[0], tol)
+
+
+def constant_in_span_moments(mean: np.ndarray, cov: np.ndarray, tol: float = 1e-8) -> bool:
+    """:func:`constant_in_span` from the feature mean and covariance.
+
+    A feature whose spread is below the round-off of its values is a constant (in the span
+    when non-zero). On the others, with ``R = V diag(s) V^T`` the correlation matrix and
+    ``m = mu / std`` the standardised means, the squared distance of ``1`` to the span of
+    the combinations of (numerically) zero variance is ``1 / (1 + sum_i (v_i^T m)^2 / s_i)``
+    over the eigenvalues ``s_i <= tol * max(s)``; the constant is in the span when that
+    distance is at most ``tol``.
+
+    Parameters
+    ----------
+    mean : ndarray (r,)
+        ``E[phi]`` on the data.
+    cov : ndarray (r, r)
+        The centred covariance ``E[(phi - mean)(phi - mean)^T]`` on the data (from
+        :meth:`dpnets.moments.Moments.cov`, accurate whatever the offset of the features).
+    tol : float, default 1e-8
+        Relative variance below which a combination of features counts as constant, and
+        largest squared distance of the constant function to the span counted as zero.
+
+    Returns
+    -------
+    bool
+    """
+    mean = np.asarray(mean, dtype=np.float64)
+    cov = np.asarray(cov, dtype=np.float64)
+    eps = np.finfo(np.float64).eps
+    sd = np.sqrt(np.maximum(np.diag(cov), 0.0))
+    flat = sd <= 64.0 * eps * np.abs(mean)  # constant up to the round-off of its values
+    if np.any(flat & (mean != 0)):
+        return True
+    keep = ~flat
+    if not keep.any():  # every feature vanishes on the data
+        return False
+    sdk = sd[keep]
+    corr = cov[np.ix_(keep, keep)] / np.outer(sdk, sdk)
+    s, v = np.linalg.eigh(0.5 * (corr + corr.T))
+    top = max(float(s.max()), 0.0)
+    null = s <= tol * top
+    if not null.any():
+        return False
+    proj = v[:, null].T @ (mean[keep] / sdk)
+    ratio = float(np.sum(proj**2 / np.maximum(s[null], eps * top)))
+    return bool(1.0 / (1.0 + ratio) <= tol)
+
+
+def _with_constant(c: np.ndarray, mean_a: np.ndarray, mean_b: np.ndarray) -> np.ndarray:
+    """``E[[1, a] [1, b]^T]`` from ``c = E[a b^T]`` and the means of ``a`` and ``b``."""
+    out = np.empty((c.shape[0] + 1, c.shape[1] + 1))
+    out[0, 0] = 1.0
+    out[0, 1:] = mean_b
+    out[1:, 0] = mean_a
+    out[1:, 1:] = c
+    return out
+
+
+def _input_chunks(sources: list, size: int = FIT_CHUNK) -> Iterator[np.ndarray]:
+    """The training inputs ``X`` of a chunked fit, in order: ``PairSegment`` rows, or the
+    ``x`` of every batch of a (replayable) DataLoader."""
+    for src in sources:
+        if isinstance(src, PairSegment):
+            yield from src.x_chunks(size)
+            continue
+        sampler = getattr(src, "sampler", None)
+        if not (isinstance(sampler, SequentialSampler) or isinstance(src.dataset, IterableDataset)):
+            raise ValueError(
+                "the model was fitted on a DataLoader that draws its samples at random, whose "
+                "order cannot be replayed: fit on arrays, a Dataset or a DataLoader with "
+                "shuffle=False to use observables given on the training samples"
+            )
+        for batch in src:
+            yield check_states(batch[0], "X batch")
+
+
+def _writeable(x: Any) -> Any:
+    """``x``, or a copy of it when it is a read-only numpy array (torch warns on those)."""
+    if isinstance(x, np.ndarray) and not x.flags.writeable:
+        return np.array(x)
+    return x
 
 
 def _prepend_ones(phi: np.ndarray) -> np.ndarray:
@@ -117,8 +213,10 @@ class SpectralModel(BaseEstimator):
     * ``eigvals_``, ``left_eigvecs_``, ``right_eigvecs_``: from :meth:`_set_spectrum`;
     * ``state_coef_`` (r, d): least-squares coefficients of the (flattened) state observable;
     * ``n_samples_``, ``n_features_``, ``state_shape_``, ``lag_`` (None where unknown);
-    * ``features_x_`` (n, r): the training inputs' features, kept in memory after ``fit`` for
-      observables given on the training samples (not saved to files).
+    * ``features_x_`` (n, r): the training inputs' features, for observables given on the
+      training samples (not saved to files). :class:`TransferOperator` and
+      :class:`dpnets.Generator` do not store it: they keep a reference to the training
+      inputs (no copy) and compute the features chunk by chunk when needed.
 
     Least squares: the coefficients of an observable are ``(Cx + ridge I)^+ Phi_X^T F / n``,
     computed by :meth:`_lstsq` from ``cx_pinv_`` (set by :meth:`_regress`). An estimator
@@ -167,6 +265,12 @@ class SpectralModel(BaseEstimator):
         """``constant="auto"``: add the constant unless the features already span it."""
         if self.constant == "auto":
             return not constant_in_span(phi)
+        return bool(self.constant)
+
+    def _use_constant_moments(self, mean: np.ndarray, cov: np.ndarray) -> bool:
+        """:meth:`_use_constant` from the features' mean and (centred) covariance."""
+        if self.constant == "auto":
+            return not constant_in_span_moments(mean, cov)
         return bool(self.constant)
 
     # -- hooks
@@ -249,22 +353,55 @@ class SpectralModel(BaseEstimator):
                 f"observable must hold one value per training sample ({self.n_samples_}), "
                 f"got {f.shape[0]} rows"
             )
-        f_flat = np.asarray(f, dtype=np.float64).reshape(f.shape[0], -1)
-        coef = self._lstsq(self._training_features().T @ f_flat) / self.n_samples_
+        f_flat = self._weigh(np.asarray(f, dtype=np.float64).reshape(f.shape[0], -1))
+        coef = self._lstsq(self._training_product(f_flat)) / self.n_samples_
         # a 1-D observable (one scalar per sample) gives 1-D forecasts
         return coef, (() if np.ndim(observable) == 1 else tuple(f.shape[1:]))
 
-    def _training_features(self) -> np.ndarray:
-        """The training inputs' features (kept in memory after ``fit``, not in model files,
-        whose size must not grow with the data)."""
-        phi = getattr(self, "features_x_", None)
-        if phi is None:
+    def _weigh(self, f: np.ndarray) -> np.ndarray:
+        """Observable values times the sample weights of the fit (none here)."""
+        return f
+
+    def _training_feature_chunks(self) -> Iterator[np.ndarray]:
+        """The training inputs' features (the basis of :meth:`transform`), chunk by chunk,
+        in the order of the training samples.
+
+        Estimators that store ``features_x_`` yield it; chunked fits (which keep a reference
+        to their training inputs in ``_train_inputs``) compute it from the inputs. Model
+        files hold neither, as their size must not grow with the data.
+        """
+        stored = vars(self).get("features_x_")
+        sources = getattr(self, "_train_inputs", None)
+        if stored is None and sources is None:
             raise ValueError(
                 "this model was loaded from a file, which does not store the training features "
                 "(n x r): refit it to use observables given on the training samples, or pass "
                 "the states X explicitly; forecasts of the state itself work as they are"
             )
-        return phi
+        if stored is not None:
+            yield stored
+            return
+        for x in _input_chunks(sources):
+            yield self.transform(x)
+
+    def _training_features(self) -> np.ndarray:
+        """The training inputs' features (n, r), all at once (see
+        :meth:`_training_feature_chunks`)."""
+        return np.concatenate(list(self._training_feature_chunks()))
+
+    def _training_product(self, f: np.ndarray) -> np.ndarray:
+        """``Phi_X^T f`` over the training inputs, chunk by chunk (``f``: (n_samples_, l))."""
+        out, start = None, 0
+        for phi in self._training_feature_chunks():
+            part = phi.T @ f[start : start + phi.shape[0]]
+            out = part if out is None else out + part
+            start += phi.shape[0]
+        if start != self.n_samples_ or out is None:
+            raise ValueError(
+                f"the training inputs now hold {start} samples, the model was fitted on "
+                f"{self.n_samples_}: they changed since fit; refit the model"
+            )
+        return out
 
     def predict(self, X: Any, t: Any = 1, observable: Any = None) -> np.ndarray:
         """Forecast ``E[f(X_t) | X_0 = x]`` through the modal decomposition.
@@ -273,7 +410,8 @@ class SpectralModel(BaseEstimator):
         coefficients of the observable and ``w_i(t)`` the eigenvalue weight
         (``lambda_i^{t-1}`` for a transfer operator, Eq. 17; ``exp(lambda_i t)`` for a
         generator, App. E). If the eigenvector matrix is ill-conditioned (a defective
-        estimator), the matrix function is used instead.
+        estimator) or its computed left and right eigenvectors are not biorthogonal (a
+        repeated eigenvalue), the matrix function is used instead.
 
         Parameters
         ----------
@@ -298,7 +436,7 @@ class SpectralModel(BaseEstimator):
         coef, obs_shape = self._observable_coef(observable)
         phi = self.transform(X)
         out = []
-        if np.linalg.cond(self.right_eigvecs_) < 1e8:
+        if self._modal_ok():
             phi_r = phi @ self.right_eigvecs_  # (m, r)
             lc = self.left_eigvecs_.conj().T @ coef  # (r, l)
             for s in ts:
@@ -308,6 +446,22 @@ class SpectralModel(BaseEstimator):
                 out.append(phi @ self._power(s) @ coef)
         shaped = [o.reshape(o.shape[0], *obs_shape) for o in out]
         return shaped[0] if scalar else np.stack(shaped)
+
+    def _modal_ok(self) -> bool:
+        """Whether forecasts may go through the eigen-decomposition: a well-conditioned
+        eigenvector matrix whose computed left and right eigenvectors are biorthogonal
+        (``L^H R = I``; not so for a (nearly) repeated eigenvalue of a non-normal
+        estimator, whose eigenvectors round-off alone decides)."""
+        right, left = self.right_eigvecs_, self.left_eigvecs_
+        cached = self.__dict__.get("_modal_check")
+        if cached is not None and cached[0] is right:  # O(r^3): once per spectrum
+            return cached[1]
+        ok = bool(np.linalg.cond(right) < 1e8)
+        if ok:
+            gram = left.conj().T @ right
+            ok = bool(np.abs(gram - np.eye(gram.shape[0])).max() < 1e-6)
+        self.__dict__["_modal_check"] = (right, ok)
+        return ok
 
     def score(self, X: Any, y: Any = None, lag: int | None = None, kind: str = "vamp2") -> float:
         """Score of the model on (held-out) data, higher is better.
@@ -470,15 +624,17 @@ class DiscreteTimeModel(SpectralModel):
         k = int(np.argmin(np.abs(self.eigvals_ - 1.0)))
         u = np.real(self._lstsq(np.conj(self.left_eigvecs_[:, k])))
         mean = getattr(self, "features_mean_", None)
-        mean = self._training_features().mean(0) if mean is None else mean
+        if mean is None:
+            mean = self._training_product(np.ones((self.n_samples_, 1)))[:, 0] / self.n_samples_
         norm = float(mean @ u)
         if not abs(norm) > 0:
             raise ValueError(
                 "the stationary eigenvector has zero mean weight on the training data; add the "
                 "constant function to the features"
             )
-        phi = self._training_features() if X is None else self.transform(X)
-        return (phi @ u) / norm
+        if X is not None:
+            return (self.transform(X) @ u) / norm
+        return np.concatenate([phi @ u for phi in self._training_feature_chunks()]) / norm
 
 
 class TransferOperator(DiscreteTimeModel):
@@ -541,6 +697,10 @@ class TransferOperator(DiscreteTimeModel):
         Lag in frames (from ``fit``; None for pre-paired data fitted without ``lag``).
     n_samples_ : int
     n_features_ : int
+    features_x_ : ndarray (n_samples_, n_features_) or None
+        The training inputs' features, computed on demand (chunk by chunk) from a reference
+        to the training inputs; nothing of size ``n`` is stored on the model. None for a
+        model loaded from a file.
     """
 
     def __init__(
@@ -583,9 +743,17 @@ class TransferOperator(DiscreteTimeModel):
     def fit(self, data: Any, lag: int | None = None) -> TransferOperator:
         """Estimate the operator from ``data`` (same forms as :meth:`dpnets.DPNet.fit`).
 
+        One pass over the pairs in chunks of :data:`dpnets.moments.FIT_CHUNK`: the features
+        of each chunk are computed and their counts, means and second moments accumulated
+        in float64 (:class:`dpnets.moments.Moments`), so the memory does not grow with the
+        number of samples. The states are not copied: memory-mapped arrays
+        (``np.load(path, mmap_mode="r")``) and HDF5 datasets (``h5py.Dataset``) are read a
+        chunk at a time. ``fit`` is :meth:`partial_fit` on a fresh model.
+
         Parameters
         ----------
         data : array, list of arrays, tuple (X, Y), Dataset or DataLoader
+            The arrays may be memory-mapped or ``h5py.Dataset`` objects.
         lag : int, optional
             Trajectories: lag in frames (default: the lag the feature map was trained at,
             else 1; a different lag warns). Pre-paired data: the lag of the pairs, recorded
@@ -594,75 +762,201 @@ class TransferOperator(DiscreteTimeModel):
         Returns
         -------
         self
+
+        Notes
+        -----
+        The model keeps a reference to its training inputs (not a copy), from which the
+        features of the training samples are recomputed when an observable is given on
+        them (:meth:`predict`, :meth:`modes`) or for :meth:`stationary_weights`: change
+        those arrays after ``fit`` and these use the changed values.
         """
         self._check_regression_params()
         features = self._fit_features(data, lag)
-        fmap = as_feature_map(features)
         pair_lag, lag_ = self._fit_lag(features, data, lag)
+        self._accumulate(data, pair_lag, features, lag_, fresh=True)
+        return self
+
+    def partial_fit(self, data: Any, lag: int | None = None) -> TransferOperator:
+        """Add ``data`` to the statistics of the fit and update the operator.
+
+        For data that arrive in pieces: each call accumulates the pairs of one piece (a
+        trajectory, a list of trajectories, an ``(X, Y)`` tuple or a Dataset; pairs never
+        cross pieces) and refits the operator on everything seen so far, so that
+        ``partial_fit`` over pieces equals :meth:`fit` on the list of them (to
+        round-off). A call on a fresh model starts the statistics; :meth:`fit` restarts
+        them.
+
+        Parameters
+        ----------
+        data : array, list of arrays, tuple (X, Y), Dataset or DataLoader
+            One piece.
+        lag : int, optional
+            As in :meth:`fit`; later pieces default to, and must agree with, the lag of the
+            first (``lag_``).
+
+        Returns
+        -------
+        self
+
+        Raises
+        ------
+        ValueError
+            If the feature map is not fixed (an unfitted :class:`dpnets.DPNet` composite,
+            which only :meth:`fit` trains), if ``lag`` or the state shape differs from the
+            earlier pieces, or if the model holds no statistics to add to (a model loaded
+            from a file). With fewer samples than features so far, the piece is kept (the
+            next pieces add to it) and a ``ValueError`` asks for more data.
+        """
+        self._check_regression_params()
+        if getattr(self, "_stats", None) is None:
+            if "operator_" in vars(self):
+                raise ValueError(
+                    "this model holds no accumulated statistics (it was loaded from a file): "
+                    "call fit, or partial_fit on a new model"
+                )
+            features = self._partial_features()
+            pair_lag, lag_ = self._fit_lag(features, data, lag)
+            self._accumulate(data, pair_lag, features, lag_, fresh=True)
+            return self
+        pair_lag, lag_ = resolve_lag(data, self.lag_ if lag is None else lag)
+        if lag_ != self.lag_:
+            raise ValueError(
+                f"lag={lag_} differs from the lag of the pieces already fitted (lag_="
+                f"{self.lag_}): pair every piece at the same lag"
+            )
+        self._accumulate(data, pair_lag, self.features_, lag_, fresh=False)
+        return self
+
+    def _partial_features(self) -> Any:
+        """The fixed feature map a fresh :meth:`partial_fit` accumulates on."""
+        f = self.features
+        if isinstance(f, BaseEstimator) and hasattr(f, "transform") and not is_fitted(f):
+            raise ValueError(
+                f"partial_fit needs a fixed feature map, but features is an unfitted "
+                f"{type(f).__name__}: fit it first (features.fit(data)), or call fit, which "
+                "trains a copy of it on the data"
+            )
+        return f
+
+    #: blocks of the accumulated moments: features of X ("x") and Y ("y"), the Y states ("t")
+    _PRODUCTS = (("x", "x"), ("x", "y"), ("y", "y"), ("x", "t"))
+
+    def _accumulate(self, data: Any, pair_lag: int, features: Any, lag_: Any, fresh: bool) -> None:
+        """Add the pairs of ``data`` to the statistics (new ones when ``fresh``), then refit.
+
+        The statistics change only once the whole piece has been read, so a piece that
+        fails (bad values, a feature map error) leaves the model as it was.
+        """
+        stats = Moments(self._PRODUCTS) if fresh else copy.deepcopy(self._stats)
+        fmap = as_feature_map(features)
         if is_streaming(data):
-            phi_x, phi_y, raw_xty, sum_y, state_shape = self._stream(data, fmap)
+            loader, shape = self._stream(data, fmap, stats)
+            new_inputs: list = [loader]
         else:
-            p = pairs(data, pair_lag)
-            phi_x = fmap(p.X)
-            phi_y = fmap(p.Y)
-            y_flat = np.asarray(p.Y, dtype=np.float64).reshape(len(p), -1)
-            raw_xty, sum_y = phi_x.T @ y_flat, y_flat.sum(0)
-            state_shape = p.state_shape
+            new_inputs = pair_segments(data, pair_lag)
+            shape = new_inputs[0].state_shape
+            self._check_piece_shape(shape, fresh)
+            for seg in new_inputs:
+                for x, y in seg.chunks(FIT_CHUNK):
+                    self._add_chunk(stats, fmap, x, y)
+        self._check_piece_shape(shape, fresh)
+        sources = new_inputs if fresh else [*self._train_inputs, *new_inputs]
+        self.features_, self.lag_ = features, lag_
+        self._stats, self._train_inputs = stats, sources
+        self.state_shape_ = tuple(shape)
+        self._finish()
+
+    def _check_piece_shape(self, shape: tuple[int, ...], fresh: bool) -> None:
+        if not fresh and tuple(shape) != self.state_shape_:
+            raise ValueError(
+                f"the states have state shape {tuple(shape)}; the pieces already fitted have "
+                f"{self.state_shape_}"
+            )
+
+    @staticmethod
+    def _add_chunk(stats: Moments, fmap: FeatureMap, x: np.ndarray, y: np.ndarray) -> None:
+        """Accumulate the features of one chunk of pairs and the ``Y`` states."""
+        phi_x, phi_y = fmap(x), fmap(y)
         if phi_y.shape != phi_x.shape:
             raise ValueError(f"features of X and Y differ in shape: {phi_x.shape}, {phi_y.shape}")
-        self.features_, self.lag_ = features, lag_
-        self.constant_ = self._use_constant(phi_x)
-        self.feature_shift_ = self.feature_scale_ = None
-        if self.constant_:
-            sd = phi_x.std(0)
-            self.feature_shift_ = phi_x.mean(0)
-            self.feature_scale_ = np.where(sd > 0, sd, 1.0)
-            phi_x, phi_y = self._basis(phi_x), self._basis(phi_y)
-            # Phi^T Y in the basis [1, (phi - shift) / scale], from the raw sums
-            centred = raw_xty - self.feature_shift_[:, None] * sum_y[None, :]
-            raw_xty = np.vstack([sum_y[None, :], centred / self.feature_scale_[:, None]])
-        xty = raw_xty
-        n, r = phi_x.shape
+        stats.update({"x": phi_x, "y": phi_y, "t": np.reshape(y, (y.shape[0], -1))})
+
+    def _finish(self) -> None:
+        """The operator and every fitted array from the accumulated moments.
+
+        With the constant the basis is ``[1, (psi - mean) / std]``: its moments are those
+        of the centred features (covariances) scaled by the standard deviations, so no
+        offset of the features cancels. Without it, the uncentred moments of ``psi``.
+        """
+        m: Moments = self._stats
+        n = m.count
+        mx, my = m.mean("x"), m.mean("y")
+        cov_x = m.cov("x", "x")
+        self.constant_ = self._use_constant_moments(mx, cov_x)
+        k = mx.shape[0]
+        r = k + int(self.constant_)
         if n < r:
             raise ValueError(f"fewer samples ({n}) than features (r={r}); provide more data")
-        cx = phi_x.T @ phi_x / n
-        cxy = phi_x.T @ phi_y / n
+        shift, scale = np.zeros(k), np.ones(k)
+        self.feature_shift_ = self.feature_scale_ = None
+        if self.constant_:
+            sd = np.sqrt(np.maximum(np.diag(cov_x), 0.0))
+            # a feature constant on the data (up to the round-off of its values) is left
+            # unscaled: it then vanishes once centred, and the pseudo-inverse drops it
+            flat = sd <= 64.0 * np.finfo(np.float64).eps * np.abs(mx)
+            shift, scale = mx, np.where((sd > 0) & ~flat, sd, 1.0)
+            self.feature_shift_, self.feature_scale_ = shift, scale
+        ss = np.outer(scale, scale)
+        ex, ey = (mx - shift) / scale, (my - shift) / scale
+        cx = m.second("x", "x", shift, shift) / ss
+        cxy = m.second("x", "y", shift, shift) / ss
+        cy = m.second("y", "y", shift, shift) / ss
+        xt = m.second("x", "t", shift, 0.0) / scale[:, None]
+        if self.constant_:
+            cx, cy = _with_constant(cx, ex, ex), _with_constant(cy, ey, ey)
+            cxy = _with_constant(cxy, ex, ey)
+            xt = np.vstack([m.mean("t")[None, :], xt])
+            ex, ey = np.concatenate([[1.0], ex]), np.concatenate([[1.0], ey])
         self._regress(cx, cxy)
         self.cxy_ = cxy
         self.n_samples_, self.n_features_ = n, r
-        self.state_shape_ = tuple(state_shape)
-        self.features_x_ = phi_x
-        self.features_mean_ = phi_x.mean(0)
+        self.features_mean_ = ex
         # moments of the lagged side, for the VAMP-E score of held-out data
-        self.cy_ = phi_y.T @ phi_y / n
-        self.features_mean_y_ = phi_y.mean(0)
+        self.cy_ = cy
+        self.features_mean_y_ = ey
         # least-squares coefficients of the state at time lag on psi(X_0) (App. D.2)
-        self.state_coef_ = self._lstsq(xty) / n
+        self.state_coef_ = self._lstsq(xt)
         self._set_spectrum()
-        return self
 
-    def _stream(self, data: Any, fmap: FeatureMap):
-        """Features of a Dataset/DataLoader of pairs, batch by batch; the states are never
-        held in memory together (only the r-dimensional features, ``Phi_X^T Y`` and the sum
-        of the ``Y`` states)."""
+    def _stream(self, data: Any, fmap: FeatureMap, stats: Moments) -> tuple[DataLoader, tuple]:
+        """Accumulate a Dataset/DataLoader of pairs batch by batch; the states are never held
+        in memory together. Returns the loader (the training inputs) and the state shape."""
         loader = data if isinstance(data, DataLoader) else DataLoader(data, batch_size=8192)
-        phx, phy = [], []
-        xty = sum_y = None
-        shape: tuple[int, ...] = ()
+        shape = None
         for xb, yb in loader:
             xb = check_states(xb, "X batch")
             yb = check_states(yb, "Y batch")
-            fx = fmap(xb)
-            phx.append(fx)
-            phy.append(fmap(yb))
-            y_flat = np.asarray(yb, dtype=np.float64).reshape(yb.shape[0], -1)
-            part, total = fx.T @ y_flat, y_flat.sum(0)
-            xty = part if xty is None else xty + part
-            sum_y = total if sum_y is None else sum_y + total
+            self._add_chunk(stats, fmap, xb, yb)
             shape = tuple(yb.shape[1:])
-        if xty is None:
+        if shape is None:
             raise ValueError("the Dataset/DataLoader yielded no samples")
-        return np.concatenate(phx), np.concatenate(phy), xty, sum_y, shape
+        return loader, shape
+
+    features_x_ = property(
+        lambda self: features_on_demand(self),
+        doc="The training inputs' features in the basis of :meth:`transform`, float64 "
+        "(n, r), computed on demand from the training inputs (they are not stored; None "
+        "for a model loaded from a file).",
+    )
+
+
+def features_on_demand(model: SpectralModel) -> np.ndarray | None:
+    """``features_x_`` of a chunked fit (:class:`TransferOperator`, :class:`dpnets.Generator`):
+    the training inputs' features computed from the reference to those inputs the fit
+    keeps, or None (a model loaded from a file)."""
+    if getattr(model, "_train_inputs", None) is None:
+        return None
+    return model._training_features()
 
 
 def timescales_from_eigvals(eigvals: np.ndarray, lag_time: float) -> np.ndarray:
@@ -748,7 +1042,11 @@ def restore_fitted_operator(model: Any, fitted: dict, tensors: dict[str, torch.T
     """Set the fitted scalars of :func:`dump_fitted_scalars` and the optional arrays, check
     them against the arrays and recompute the spectrum."""
     tensors_to_arrays(model, tensors, (), _OPTIONAL_ARRAYS)
-    model.features_x_ = None  # not in files (their size must not grow with the data)
+    # the training features and inputs are not in files (their size must not grow with the
+    # data); chunked fits compute ``features_x_`` (a property) from their inputs instead
+    if not isinstance(getattr(type(model), "features_x_", None), property):
+        model.features_x_ = None
+    model._train_inputs = model._stats = None
     model.constant_ = bool(fitted.get("constant_", False))
     model.lag_ = fitted.get("lag_")
     model.cx_rank_ = fitted.get("cx_rank_", fitted.get("rank_"))
@@ -776,7 +1074,7 @@ def check_fitted_arrays(model: Any) -> None:
     shapes.update({"cy_": (r, r), "features_mean_": (r,), "features_mean_y_": (r,)})
     shapes["state_coef_"] = (r, d)
     for name, shape in shapes.items():
-        value = getattr(model, name, None)
+        value = vars(model).get(name)  # stored arrays only (no on-demand features_x_)
         if value is not None and tuple(np.shape(value)) != shape:
             raise InvalidModelFile(
                 f"{name} has shape {tuple(np.shape(value))}, expected {shape} for "
@@ -786,6 +1084,7 @@ def check_fitted_arrays(model: Any) -> None:
 
 register("TransferOperator", TransferOperator, dump_operator, restore_operator)
 __all__ += [
+    "features_on_demand",
     "dump_operator",
     "restore_operator",
     "restore_fitted_operator",

@@ -11,19 +11,26 @@ from typing import Any
 import numpy as np
 import torch
 from torch import Tensor, nn
-from torch.utils.data import DataLoader, Dataset, random_split
+from torch.utils.data import DataLoader, Dataset
 
 from dpnets.base import BaseEstimator
 from dpnets.data import (
+    ConvertedLoader,
+    DatasetPairs,
     IndexBatcher,
     Pairs,
+    batch_to_tensor,
     check_states,
     chunks,
+    fetch_pairs,
     is_streaming,
     pairs,
     resolve_lag,
+    split_loader,
     windows,
 )
+from dpnets.distributed import broadcast_int, broadcast_module, world_size
+from dpnets.distributed import is_active as dist_active
 from dpnets.exceptions import check_is_fitted
 from dpnets.io import InvalidModelFile, register, restore_module, save, sub_state
 from dpnets.nn.registry import describe
@@ -98,6 +105,19 @@ def _chunked(arrays: list[np.ndarray], size: int = 65536) -> Iterator[np.ndarray
     for a in arrays:
         for sl in chunks(a.shape[0], size):
             yield a[sl]
+
+
+def _plain_loader(loader: DataLoader) -> bool:
+    """A DataLoader with a batch size, default collation and no workers over a map-style
+    Dataset: its batches can be fetched whole (:class:`dpnets.data.DatasetBatcher`)."""
+    from torch.utils.data import IterableDataset, default_collate
+
+    return (
+        loader.batch_size is not None
+        and loader.num_workers == 0
+        and loader.collate_fn is default_collate
+        and not isinstance(loader.dataset, IterableDataset)
+    )
 
 
 class DPNet(BaseEstimator):
@@ -186,6 +206,27 @@ class DPNet(BaseEstimator):
         The SDE, required by the generator scores (e.g.
         :func:`dpnets.ito.overdamped_langevin`); the encoder must be twice differentiable
         (smooth activations) for ``"generator"``.
+    distributed : {"auto", True, False}, default "auto"
+        Exact global-batch training on several processes (:mod:`dpnets.distributed`;
+        launch with ``torchrun``). "auto" trains distributed when a ``torch.distributed``
+        process group of more than one process is initialised; True requires one; False
+        trains in this process alone. Every process passes the same data (arrays, lists,
+        memory-mapped ``.npy``; not a Dataset); each draws the same global batches of
+        ``batch_size`` pairs (``seed``, or a seed drawn by rank 0) and encodes only its
+        part of each; the score of the whole batch comes from the sums of the covariances
+        over processes, so the weights do not depend on the number of processes (up to
+        floating-point reduction order). The initial weights are rank 0's. All processes
+        end with the same model; only rank 0 shows progress and writes checkpoints and
+        files (:func:`dpnets.save`).
+    autocast : {None, "bf16", "fp16"}, default None
+        Mixed precision for the encoder during training (``torch.autocast``; "fp16" with a
+        gradient scaler): the features are cast back to the encoder's dtype before the
+        covariances, and the spectral work of the scores stays in float64, as always.
+        Worth it on GPUs with tensor cores for large encoders; :meth:`transform` runs in
+        the encoder's dtype.
+    compile : bool, default False
+        Train through ``torch.compile(encoder)`` (the first steps are slower while it
+        compiles; needs a working compiler toolchain).
 
     Attributes
     ----------
@@ -234,6 +275,9 @@ class DPNet(BaseEstimator):
         device: str | torch.device | None = None,
         progress: bool = True,
         sde: Any = None,
+        distributed: str | bool = "auto",
+        autocast: str | None = None,
+        compile: bool = False,
     ) -> None:
         self.encoder = encoder
         self.lagged_encoder = lagged_encoder
@@ -253,6 +297,9 @@ class DPNet(BaseEstimator):
         self.device = device
         self.progress = progress
         self.sde = sde
+        self.distributed = distributed
+        self.autocast = autocast
+        self.compile = compile
 
     # ------------------------------------------------------------------ validation
     def _check_params(self) -> None:
@@ -273,6 +320,17 @@ class DPNet(BaseEstimator):
         check_int("consistency_steps", self.consistency_steps, 2)
         check_bool("progress", self.progress)
         check_seed(self.seed)
+        if self.autocast is not None:
+            check_choice("autocast", self.autocast, ("bf16", "fp16"))
+        check_bool("compile", self.compile)
+        if self.distributed not in ("auto", True, False):
+            raise ValueError(f"distributed must be 'auto', True or False, got {self.distributed!r}")
+        if self.distributed is True and not dist_active():
+            raise ValueError(
+                "distributed=True needs an initialised torch.distributed process group of "
+                "more than one process: launch with torchrun and call "
+                "dpnets.distributed.init_from_env() (or torch.distributed.init_process_group)"
+            )
 
     # ------------------------------------------------------------------ fitting
     def fit(
@@ -292,7 +350,14 @@ class DPNet(BaseEstimator):
         data : array, list of arrays, tuple (X, Y), Dataset or DataLoader
             One trajectory ``(T, *state_shape)``; a list of trajectories (pairs never cross
             a boundary); already-paired ``(X, Y)``; or a torch ``Dataset``/``DataLoader``
-            yielding ``(x, y)`` pairs (a DataLoader is used as is, without validation).
+            yielding ``(x, y)`` pairs. A map-style Dataset is split and batched exactly as
+            the arrays would be (one fetch per batch: a ``TensorDataset`` trains as fast as
+            arrays, and gives the same fit). A DataLoader is split the same way (its
+            ``batch_size`` kept; with default collation and no workers its batches are
+            fetched whole, otherwise two loaders with its settings are built); one over an
+            ``IterableDataset`` or with its own ``batch_sampler`` is used as is, without
+            validation (with a warning). Memory-mapped ``.npy`` and HDF5 states larger than
+            :data:`dpnets.data.OUT_OF_CORE_BYTES` are read batch by batch, never copied whole.
             Integer and bool states are cast to floats; complex states are refused.
             Generator scores: samples ``(n, *state_shape)`` of the invariant distribution
             (or a list of such arrays); ``lag`` is ignored.
@@ -334,6 +399,9 @@ class DPNet(BaseEstimator):
             with local_seed(self.seed, device):
                 run = (callback, ckpt, self._generator())
                 enc = copy.deepcopy(self.encoder).to(device)
+                if self._sharded():
+                    self._check_distributed(data)
+                    broadcast_module(enc)
                 if samples is not None:
                     return self._fit_samples(samples, enc, run, device)
                 return self._fit_pairs(data, lag, enc, run, device)
@@ -349,6 +417,8 @@ class DPNet(BaseEstimator):
         gen = run[2]
         template = self._lagged_template()
         lag_enc = copy.deepcopy(template).to(device) if template is not None else None
+        if lag_enc is not None and self._sharded():
+            broadcast_module(lag_enc)
         dtype = module_dtype(enc)
         loss_fn = make_loss(self.score, float(self.gamma), constant=bool(self.constant))
         pair_lag, model_lag = resolve_lag(data, lag)
@@ -358,14 +428,8 @@ class DPNet(BaseEstimator):
 
         if is_streaming(data):
             self._set_scaler_streaming(data, enc)
-            train_batches, val_batches, n_train, sample = self._streaming(data, gen)
+            train_batches, val_batches, n_train, sample = self._streaming(data, gen, device, dtype)
             state_shape = tuple(sample.shape[1:])
-            scaler = self._scaler_module(device, dtype)
-
-            def to_dev(t: Tensor) -> Tensor:
-                t = t.to(device, non_blocking=True).to(dtype)
-                return t if scaler is None else scaler(t)
-
         else:
             p = windows(data, pair_lag, steps) if steps else pairs(data, pair_lag)
             state_shape = p.state_shape
@@ -374,20 +438,25 @@ class DPNet(BaseEstimator):
             train_batches, val_batches, n_train = self._batchers(p, gen, device, dtype)
             sample = torch.as_tensor(self._scaled(p.x_states[p.i[:2]]))
 
-            def to_dev(t: Tensor) -> Tensor:  # batches are standardised at conversion
-                return t.to(device, non_blocking=True).to(dtype)
+        def to_dev(t: Tensor) -> Tensor:  # batches are standardised at conversion
+            return t.to(device, non_blocking=True).to(dtype)
 
         self.lag_ = model_lag
         r = self._feature_dim(enc, sample.to(device=device, dtype=dtype), n_train)
 
+        psi = self._forward(enc, device, dtype)
+        psi_lag = None if lag_enc is None else self._forward(lag_enc, device, dtype)
+
         def features(xb: Tensor, yb: Tensor) -> tuple[Tensor, Tensor]:
             if steps:  # windows: yb is (batch, K, *state_shape); the encoder is shared
-                f = enc(torch.cat([xb, yb.flatten(0, 1)]))
-                return f[: xb.shape[0]], f[xb.shape[0] :].unflatten(0, (xb.shape[0], steps))
-            if lag_enc is None:  # shared weights: one forward pass on the stacked batch
-                f = enc(torch.cat([xb, yb]))
-                return f[: xb.shape[0]], f[xb.shape[0] :]
-            return enc(xb), lag_enc(yb)
+                fx, fy = psi(torch.cat([xb, yb.flatten(0, 1)])).split(
+                    [xb.shape[0], yb.shape[0] * steps]
+                )
+                return fx, fy.unflatten(0, (xb.shape[0], steps))
+            if psi_lag is None:  # shared weights: one forward pass on the stacked batch
+                fx, fy = psi(torch.cat([xb, yb])).split([xb.shape[0], yb.shape[0]])
+                return fx, fy
+            return psi(xb), psi_lag(yb)
 
         def batch_loss(batch: tuple[Tensor, Tensor]) -> Tensor:
             return loss_fn(*features(to_dev(batch[0]), to_dev(batch[1])))
@@ -430,9 +499,28 @@ class DPNet(BaseEstimator):
             desc=f"DPNet[{self.score}]",
             callback=callback,
             checkpoint=run_checkpoint(self, ckpt, gen, n_train, state_shape),
+            distributed=self._sharded(),
+            grad_scaler=self.autocast == "fp16",
         )
         self.n_train_ = n_train
         return self
+
+    def _forward(
+        self, module: nn.Module, device: torch.device, dtype: torch.dtype
+    ) -> Callable[[Tensor], Tensor]:
+        """The training forward pass of an encoder: compiled (``compile``) and under
+        ``autocast``, with the features returned in ``dtype`` for the scores."""
+        fwd: Callable[[Tensor], Tensor] = torch.compile(module) if self.compile else module
+        if self.autocast is None:
+            return fwd
+        low = torch.bfloat16 if self.autocast == "bf16" else torch.float16
+
+        def run(x: Tensor) -> Tensor:
+            with torch.autocast(device.type, dtype=low):
+                out = fwd(x)
+            return out.to(dtype)
+
+        return run
 
     def _windows_steps(self, data: Any, lag_enc: nn.Module | None) -> int:
         """``consistency_steps`` when the consistency penalty is on (checked), else 0."""
@@ -537,8 +625,31 @@ class DPNet(BaseEstimator):
             return -float(loss(torch.cat(fs), torch.cat(ds)))
 
     def _generator(self) -> torch.Generator:
-        """RNG for the split and batch order (seeded with ``seed``)."""
-        return batch_generator(self.seed)
+        """RNG for the split and batch order (seeded with ``seed``; in distributed training
+        without a seed, with one drawn by rank 0, so that all processes draw the same
+        batches)."""
+        seed = self.seed
+        if seed is None and self._sharded():
+            seed = broadcast_int(int(torch.randint(0, 2**62, (1,)).item()))
+        return batch_generator(seed)
+
+    def _sharded(self) -> bool:
+        """Whether this fit trains on several processes (``distributed``)."""
+        return self.distributed is not False and dist_active()
+
+    def _check_distributed(self, data: Any) -> None:
+        if isinstance(data, DataLoader):
+            raise ValueError(
+                "distributed training takes arrays (in memory or memory-mapped .npy), lists "
+                "of arrays, (X, Y) tuples or a map-style Dataset, the same on every process; "
+                "a DataLoader is not sharded: pass its Dataset (or distributed=False to train "
+                "on each process alone)"
+            )
+        if int(self.batch_size) < world_size():
+            raise ValueError(
+                f"batch_size={self.batch_size} is smaller than the number of processes "
+                f"({world_size()}): every process needs part of each batch"
+            )
 
     # ------------------------------------------------------------------ standardisation
     def _standardize_mode(self, enc: nn.Module, state_ndim: int) -> str:
@@ -569,13 +680,20 @@ class DPNet(BaseEstimator):
 
     def _set_scaler_streaming(self, data: Dataset | DataLoader, enc: nn.Module) -> None:
         """As :meth:`_set_scaler`, from one pass over the (x, y) pairs of a Dataset/Loader."""
-        loader = data if isinstance(data, DataLoader) else DataLoader(data, batch_size=8192)
-        first = check_states(next(iter(loader))[0], "X batch")
+        if isinstance(data, DataLoader):
+            batches: Iterable[Any] = data
+        else:  # a map-style Dataset: batched fetches (no per-sample collation)
+            n = len(data)  # type: ignore[arg-type]
+            idx = np.arange(n, dtype=np.int64)
+            batches = (fetch_pairs(data, idx[sl]) for sl in chunks(n, 8192))
+        first = check_states(next(iter(batches))[0], "X batch")
         mode = self._standardize_mode(enc, first.ndim - 1)
         if mode == "none":
             self.input_shift_ = self.input_scale_ = None
             return
-        parts = (check_states(b[k], "batch") for b in loader for k in (0, 1))
+        if not isinstance(data, DataLoader):  # a fresh pass
+            batches = (fetch_pairs(data, idx[sl]) for sl in chunks(n, 8192))
+        parts = (check_states(b[k], "batch") for b in batches for k in (0, 1))
         self._store_moments(parts, mode, first.ndim)
 
     def _scaled(self, x: np.ndarray) -> np.ndarray:
@@ -612,21 +730,24 @@ class DPNet(BaseEstimator):
 
     def _batchers(
         self,
-        p: Pairs,
+        p: Pairs | DatasetPairs,
         gen: torch.Generator,
         device: torch.device,
         dtype: torch.dtype,
         scale: bool = True,
+        batch_size: int | None = None,
     ) -> tuple[IndexBatcher, IndexBatcher | None, int]:
-        """Random train/validation split of ``p`` (``val_fraction``) into index batchers."""
+        """Random train/validation split of ``p`` (``val_fraction``) into index batchers
+        (of ``batch_size``, default the estimator's)."""
         return split_batchers(
             p,
             val_fraction=self.val_fraction,
-            batch_size=self.batch_size,
+            batch_size=self.batch_size if batch_size is None else batch_size,
             generator=gen,
             device=device,
             dtype=dtype,
             transform=self._scaled if (scale and self.input_shift_ is not None) else None,
+            sharded=self._sharded(),
         )
 
     def _feature_dim(self, enc: nn.Module, sample: Tensor, n_train: int) -> int:
@@ -660,26 +781,33 @@ class DPNet(BaseEstimator):
             )
         return r
 
-    def _streaming(self, data: Dataset | DataLoader, gen: torch.Generator):
+    def _streaming(
+        self, data: Dataset | DataLoader, gen: torch.Generator, device: torch.device, dtype
+    ) -> tuple[Any, Any, int, Tensor]:
+        """Training and validation batches of a Dataset or DataLoader of pairs:
+        ``(train, val or None, n_train, two standardised states)``.
+
+        A map-style Dataset is split and batched like arrays (:class:`DatasetBatcher`: one
+        fetch per batch); a DataLoader is split into two loaders with its own settings
+        (:func:`split_loader`). Batches arrive standardised (in float64, as for arrays).
+        """
+        transform = self._scaled if self.input_shift_ is not None else None
+        batch_size = int(self.batch_size)
+        if isinstance(data, DataLoader) and _plain_loader(data):
+            # default collation in this process: fetch whole batches instead (same batches'
+            # size, no per-sample collation)
+            data, batch_size = data.dataset, int(data.batch_size)  # type: ignore[arg-type]
         if isinstance(data, DataLoader):
-            first = next(iter(data))
-            return data, None, len(data.dataset), torch.as_tensor(first[0])[:2]  # type: ignore[arg-type]
-        n = len(data)  # type: ignore[arg-type]
-        n_val = int(round(self.val_fraction * n))
-        if n_val > 0:
-            train_ds, val_ds = random_split(data, [n - n_val, n_val], generator=gen)
-            val_loader = DataLoader(val_ds, batch_size=8192, shuffle=False)
-        else:
-            train_ds, val_loader = data, None
-        loader = DataLoader(
-            train_ds,
-            batch_size=int(self.batch_size),
-            shuffle=True,
-            generator=gen,
-            drop_last=len(train_ds) > int(self.batch_size),
-        )
-        x0 = torch.as_tensor(self._scaled(check_states(data[0][0][None], "x")))
-        return loader, val_loader, n - n_val, x0
+            train, val, n_train = split_loader(data, float(self.val_fraction), gen)
+            first = next(iter(train))
+            train = ConvertedLoader(train, device, dtype, transform)
+            val = None if val is None else ConvertedLoader(val, device, dtype, transform)
+            x0 = batch_to_tensor(torch.as_tensor(first[0])[:2], device, dtype, transform)
+            return train, val, n_train, x0
+        pairs_ = DatasetPairs(data)
+        x0 = batch_to_tensor(fetch_pairs(data, pairs_.indices[:2])[0], device, dtype, transform)
+        train, val, n_train = self._batchers(pairs_, gen, device, dtype, batch_size=batch_size)
+        return train, val, n_train, x0
 
     # ------------------------------------------------------------------ inference
     def _encode(self, X: Any, lagged: bool, batch_size: int) -> Tensor:
@@ -777,6 +905,8 @@ def dump_dpnet(model: DPNet, tensors: dict[str, Tensor]) -> dict:
         "optimizer_kwargs": model.optimizer_kwargs,
         "seed": model.seed,
         "progress": bool(model.progress),
+        "autocast": model.autocast,
+        "compile": bool(model.compile),
     }
     fitted = {
         "history_": model.history_,

@@ -42,11 +42,12 @@ Numerical choices
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 from torch import Tensor, nn
 
+from dpnets.distributed import global_sums, reducing
 from dpnets.linalg import (
     SymEig,
     default_rtol,
@@ -129,6 +130,8 @@ def covariances(
     if y is None:
         y = x
     _check_pair(x, y)
+    if reducing():
+        return _global_covariances(x, y, center, weights)
     n = x.shape[0]
     if weights is not None:
         w = weights.to(x.dtype).reshape(-1)
@@ -144,9 +147,7 @@ def covariances(
                 x = x - (w[:, None] * x).sum(0, keepdim=True)
                 y = y - (w[:, None] * y).sum(0, keepdim=True)
         if weights is None:
-            cx = x.T @ x / n
-            cy = y.T @ y / n
-            cxy = x.T @ y / n
+            cx, cy, cxy = (c / n for c in _gram_blocks(x, y))
         else:
             xw = x * w[:, None]
             cx = xw.T @ x
@@ -155,25 +156,97 @@ def covariances(
     return cx, cy, cxy
 
 
-def _eigs(*mats: Tensor) -> list[SymEig]:
-    """One batched float64 eigendecomposition for equally shaped matrices."""
-    if all(m.shape == mats[0].shape for m in mats):
-        e = torch_sym_eig(torch.stack(mats))
-        return [SymEig(e.a[k], e.s[k], e.u[k]) for k in range(len(mats))]
-    return [torch_sym_eig(m) for m in mats]
+class _SymGram(torch.autograd.Function):
+    """``z^T z`` with the one-GEMM backward ``z (G + G^T)``."""
+
+    @staticmethod
+    def forward(ctx, z: Tensor) -> Tensor:  # noqa: D102
+        ctx.save_for_backward(z)
+        return z.T @ z
+
+    @staticmethod
+    def backward(ctx, g: Tensor) -> Tensor:  # noqa: D102
+        (z,) = ctx.saved_tensors
+        return z @ (g + g.T)
+
+
+def _gram_blocks(x: Tensor, y: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """``(X^T X, Y^T Y, X^T Y)`` (sums, not means) from one GEMM on ``[X, Y]`` and one in
+    the backward pass, instead of three and six (``y is x``: one Gram matrix)."""
+    if y is x:
+        c = _SymGram.apply(x)
+        return c, c, c
+    r = x.shape[1]
+    c = _SymGram.apply(torch.cat([x, y], dim=1))
+    return c[:r, :r], c[r:, r:], c[:r, r:]
+
+
+def _global_covariances(
+    x: Tensor, y: Tensor, center: bool, weights: Tensor | None
+) -> tuple[Tensor, Tensor, Tensor]:
+    """:func:`covariances` of the global batch whose shards the processes hold: local sums,
+    all-reduced with gradients (:mod:`dpnets.distributed`), divided by the total weight."""
+    n = x.shape[0]
+    w = None
+    if weights is None:
+        count = torch.full((1,), float(n), dtype=x.dtype, device=x.device)
+    else:
+        w = weights.to(x.dtype).reshape(-1)
+        if w.shape[0] != n:
+            raise ValueError(f"weights has {w.shape[0]} entries for {n} samples")
+        count = w.sum().reshape(1)
+    with no_tf32(x.device):
+        if center:
+            sx = x.sum(0) if w is None else (w[:, None] * x).sum(0)
+            sy = y.sum(0) if w is None else (w[:, None] * y).sum(0)
+            sx, sy, total = global_sums(sx, sy, count)
+            x, y = x - sx / total, y - sy / total
+        if w is None:
+            sums = _gram_blocks(x, y)
+        else:
+            xw, yw = x * w[:, None], y * w[:, None]
+            sums = (xw.T @ x, yw.T @ y, xw.T @ y)
+        cx, cy, cxy, total = global_sums(*sums, count)
+    return cx / total, cy / total, cxy / total
+
+
+def _eigs(cx: Tensor, cy: Tensor) -> tuple[SymEig, ...]:
+    """The float64 eigendecompositions of ``Cx`` and ``Cy`` for the spectral work.
+
+    Equally shaped matrices (the usual case) give **one** decomposition of the stacked
+    ``(2, r, r)`` batch, ``(e,)``: one ``eigh`` call, and every spectral map after it
+    (pseudo-inverses, metric distortions) runs once on the batch, with half the kernel
+    launches of two separate passes. Otherwise ``(ex, ey)``.
+    """
+    if cx.shape == cy.shape:
+        return (torch_sym_eig(torch.stack([cx, cy])),)
+    return torch_sym_eig(cx), torch_sym_eig(cy)
+
+
+def _pair(es: tuple[SymEig, ...], fn: Callable[[SymEig], Tensor]) -> tuple[Tensor, Tensor]:
+    """``(fn(ex), fn(ey))`` from :func:`_eigs`' result (``fn`` batched when stacked)."""
+    if len(es) == 1:
+        out = fn(es[0])
+        return out[0], out[1]
+    return fn(es[0]), fn(es[1])
 
 
 def _metric_distortion(e: SymEig, rtol: float) -> Tensor:
-    """``tr(C^2 - C) - sum_i ln max(s_i, floor)`` from a decomposition (float64)."""
-    floor = rtol * max(1.0, float(e.s[-1]))
+    """``tr(C^2 - C) - sum_i ln max(s_i, floor)`` from a decomposition (float64).
+
+    Batched: a decomposition of shape ``(..., r, r)`` gives values of shape ``(...)``. The
+    clamp ``floor = rtol * max(1, lambda_max)`` stays a tensor (no host synchronisation).
+    """
+    floor = rtol * torch.clamp(e.s[..., -1:], min=1.0)
 
     def log_clamped(s: Tensor) -> Tensor:
-        return torch.log(torch.clamp(s, min=floor))
+        return torch.log(torch.maximum(s, floor))
 
     def dlog(s: Tensor) -> Tensor:
-        return torch.where(s > floor, 1.0 / torch.clamp(s, min=floor), torch.zeros_like(s))
+        return torch.where(s > floor, 1.0 / torch.maximum(s, floor), torch.zeros_like(s))
 
-    return (e.a * e.a).sum() - torch.trace(e.a) - spectral_trace(e, log_clamped, dlog)
+    quadratic = (e.a * e.a).sum((-1, -2)) - torch.diagonal(e.a, dim1=-2, dim2=-1).sum(-1)
+    return quadratic - spectral_trace(e, log_clamped, dlog)
 
 
 def metric_distortion(c: Tensor, rtol: float | None = None) -> Tensor:
@@ -195,12 +268,13 @@ def metric_distortion(c: Tensor, rtol: float | None = None) -> Tensor:
     return _metric_distortion(torch_sym_eig(c), rtol).to(c.dtype)
 
 
-def _reg(ex: SymEig, ey: SymEig, gamma: float, rtol: float) -> Tensor | float:
-    """``gamma (R(Cx) + R(Cy)) / (2 d)``: the paper's scale (module docstring)."""
+def _reg(es: tuple[SymEig, ...], gamma: float, rtol: float) -> Tensor | float:
+    """``gamma (R(Cx) + R(Cy)) / (2 d)``: the paper's scale (module docstring), from
+    :func:`_eigs`' decompositions (``d``: the dimension of ``Cx``)."""
     if gamma == 0.0:
         return 0.0
-    coef = gamma / (2 * ex.s.shape[-1])
-    return coef * (_metric_distortion(ex, rtol) + _metric_distortion(ey, rtol))
+    coef = gamma / (2 * es[0].s.shape[-1])
+    return coef * sum(_metric_distortion(e, rtol).sum() for e in es)
 
 
 def with_constant(x: Tensor) -> Tensor:
@@ -216,13 +290,12 @@ def projection_score_from_covariances(
     """``P^gamma`` (Eq. 7) from covariance matrices; see :func:`projection_score`."""
     if rtol is None:
         rtol = default_rtol(cx.shape[0], cxy.dtype)
-    ex, ey = _eigs(cx, cy)
-    cx_pinv = spectral_power(ex, -1.0, rtol)
-    cy_pinv = spectral_power(ey, -1.0, rtol)
+    es = _eigs(cx, cy)
+    cx_pinv, cy_pinv = _pair(es, lambda e: spectral_power(e, -1.0, rtol))
     cxy64 = cxy.to(torch.float64)
     # ||Cx^{+/2} Cxy Cy^{+/2}||_HS^2 = tr(Cx^+ Cxy Cy^+ Cxy^T)
     score = torch.sum((cx_pinv @ cxy64) * (cxy64 @ cy_pinv))
-    return (score - _reg(ex, ey, gamma, rtol)).to(cxy.dtype)
+    return (score - _reg(es, gamma, rtol)).to(cxy.dtype)
 
 
 def relaxed_score_from_covariances(
@@ -231,11 +304,12 @@ def relaxed_score_from_covariances(
     """``S^gamma`` (Eq. 9) from covariance matrices; see :func:`relaxed_score`."""
     if rtol is None:
         rtol = default_rtol(cx.shape[0], cxy.dtype)
-    ex, ey = _eigs(cx, cy)
+    es = _eigs(cx, cy)
     tiny = torch.finfo(cxy.dtype).tiny
-    denom = torch.clamp(max_eigval(ex) * max_eigval(ey), min=tiny)
+    nx, ny = _pair(es, max_eigval)
+    denom = torch.clamp(nx * ny, min=tiny)
     score = (cxy.to(torch.float64) ** 2).sum() / denom
-    return (score - _reg(ex, ey, gamma, rtol)).to(cxy.dtype)
+    return (score - _reg(es, gamma, rtol)).to(cxy.dtype)
 
 
 def projection_score(
@@ -358,15 +432,15 @@ def vamp_score(
     if p == 2:
         core = projection_score_from_covariances(cx, cy, cxy, 0.0, rtol).to(torch.float64)
     else:
-        ex, ey = _eigs(cx, cy)
-        k = spectral_power(ex, -0.5, rtol) @ cxy.to(torch.float64) @ spectral_power(ey, -0.5, rtol)
+        wx, wy = _pair(_eigs(cx, cy), lambda e: spectral_power(e, -0.5, rtol))
+        k = wx @ cxy.to(torch.float64) @ wy
         core = torch.linalg.svdvals(k).sum()
     score = 1.0 + core
     if gamma != 0.0:
         if constant:
             x, y = with_constant(x), with_constant(y)
         ux, uy, _ = covariances(x, y, weights=weights)
-        score = score - _reg(*_eigs(ux, uy), gamma, rtol)
+        score = score - _reg(_eigs(ux, uy), gamma, rtol)
     return score.to(cxy.dtype)
 
 
@@ -460,8 +534,15 @@ def multistep_penalty(
         ys = torch.cat([torch.ones_like(ys[:, :, :1]), ys], dim=2)
     n = x.shape[0]
     with no_tf32(x.device):
-        cx = x.T @ x / n
-        c0k = [(x.T @ ys[:, k] / n).double() for k in range(ys.shape[1])]
+        if reducing():  # sums of the global batch (dpnets.distributed)
+            count = torch.full((1,), float(n), dtype=x.dtype, device=x.device)
+            *sums, total = global_sums(
+                x.T @ x, *(x.T @ ys[:, k] for k in range(ys.shape[1])), count
+            )
+            cx, c0k = sums[0] / total, [(c / total).double() for c in sums[1:]]
+        else:
+            cx = x.T @ x / n
+            c0k = [(x.T @ ys[:, k] / n).double() for k in range(ys.shape[1])]
     w = torch_sym_inv_sqrt(cx.double(), rtol)
     k1 = w @ c0k[0] @ w
     total = torch.zeros((), dtype=torch.float64, device=x.device)
@@ -593,6 +674,14 @@ def dirichlet_form(jac: Tensor, weights: Tensor | None = None) -> Tensor:
         raise ValueError(f"jac must have shape (n, r, m); got {tuple(jac.shape)}")
     n = jac.shape[0]
     with no_tf32(jac.device):
+        if reducing():  # sums of the global batch (dpnets.distributed)
+            w = torch.ones(n, dtype=jac.dtype, device=jac.device)
+            if weights is not None:
+                w = weights.to(jac.dtype).reshape(-1)
+                if w.shape[0] != n:
+                    raise ValueError(f"weights has {w.shape[0]} entries for {n} samples")
+            e, total = global_sums(torch.einsum("n,nim,njm->ij", w, jac, jac), w.sum().reshape(1))
+            return 0.5 * e / total
         if weights is None:
             return 0.5 * torch.einsum("nim,njm->ij", jac, jac) / n
         w = weights.to(jac.dtype).reshape(-1)

@@ -22,7 +22,9 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from dpnets.data import IndexBatcher, Pairs
+from dpnets.data import DatasetBatcher, DatasetPairs, IndexBatcher, Pairs
+from dpnets.distributed import average_gradients, is_main_process, statistics_reduced
+from dpnets.distributed import is_active as dist_active
 from dpnets.io import atomic_write
 
 __all__ = [
@@ -79,7 +81,7 @@ def batch_generator(seed: int | None) -> torch.Generator:
 
 
 def split_batchers(
-    p: Pairs,
+    p: Pairs | DatasetPairs,
     *,
     val_fraction: float,
     batch_size: int,
@@ -87,12 +89,16 @@ def split_batchers(
     device: torch.device,
     dtype: torch.dtype,
     transform: Callable[[Any], Any] | None = None,
+    sharded: bool = False,
 ) -> tuple[IndexBatcher, IndexBatcher | None, int]:
     """A random train/validation split of ``p`` (``val_fraction`` of the pairs or windows
-    held out) as index batchers: ``(train, val or None, n_train)``.
+    held out) as index batchers: ``(train, val or None, n_train)``. ``p`` is in-memory
+    :class:`~dpnets.data.Pairs` or the pairs of a Dataset (:class:`~dpnets.data.DatasetPairs`,
+    batches fetched by :class:`~dpnets.data.DatasetBatcher`, split the same way).
 
     The validation batcher (batches of 8192, in order) shares the converted states of the
     training one; ``transform`` (the input standardisation) is applied once, in float64.
+    ``sharded``: distributed training, each process yields its part of every batch.
     """
     n = len(p)
     perm = torch.randperm(n, generator=generator).numpy()
@@ -100,17 +106,21 @@ def split_batchers(
     if n - n_val < 1:
         raise ValueError(f"not enough samples ({n}) for training with val_fraction={val_fraction}")
     p_train, p_val = p.subset(np.sort(perm[n_val:])), p.subset(np.sort(perm[:n_val]))
-    train = IndexBatcher(
+    batcher = IndexBatcher if isinstance(p, Pairs) else DatasetBatcher
+    train = batcher(
         p_train,
         batch_size,
         device=device,
         dtype=dtype,
         generator=generator,
         transform=transform,
+        sharded=sharded,
     )
     val = None
     if n_val > 0:
-        val = IndexBatcher(p_val, 8192, device=device, dtype=dtype, shuffle=False, like=train)
+        val = batcher(
+            p_val, 8192, device=device, dtype=dtype, shuffle=False, like=train, sharded=sharded
+        )
     return train, val, len(p_train)
 
 
@@ -138,9 +148,12 @@ def full_batch_score(
 
 
 def resolve_device(device: str | torch.device | None) -> torch.device:
-    """``None`` picks CUDA when available, else CPU."""
+    """``None`` picks CUDA when available (the current CUDA device, which
+    :func:`dpnets.distributed.init_from_env` sets to the process's local rank), else CPU."""
     if device is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        if torch.cuda.is_available():
+            return torch.device("cuda", torch.cuda.current_device())
+        return torch.device("cpu")
     return torch.device(device)
 
 
@@ -276,6 +289,8 @@ def train(
     desc: str = "training",
     callback: Callable[[int], None] | None = None,
     checkpoint: Checkpoint | None = None,
+    distributed: bool = False,
+    grad_scaler: bool = False,
 ) -> TrainResult:
     """Optimise ``modules`` by minimising ``batch_loss`` over ``batches`` for ``epochs``.
 
@@ -298,6 +313,15 @@ def train(
         Called with the epoch index after each epoch (e.g. to record metrics).
     checkpoint : Checkpoint, optional
         Save the training state periodically and/or resume from it.
+    distributed : bool, default False
+        Exact global-batch training on the processes of the initialised process group
+        (:mod:`dpnets.distributed`): ``batches`` yield each process's shard, the scores'
+        statistics are summed over processes (so every process computes the same loss and
+        validation score), the parameter gradients are averaged after every backward pass,
+        and only rank 0 shows progress and writes the checkpoint.
+    grad_scaler : bool, default False
+        Scale the loss against fp16 underflow (``torch.amp.GradScaler``; for
+        ``autocast="fp16"``).
 
     Returns
     -------
@@ -326,7 +350,48 @@ def train(
                 params.append(p)
     if not params:
         raise ValueError("no trainable parameters")
+    distributed = bool(distributed) and dist_active()
+    with statistics_reduced(distributed):
+        return _train_loop(
+            modules,
+            params,
+            batch_loss,
+            batches,
+            epochs=epochs,
+            lr=lr,
+            optimizer=optimizer,
+            optimizer_kwargs=optimizer_kwargs,
+            val_score=val_score,
+            progress=progress and is_main_process(),
+            desc=desc,
+            callback=callback,
+            checkpoint=checkpoint,
+            distributed=distributed,
+            grad_scaler=grad_scaler,
+        )
+
+
+def _train_loop(
+    modules: Sequence[nn.Module],
+    params: list[Tensor],
+    batch_loss: Callable[[Any], Tensor],
+    batches: Iterable[Any],
+    *,
+    epochs: int,
+    lr: float,
+    optimizer: str | type[torch.optim.Optimizer],
+    optimizer_kwargs: dict[str, Any] | None,
+    val_score: Callable[[], float] | None,
+    progress: bool,
+    desc: str,
+    callback: Callable[[int], None] | None,
+    checkpoint: Checkpoint | None,
+    distributed: bool,
+    grad_scaler: bool,
+) -> TrainResult:
+    """The body of :func:`train` (its parameters checked)."""
     opt = make_optimizer(optimizer, params, lr, optimizer_kwargs)
+    scaler = torch.amp.GradScaler(params[0].device.type) if grad_scaler else None
     history: dict[str, list[float]] = {"train_score": []}
     fix = f"lower the learning rate (lr={lr:g}; try {lr / 10:g}) or use fewer features"
     initial = math.nan
@@ -355,8 +420,17 @@ def train(
             for batch in batches:
                 opt.zero_grad(set_to_none=True)
                 loss = batch_loss(batch)
-                loss.backward()
-                opt.step()
+                if scaler is None:
+                    loss.backward()
+                    if distributed:
+                        average_gradients(params)
+                    opt.step()
+                else:
+                    scaler.scale(loss).backward()
+                    if distributed:
+                        average_gradients(params)
+                    scaler.step(opt)
+                    scaler.update()
                 total = loss.detach() if total is None else total + loss.detach()
                 count += 1
         except torch.linalg.LinAlgError as err:
@@ -391,10 +465,15 @@ def train(
             last_state = [copy.deepcopy(m.state_dict()) for m in modules]
             last_epoch = epoch
         if callback is not None:
-            callback(epoch)
+            with statistics_reduced(False):  # user code: local statistics
+                callback(epoch)
         if hasattr(bar, "set_postfix"):
             bar.set_postfix(postfix)
-        if checkpoint is not None and ((epoch + 1) % checkpoint.every == 0 or epoch + 1 == epochs):
+        if (
+            checkpoint is not None
+            and is_main_process()
+            and ((epoch + 1) % checkpoint.every == 0 or epoch + 1 == epochs)
+        ):
             state = {
                 "format": _CHECKPOINT_FORMAT,
                 "fingerprint": checkpoint.fingerprint,
@@ -476,6 +555,8 @@ def train_estimator(
     desc: str,
     callback: Callable[[int, Any], None] | None = None,
     checkpoint: Checkpoint | None = None,
+    distributed: bool = False,
+    grad_scaler: bool = False,
 ) -> TrainResult:
     """:func:`train` with the optimisation settings an estimator stores (``epochs``, ``lr``,
     ``optimizer``, ``optimizer_kwargs``, ``progress``); sets ``est.history_`` and
@@ -493,6 +574,8 @@ def train_estimator(
         desc=desc,
         callback=None if callback is None else (lambda epoch: callback(epoch, est)),
         checkpoint=checkpoint,
+        distributed=distributed,
+        grad_scaler=grad_scaler,
     )
     est.history_ = result.history
     est.best_epoch_ = result.best_epoch

@@ -166,17 +166,32 @@ def _encoder(spec: str, state_shape: tuple[int, ...], dim: int, atomic_numbers: 
 
 
 def _check_out(out: Path, overwrite: bool) -> None:
+    """The output folder must be writable and empty (or ``overwrite``). Under a
+    multi-process launch every process checks, and rank 0 alone creates and probes it."""
+    from dpnets import distributed
+
     if out.exists() and not out.is_dir():
         raise WorkflowError(f"{out}: exists and is not a folder")
     if out.is_dir() and any(out.iterdir()) and not overwrite:
         raise WorkflowError(f"{out}: the output folder is not empty (use --overwrite)")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / ".dpnets-write-test"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as err:
-        raise WorkflowError(f"{out}: cannot write to the output folder ({err.strerror})") from err
+    multi = distributed.is_active()
+    if multi:
+        import torch.distributed as dist
+
+        dist.barrier()  # every process has looked before rank 0 writes the probe
+    problem = ""
+    if distributed.is_main_process():
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            probe = out / ".dpnets-write-test"
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as err:
+            problem = err.strerror or str(err)
+    if multi and not distributed.broadcast_int(int(not problem)):
+        problem = problem or "rank 0 could not write it"
+    if problem:
+        raise WorkflowError(f"{out}: cannot write to the output folder ({problem})")
 
 
 def fit_files(
@@ -189,11 +204,12 @@ def fit_files(
     """Train a DPNet and its transfer operator on files; write the fit folder ``out``.
 
     The output folder is checked before any data are read or trained on. Returns the
-    report (markdown).
+    report (markdown). Launched with ``torchrun`` (an initialised process group), the
+    DPNet trains on all processes (:mod:`dpnets.distributed`) and rank 0 writes the folder.
     """
     import torch
 
-    from dpnets import DPNet, TransferOperator
+    from dpnets import DPNet, TransferOperator, distributed
     from dpnets.training import local_seed
 
     out = Path(out)
@@ -224,12 +240,13 @@ def fit_files(
         progress=progress,
     )
     op = TransferOperator(net, dt=dt).fit(usable, lag=lag)
-    op.save(out / "model.pt")
-    write_config({"data": dict(data), "model": dict(model)}, out / "config.toml")
-    _plot_history(op.features_.history_, out / "training.png")
     units = _units(data, trajs)
     report = _fit_report(op, trajs, usable, lag, dt, units, time.perf_counter() - t0)
-    (out / "report.md").write_text(report)
+    if distributed.is_main_process():  # one writer under a multi-process launch
+        op.save(out / "model.pt")
+        write_config({"data": dict(data), "model": dict(model)}, out / "config.toml")
+        _plot_history(op.features_.history_, out / "training.png")
+        (out / "report.md").write_text(report)
     return report
 
 

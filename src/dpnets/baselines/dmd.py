@@ -18,7 +18,8 @@ from typing import Any
 import numpy as np
 import scipy.linalg
 
-from dpnets.data import is_streaming, pairs, resolve_lag
+from dpnets.data import chunks, is_streaming, pair_segments, resolve_lag
+from dpnets.moments import FIT_CHUNK
 from dpnets.operators import TransferOperator
 
 from .dictionaries import DICTIONARIES, ChebyshevFeatures, MonomialFeatures, ProjectionFeatures
@@ -104,17 +105,44 @@ class DMD(TransferOperator):
                 raise ValueError(f"rank must be a positive integer or None, got {self.rank!r}")
             if is_streaming(data):
                 raise TypeError("DMD with rank needs in-memory data (array, list or (X, Y))")
-            x = pairs(data, resolve_lag(data, lag)[0]).X
-            flat = np.asarray(x, dtype=np.float64).reshape(x.shape[0], -1)
-            if self.rank > min(flat.shape):
+            n, r_factor = _r_factor(data, resolve_lag(data, lag)[0])
+            if self.rank > min(n, r_factor.shape[1]):
                 raise ValueError(
-                    f"rank={self.rank} exceeds min(n_samples, n_coordinates) = {min(flat.shape)}"
+                    f"rank={self.rank} exceeds min(n_samples, n_coordinates) = "
+                    f"{min(n, r_factor.shape[1])}"
                 )
-            _, s, vt = scipy.linalg.svd(flat, full_matrices=False)
-            self.singular_values_ = s / np.sqrt(flat.shape[0])
+            _, s, vt = scipy.linalg.svd(r_factor, full_matrices=False)
+            self.singular_values_ = s / np.sqrt(n)
             self.projection_ = ProjectionFeatures(vt[: int(self.rank)].T)
         super().fit(data, lag)
         return self
+
+    def _partial_features(self) -> None:
+        """A fresh :meth:`partial_fit` runs on the full state (``rank=None``); the POD
+        projection of ``rank`` is computed from the data by :meth:`fit` only."""
+        if self.rank is not None:
+            raise ValueError(
+                f"DMD(rank={self.rank!r}) computes its POD projection from the data in fit: "
+                "call fit on the first piece, then partial_fit adds the next ones"
+            )
+        self.projection_ = self.singular_values_ = None
+        return None
+
+
+def _r_factor(data: Any, lag: int) -> tuple[int, np.ndarray]:
+    """``(n, R)`` with ``R`` the triangular factor of the QR decomposition of the (flattened)
+    initial states ``X`` (n, d): ``X^T X = R^T R``, so ``X`` and ``R`` have the same singular
+    values and right singular vectors. Computed chunk by chunk (tall-skinny QR), in
+    ``O(chunk d + d^2)`` memory and without the squared condition number of ``X^T X``."""
+    n, r_factor = 0, None
+    for seg in pair_segments(data, lag):
+        for x in seg.x_chunks(FIT_CHUNK):
+            flat = np.asarray(x, dtype=np.float64).reshape(x.shape[0], -1)
+            stack = flat if r_factor is None else np.vstack([r_factor, flat])
+            r_factor = np.linalg.qr(stack, mode="r")
+            n += flat.shape[0]
+    assert r_factor is not None  # pair_segments gives at least one pair
+    return n, r_factor
 
 
 class EDMD(TransferOperator):
@@ -185,12 +213,7 @@ class EDMD(TransferOperator):
         if domain is None:
             if is_streaming(data):
                 raise TypeError("give the Chebyshev domain explicitly for streamed data")
-            p = pairs(data, resolve_lag(data, lag)[0])
-            flat = np.asarray(p.x_states, dtype=np.float64).reshape(p.x_states.shape[0], -1)
-            if p.y_states is not p.x_states:
-                y = np.asarray(p.y_states, dtype=np.float64).reshape(p.y_states.shape[0], -1)
-                flat = np.concatenate([flat, y])
-            low, high = flat.min(axis=0), flat.max(axis=0)
+            low, high = _bounding_box(data, lag)
             pad = np.where(high > low, 0.0, 0.5)  # constant coordinates: a unit box
             domain = (low - pad, high + pad)
         return ChebyshevFeatures(self.degree, domain)
@@ -200,3 +223,32 @@ class EDMD(TransferOperator):
         self.dictionary_ = self._build_dictionary(data, lag)
         super().fit(data, lag)
         return self
+
+    def _partial_features(self) -> Any:
+        """The dictionary of a fresh :meth:`partial_fit`: it must not depend on the data."""
+        if self.dictionary == "chebyshev" and self.domain is None:
+            raise ValueError(
+                "EDMD('chebyshev', domain=None) takes its box from the data in fit: give "
+                "domain=(low, high), or call fit on the first piece and partial_fit on the next"
+            )
+        self.dictionary_ = self._build_dictionary(None, None)
+        return self.dictionary_
+
+
+def _bounding_box(data: Any, lag: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """Coordinate-wise minimum and maximum of every state of ``data`` (both sides of the
+    pairs), read chunk by chunk."""
+    low = high = None
+    seen: list[int] = []
+    for seg in pair_segments(data, resolve_lag(data, lag)[0]):
+        for states in (seg.x_states, seg.y_states):
+            if id(states) in seen:
+                continue
+            seen.append(id(states))
+            for sl in chunks(states.shape[0], FIT_CHUNK):
+                part = np.asarray(states[sl], dtype=np.float64).reshape(sl.stop - sl.start, -1)
+                lo, hi = part.min(axis=0), part.max(axis=0)
+                low = lo if low is None else np.minimum(low, lo)
+                high = hi if high is None else np.maximum(high, hi)
+    assert low is not None and high is not None
+    return low, high

@@ -33,7 +33,7 @@ class VAMPNet(DPNet):
         weights of the two lobes, use ``DPNet(encoder, score="vamp2", gamma=0)``.
     score : {"vamp2", "vamp1"}, default "vamp2"
     lr, batch_size, epochs, val_fraction, standardize, optimizer, optimizer_kwargs, seed,
-    device, progress
+    device, progress, distributed, autocast, compile
         As :class:`dpnets.DPNet` (``lr``, ``batch_size``, ``epochs`` with its defaults).
     constant : bool, default True
         The VAMP scores hold the constant function implicitly (centred covariances, ``+1``),
@@ -74,6 +74,9 @@ class VAMPNet(DPNet):
         seed: int | None = None,
         device: str | torch.device | None = None,
         progress: bool = True,
+        distributed: str | bool = "auto",
+        autocast: str | None = None,
+        compile: bool = False,
     ) -> None:
         super().__init__(
             encoder,
@@ -91,6 +94,9 @@ class VAMPNet(DPNet):
             seed=seed,
             device=device,
             progress=progress,
+            distributed=distributed,
+            autocast=autocast,
+            compile=compile,
         )
 
     def _check_params(self) -> None:
