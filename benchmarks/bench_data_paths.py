@@ -50,7 +50,7 @@ def main() -> None:
             progress=False,
             device="cpu",
         )
-        old = dpnets.data.OUT_OF_CORE_BYTES
+        old = getattr(dpnets.data, "OUT_OF_CORE_BYTES", 0)
         dpnets.data.OUT_OF_CORE_BYTES = 0 if out_of_core else old
         try:
             t0 = time.perf_counter()
@@ -70,6 +70,7 @@ def main() -> None:
             DataLoader(ds, batch_size=args.batch, shuffle=True))),
         ("memory-mapped .npy, read per batch", lambda: epoch_seconds(mapped, True)),
     ]
+    epoch_seconds(x[:20000])  # warm-up: allocator, thread pools, kernels
     base = None
     print("| data path | s / epoch | vs arrays |\n|---|---|---|")
     for name, run in rows:

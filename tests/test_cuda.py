@@ -83,3 +83,28 @@ def test_schnet_same_features_on_cuda_and_cpu():
         a = enc(x)
         b = enc.cuda()(x.cuda()).cpu()
     torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_bf16_autocast_and_batchwise_reading_on_cuda(tmp_path, monkeypatch):
+    """Issue 17 on the GPU: bf16 autocast for the encoder keeps the OU timescale; states
+    read batch by batch from a memory-mapped file (pinned host memory) train exactly like
+    the same states held on the device."""
+    import dpnets.data
+    from dpnets import DPNet
+    from dpnets.nn import MLP
+    from dpnets.systems import OrnsteinUhlenbeck
+
+    x = OrnsteinUhlenbeck(theta=1.0, dt=0.2).sample(20000, seed=0).astype(np.float32)
+
+    def fit(data, **kw):
+        torch.manual_seed(0)
+        net = DPNet(MLP(1, (32,), 3), epochs=3, seed=0, device="cuda", progress=False, **kw)
+        return net.fit(data)
+
+    t = TransferOperator(fit(x, autocast="bf16")).fit(x).implied_timescales()[1]
+    assert abs(t - 5.0) < 0.25  # 1 / (theta * dt) = 5 frames
+    np.save(tmp_path / "x.npy", x)
+    monkeypatch.setattr(dpnets.data, "OUT_OF_CORE_BYTES", 0)
+    mapped = fit(np.load(tmp_path / "x.npy", mmap_mode="r"))
+    resident = fit(x)
+    np.testing.assert_allclose(mapped.transform(x[:100]), resident.transform(x[:100]), atol=1e-5)

@@ -680,6 +680,8 @@ class DPNet(BaseEstimator):
 
     def _set_scaler_streaming(self, data: Dataset | DataLoader, enc: nn.Module) -> None:
         """As :meth:`_set_scaler`, from one pass over the (x, y) pairs of a Dataset/Loader."""
+        if isinstance(data, DataLoader) and _plain_loader(data):
+            data = data.dataset  # fetched in whole batches, as for training
         if isinstance(data, DataLoader):
             batches: Iterable[Any] = data
         else:  # a map-style Dataset: batched fetches (no per-sample collation)
