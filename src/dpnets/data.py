@@ -484,8 +484,10 @@ class IndexBatcher:
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         n = int(self.i.shape[0])
-        for b in batch_indices(n, len(self), self.shuffle, self.generator, self.sharded):
-            b = b.to(self.i.device)
+        batches = batch_indices(
+            n, len(self), self.shuffle, self.generator, self.sharded, self.i.device
+        )
+        for b in batches:
             yield self.x[self.i[b]], self.y[self.j[b]]
 
 
@@ -495,11 +497,15 @@ def batch_indices(
     shuffle: bool,
     generator: torch.Generator | None,
     sharded: bool = False,
+    device: torch.device | None = None,
 ) -> Iterator[torch.Tensor]:
     """The batches of one epoch over ``n`` items, as CPU index tensors: a permutation
     (``shuffle``, drawn from ``generator``) or ``0..n-1`` split into ``n_batches`` nearly
-    equal parts; with ``sharded`` this process's part of each (:func:`dpnets.distributed.shard`)."""
+    equal parts; with ``sharded`` this process's part of each (:func:`dpnets.distributed.shard`).
+    The permutation is moved to ``device`` once per epoch."""
     perm = torch.randperm(n, generator=generator) if shuffle else torch.arange(n)
+    if device is not None:
+        perm = perm.to(device)
     for b in torch.tensor_split(perm, n_batches):
         yield shard(b) if sharded else b
 
