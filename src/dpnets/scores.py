@@ -47,7 +47,7 @@ from collections.abc import Callable, Iterator
 import torch
 from torch import Tensor, nn
 
-from dpnets.distributed import global_sums, reducing
+from dpnets.distributed import global_sums
 from dpnets.linalg import (
     SymEig,
     default_rtol,
@@ -130,30 +130,30 @@ def covariances(
     if y is None:
         y = x
     _check_pair(x, y)
-    if reducing():
-        return _global_covariances(x, y, center, weights)
+    # sums divided by the total weight; inside a distributed fit the sums and the weight
+    # are those of the global batch (dpnets.distributed; outside, global_sums is a no-op)
     n = x.shape[0]
-    if weights is not None:
+    w = None
+    if weights is None:
+        count = torch.full((1,), float(n), dtype=x.dtype, device=x.device)
+    else:
         w = weights.to(x.dtype).reshape(-1)
         if w.shape[0] != n:
             raise ValueError(f"weights has {w.shape[0]} entries for {n} samples")
-        w = w / w.sum()
+        count = w.sum().reshape(1)
     with no_tf32(x.device):
         if center:
-            if weights is None:
-                x = x - x.mean(0, keepdim=True)
-                y = y - y.mean(0, keepdim=True)
-            else:
-                x = x - (w[:, None] * x).sum(0, keepdim=True)
-                y = y - (w[:, None] * y).sum(0, keepdim=True)
-        if weights is None:
-            cx, cy, cxy = (c / n for c in _gram_blocks(x, y))
+            sx = x.sum(0) if w is None else (w[:, None] * x).sum(0)
+            sy = y.sum(0) if w is None else (w[:, None] * y).sum(0)
+            sx, sy, total = global_sums(sx, sy, count)
+            x, y = x - sx / total, y - sy / total
+        if w is None:
+            sums = _gram_blocks(x, y)
         else:
-            xw = x * w[:, None]
-            cx = xw.T @ x
-            cy = (y * w[:, None]).T @ y
-            cxy = xw.T @ y
-    return cx, cy, cxy
+            xw, yw = x * w[:, None], y * w[:, None]
+            sums = (xw.T @ x, yw.T @ y, xw.T @ y)
+        cx, cy, cxy, total = global_sums(*sums, count)
+    return cx / total, cy / total, cxy / total
 
 
 class _SymGram(torch.autograd.Function):
@@ -179,35 +179,6 @@ def _gram_blocks(x: Tensor, y: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     r = x.shape[1]
     c = _SymGram.apply(torch.cat([x, y], dim=1))
     return c[:r, :r], c[r:, r:], c[:r, r:]
-
-
-def _global_covariances(
-    x: Tensor, y: Tensor, center: bool, weights: Tensor | None
-) -> tuple[Tensor, Tensor, Tensor]:
-    """:func:`covariances` of the global batch whose shards the processes hold: local sums,
-    all-reduced with gradients (:mod:`dpnets.distributed`), divided by the total weight."""
-    n = x.shape[0]
-    w = None
-    if weights is None:
-        count = torch.full((1,), float(n), dtype=x.dtype, device=x.device)
-    else:
-        w = weights.to(x.dtype).reshape(-1)
-        if w.shape[0] != n:
-            raise ValueError(f"weights has {w.shape[0]} entries for {n} samples")
-        count = w.sum().reshape(1)
-    with no_tf32(x.device):
-        if center:
-            sx = x.sum(0) if w is None else (w[:, None] * x).sum(0)
-            sy = y.sum(0) if w is None else (w[:, None] * y).sum(0)
-            sx, sy, total = global_sums(sx, sy, count)
-            x, y = x - sx / total, y - sy / total
-        if w is None:
-            sums = _gram_blocks(x, y)
-        else:
-            xw, yw = x * w[:, None], y * w[:, None]
-            sums = (xw.T @ x, yw.T @ y, xw.T @ y)
-        cx, cy, cxy, total = global_sums(*sums, count)
-    return cx / total, cy / total, cxy / total
 
 
 def _eigs(cx: Tensor, cy: Tensor) -> tuple[SymEig, ...]:
@@ -533,16 +504,10 @@ def multistep_penalty(
         x = with_constant(x)
         ys = torch.cat([torch.ones_like(ys[:, :, :1]), ys], dim=2)
     n = x.shape[0]
-    with no_tf32(x.device):
-        if reducing():  # sums of the global batch (dpnets.distributed)
-            count = torch.full((1,), float(n), dtype=x.dtype, device=x.device)
-            *sums, total = global_sums(
-                x.T @ x, *(x.T @ ys[:, k] for k in range(ys.shape[1])), count
-            )
-            cx, c0k = sums[0] / total, [(c / total).double() for c in sums[1:]]
-        else:
-            cx = x.T @ x / n
-            c0k = [(x.T @ ys[:, k] / n).double() for k in range(ys.shape[1])]
+    with no_tf32(x.device):  # sums of the global batch in a distributed fit
+        count = torch.full((1,), float(n), dtype=x.dtype, device=x.device)
+        *sums, total = global_sums(x.T @ x, *(x.T @ ys[:, k] for k in range(ys.shape[1])), count)
+        cx, c0k = sums[0] / total, [(c / total).double() for c in sums[1:]]
     w = torch_sym_inv_sqrt(cx.double(), rtol)
     k1 = w @ c0k[0] @ w
     total = torch.zeros((), dtype=torch.float64, device=x.device)
@@ -674,21 +639,18 @@ def dirichlet_form(jac: Tensor, weights: Tensor | None = None) -> Tensor:
         raise ValueError(f"jac must have shape (n, r, m); got {tuple(jac.shape)}")
     n = jac.shape[0]
     with no_tf32(jac.device):
-        if reducing():  # sums of the global batch (dpnets.distributed)
-            w = torch.ones(n, dtype=jac.dtype, device=jac.device)
-            if weights is not None:
-                w = weights.to(jac.dtype).reshape(-1)
-                if w.shape[0] != n:
-                    raise ValueError(f"weights has {w.shape[0]} entries for {n} samples")
-            e, total = global_sums(torch.einsum("n,nim,njm->ij", w, jac, jac), w.sum().reshape(1))
-            return 0.5 * e / total
+        # sums divided by the total weight (of the global batch in a distributed fit)
         if weights is None:
-            return 0.5 * torch.einsum("nim,njm->ij", jac, jac) / n
-        w = weights.to(jac.dtype).reshape(-1)
-        if w.shape[0] != n:
-            raise ValueError(f"weights has {w.shape[0]} entries for {n} samples")
-        w = w / w.sum()
-        return 0.5 * torch.einsum("n,nim,njm->ij", w, jac, jac)
+            count = torch.full((1,), float(n), dtype=jac.dtype, device=jac.device)
+            e = torch.einsum("nim,njm->ij", jac, jac)
+        else:
+            w = weights.to(jac.dtype).reshape(-1)
+            if w.shape[0] != n:
+                raise ValueError(f"weights has {w.shape[0]} entries for {n} samples")
+            count = w.sum().reshape(1)
+            e = torch.einsum("n,nim,njm->ij", w, jac, jac)
+        e, total = global_sums(e, count)
+        return 0.5 * e / total
 
 
 def dirichlet_score(
