@@ -289,3 +289,129 @@ def test_experiment_runs_end_to_end_on_a_tiny_ensemble(tmp_path, monkeypatch):
     assert np.all(np.array(main["its_lower_ps"]) <= np.array(main["its_upper_ps"]))
     assert np.array(main["ck_predictions"]).shape == (3, 2, 2)  # lag 0, 1 and 2 x tau
     assert abs(sum(main["pcca_stationary"]) - 1.0) < 1e-9
+
+
+def _quick_sweep_simulate() -> bool:
+    """Whether the quick sweep must simulate its two trajectories (skip without OpenMM)."""
+    from dpnets.experiments.alanine_dipeptide import QUICK_SWEEP_CONFIG, _NotCached, _sweep_data
+
+    try:
+        _sweep_data(QUICK_SWEEP_CONFIG, simulate=False)
+    except _NotCached:
+        pytest.importorskip("openmm")
+        return True
+    return False
+
+
+def test_sweep_quick_is_budget_matched_with_msm_and_intervals(tmp_path):
+    pytest.importorskip("torch_geometric")
+    pytest.importorskip("deeptime")
+    import json
+
+    from dpnets.experiments.alanine_dipeptide import (
+        NN_METHODS,
+        NYSTROM_METHODS,
+        QUICK_SWEEP_CONFIG,
+        _msm_scan,
+        _sweep_data,
+        sweep,
+    )
+
+    simulate = _quick_sweep_simulate()
+    table = sweep(quick=True, out=tmp_path, workers=1, device="cpu", simulate=simulate)
+    for name in ("table.md", "results.json", "its_r.png"):
+        assert (tmp_path / name).exists()
+    res = json.loads((tmp_path / "results.json").read_text())
+    lags_ps = [10.0, 20.0, 50.0, 100.0]
+    assert res["lags_ps"] == lags_ps and res["quick"] is True
+    assert len((tmp_path / "fits.jsonl").read_text().splitlines()) == len(res["fits"]) == 20
+    assert res["machine"]["torch"] and res["device_name"] and res["wall_s"] > 0
+    methods = list(NN_METHODS + NYSTROM_METHODS)
+    r_values, n_seeds, n_boot = [2, 4], 2, QUICK_SWEEP_CONFIG["bootstrap"]
+    fits = res["fits"]
+    assert [(f["method"], f["r"], f["seed"]) for f in fits] == [
+        (m, r, s) for m in methods for r in r_values for s in range(n_seeds)
+    ]
+    # the same number of gradient steps for every trained method (and none for Nyström)
+    steps = {f["steps"] for f in fits if f["method"] in NN_METHODS}
+    assert len(steps) == 1 and steps.pop() > 0 and len(res["steps"]) == 1
+    assert all(f["steps"] is None for f in fits if f["method"] in NYSTROM_METHODS)
+    for f in fits:
+        its = np.array([row[0] for row in f["its_curve_ps"]])
+        assert np.all(np.isfinite(its)) and np.all(its > 0), f["method"]
+        samples = np.array(f["its_samples_ps"])
+        assert samples.shape == (n_boot, len(lags_ps)) and np.all(samples[np.isfinite(samples)] > 0)
+        assert np.isfinite(f["score"]) and f["score"] > 1.0  # VAMP-2 with the constant
+    # the MSM row is msm_reference at the same lag; its interval comes from the bootstrap
+    data = _sweep_data(QUICK_SWEEP_CONFIG, simulate=False)
+    for k, lag_ps in enumerate(lags_ps):
+        ref = msm_reference(
+            data["phis"], data["psis"], dt_ps=5.0, kT=data["kT"], lags=(int(lag_ps / 5.0),)
+        )
+        assert res["msm"]["slowest_ps"][k] == pytest.approx(ref["slowest_ps"], rel=1e-12)
+    assert np.array(res["msm"]["samples_ps"]).shape == (n_boot, len(lags_ps))
+    assert np.all(np.array(res["msm"]["lower_ps"]) <= np.array(res["msm"]["upper_ps"]))
+    # the summary: seed means of the curves, pooled bootstrap intervals, relative errors
+    for m in methods:
+        for r in r_values:
+            cell = res["summary"][m][str(r)]
+            curves = [
+                [row[0] for row in f["its_curve_ps"]]
+                for f in fits
+                if (f["method"], f["r"]) == (m, r)
+            ]
+            np.testing.assert_allclose(cell["mean_ps"], np.mean(curves, axis=0))
+            np.testing.assert_allclose(
+                cell["rel_err"], np.array(cell["mean_ps"]) / np.array(res["msm"]["slowest_ps"]) - 1
+            )
+            assert np.all(np.array(cell["lower_ps"]) <= np.array(cell["upper_ps"]))
+            assert isinstance(cell["goal_met"], bool)
+            lo, hi = np.array(cell["rel_err_paired_lower"]), np.array(cell["rel_err_paired_upper"])
+            assert lo.shape == (len(lags_ps),) and np.all(lo[np.isfinite(lo)] > -1)
+            assert np.all(
+                lo[np.isfinite(lo) & np.isfinite(hi)] <= hi[np.isfinite(lo) & np.isfinite(hi)]
+            )
+    assert "### Reference" in table and "| MSM 24x24 (φ, ψ) |" in table
+    assert all(f"### {m}" in table for m in methods)
+    # the MSM scan is cached next to the trajectories (read where deeptime is missing)
+    cfg = {**QUICK_SWEEP_CONFIG, "_its_lags": [2, 4, 10, 20]}
+    again = _msm_scan(data, cfg, n_boot)
+    assert again["source"].startswith("alanine-msm-scan-")
+    np.testing.assert_allclose(again["timescales_ps"][:, 0], res["msm"]["slowest_ps"])
+
+
+def test_sweep_workers_give_the_same_structure(tmp_path):
+    pytest.importorskip("torch_geometric")
+    pytest.importorskip("deeptime")
+    import json
+
+    from dpnets.experiments.alanine_dipeptide import sweep
+
+    simulate = _quick_sweep_simulate()
+    kw = dict(
+        quick=True,
+        r_values=(2,),
+        seeds=1,
+        methods=("DPNets-relaxed", "Nyström-RRR"),
+        device="cpu",
+        simulate=simulate,
+    )
+    sweep(out=tmp_path / "one", workers=1, **kw)
+    sweep(out=tmp_path / "two", workers=2, **kw)
+    one = json.loads((tmp_path / "one" / "results.json").read_text())
+    two = json.loads((tmp_path / "two" / "results.json").read_text())
+
+    def shape(x):
+        if isinstance(x, dict):
+            return {k: shape(v) for k, v in x.items() if k not in ("history",)}
+        if isinstance(x, list):
+            return [shape(v) for v in x]
+        return type(x).__name__
+
+    assert shape(one["fits"]) == shape(two["fits"])
+    assert shape(one["summary"]) == shape(two["summary"])
+    assert one["steps"] == two["steps"]
+    # Nyström needs no torch: the same numbers in a worker process
+    np.testing.assert_allclose(
+        one["fits"][1]["its_curve_ps"], two["fits"][1]["its_curve_ps"], rtol=1e-6
+    )

@@ -170,3 +170,108 @@ def test_end_to_end_forecast_beats_mean(small_flow):
         scale,
     )
     assert err.mean() < 0.5 * err_mean.mean()
+
+
+# -- the start-up (transient) regime: dpnets.experiments.fluid_transient ----------------------
+
+#: The quick transient experiment's flow (40x80, impulsive start, small perturbation).
+STARTUP = {
+    "shape": (40, 80),
+    "warmup": 0,
+    "stride": 26,
+    "n_snapshots": 250,
+    "seed": 0,
+    "perturbation": 0.01,
+}
+
+
+@pytest.fixture(scope="module")
+def startup_cache(tmp_path_factory):
+    """A cache folder holding the start-up flow, shared by the transient tests."""
+    cache = tmp_path_factory.mktemp("fluid-cache")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DPNETS_CACHE", str(cache))
+        data = CylinderFlow(**STARTUP).load()
+    return cache, data
+
+
+def test_startup_is_transient_growth_then_saturation(startup_cache):
+    from dpnets.experiments.fluid_transient import wake_amplitude
+
+    _, data = startup_cache
+    period = int(round(data.params["diameter"] / (0.21 * data.params["u_inlet"])))
+    env = wake_amplitude(data.probe, period)  # probe amplitude per shedding period (v / U0)
+    assert env.size == 250 * 26 // period
+    # symmetric start-up wake: after the impulsive start has passed, no shedding yet
+    assert env[2:4].max() < 0.05
+    # the instability grows by more than a factor 30 (exponential onset) ...
+    assert env[10] > 30 * env[3]
+    assert np.all(np.diff(env[4:11]) > 0)
+    growth = env[1:] / env[:-1]
+    assert np.all(growth[5:9] > 1.4)  # about x2 per shedding period during the onset
+    # ... and saturates into shedding of (nearly) constant amplitude, ~1.25 U0 on this grid
+    last = env[-3:]
+    assert 1.0 < last.mean() < 1.6 and np.all(growth[-2:] < 1.02)
+    # the quick experiment's split (150 snapshots) ends during the saturation
+    at_split = np.ptp(data.probe[(150 - 15) * 26 : 150 * 26])
+    assert 0.5 * last.mean() < at_split < 0.95 * last.mean()
+    with pytest.raises(ValueError):
+        wake_amplitude(data.probe, 1)
+
+
+def test_perturbation_parameter():
+    # the default flow keeps its cache key (no "perturbation" entry), a smaller one changes it
+    assert "perturbation" not in CylinderFlow().params()
+    assert CylinderFlow(perturbation=0.01).params()["perturbation"] == 0.01
+    assert CylinderFlow(perturbation=0.01).cache_file() != CylinderFlow().cache_file()
+    for bad in (0.0, -0.1, 1.5, float("nan")):
+        with pytest.raises(ValueError):
+            CylinderFlow(perturbation=bad).params()
+    # the initial transverse velocity scales with it
+    kw = {"shape": (40, 80), "seed": 2}
+    v_big = np.abs(CylinderFlow(**kw).solver().v).max()
+    v_small = np.abs(CylinderFlow(**kw, perturbation=0.01).solver().v).max()
+    assert v_small == pytest.approx(0.01 * v_big, rel=1e-9)
+    assert v_big > 0.01 * 0.1  # 0.1-0.2 U0 with U0 = 0.1
+
+
+def test_quick_transient_experiment_writes_per_seed_results(startup_cache, tmp_path, monkeypatch):
+    pytest.importorskip("torch")
+    import json
+
+    from dpnets.experiments import EXPERIMENTS
+    from dpnets.experiments.fluid_transient import QUICK_CONFIG, run
+
+    assert EXPERIMENTS["fluid-flow-transient"][0] == "dpnets.experiments.fluid_transient"
+    assert QUICK_CONFIG["flow"] == {**STARTUP, "reynolds": 100.0, "peclet": 100.0}
+    cache, _ = startup_cache
+    monkeypatch.setenv("DPNETS_CACHE", str(cache))
+    methods = ("DPNets", "DMD", "Persistence", "Mean")
+    table = run(
+        quick=True,
+        seeds=2,
+        out=tmp_path,
+        progress=False,
+        config={"epochs": 2, "hidden": (32,), "methods": methods},
+    )
+    assert (tmp_path / "table.md").read_text().startswith("Start-up of the cylinder wake")
+    assert "±" in table and "C long (t=51-100)" in table
+    res = json.loads((tmp_path / "results.json").read_text())
+    assert res["n_seeds"] == 2 and res["data"]["params"]["perturbation"] == 0.01
+    r = res["results"]
+    assert set(r) == set(methods) and all(r[m]["error"] is None for m in methods)
+    # per-seed numbers: two network seeds, one run of each deterministic method
+    assert np.asarray(r["DPNets"]["rmse_C"]).shape == (2, 100)
+    assert np.asarray(r["DMD"]["rmse_C"]).shape == (1, 100)
+    assert len(r["DPNets"]["long_C"]) == 2 and r["DPNets"]["long_C"][0] != r["DPNets"]["long_C"][1]
+    # DMD fitted on the growing oscillation has eigenvalues outside the unit circle: it beats
+    # persistence over the first period but its forecast amplitude overshoots the saturation
+    dmd = r["DMD"]
+    assert dmd["max_abs_eig"][0] > 1.005 and dmd["n_eig_above_1"][0] >= 2
+    assert dmd["short_C"][0] < 0.8 * r["Persistence"]["short_C"][0]
+    assert dmd["long_C"][0] > r["Persistence"]["long_C"][0]
+    assert dmd["amplitude_ratio"][0] > 1.15
+    # persistence has zero oscillation; the mean field's error is flat in t
+    assert r["Persistence"]["amplitude_ratio"] == [0.0]
+    mean_err = np.asarray(r["Mean"]["rmse_C"][0])
+    assert 0.2 < mean_err.mean() < 1.0 and np.ptp(mean_err) < 0.5 * mean_err.mean()

@@ -148,3 +148,73 @@ def test_pipeline_forecasts_the_next_digit(system: OrderedMNIST) -> None:
     forecasts = op.predict(x0, t=ts, observable=x[1:].reshape(299, -1)).reshape(2, -1, 28, 28)
     acc = om.forecast_accuracy(oracle, forecasts, c0, ts, 5)
     assert acc[0] > 0.6 and acc[1] > 0.5  # chance: 0.2 (measured: 0.89, 0.86)
+
+
+# ------------------------------------------------------------------ experiment protocol
+def _tiny_config() -> dict:
+    oracle = {**om.CONFIG["oracle"], "epochs": 10, "channels": (8, 16)}
+    return {
+        **om.QUICK_CONFIG,
+        "pools": {"n_train": 40, "n_test": 20, "n_oracle": 30},
+        "T": 150,
+        "n_test": 60,
+        "epochs": 3,
+        "seeds": 2,
+        "lr_grid": (1e-4, 3e-3),
+        "selection": {"val_steps": 30, "seed": 1000},
+        "oracle": oracle,
+        "oracle_blended": {**oracle, "mix_fraction": 0.5},
+    }
+
+
+def test_validation_split_is_the_tail_of_the_training_trajectory() -> None:
+    setup = om.make_setup(_tiny_config())
+    val = om.selection_setup(setup)
+    np.testing.assert_array_equal(val.X, setup.X[:120])
+    np.testing.assert_array_equal(val.X_test, setup.X[120:])
+    np.testing.assert_array_equal(val.labels_test, setup.labels[120:])
+    # the validation states come from the training pool, never from the test pool
+    test_rows = {r.tobytes() for r in setup.X_test.reshape(len(setup.X_test), -1)}
+    assert not any(r.tobytes() in test_rows for r in val.X_test.reshape(30, -1))
+    assert set(setup.oracles) == {"plain", "blended"}
+    for which in ("plain", "blended"):
+        assert setup.oracle_accuracy[which]["test_pool"] > 0.8  # measured 0.96 / 0.95
+    bad = _with_selection(setup, val_steps=150)
+    with pytest.raises(ValueError, match="val_steps"):
+        om.selection_setup(bad)
+
+
+def _with_selection(setup, **selection):
+    from dataclasses import replace
+
+    return replace(setup, cfg={**setup.cfg, "selection": {**setup.cfg["selection"], **selection}})
+
+
+def test_learning_rate_is_selected_blind_then_used_for_every_seed(tmp_path, monkeypatch) -> None:
+    import json
+
+    monkeypatch.setattr(om, "QUICK_CONFIG", _tiny_config())
+    table = om.run(quick=True, methods=["DPNets", "DMD"], out=tmp_path, progress=False)
+    res = json.loads((tmp_path / "results.json").read_text())
+    sel = res["selection"]["DPNets"]
+    assert set(sel["scores"]) == {"0.0001", "0.003"}
+    best = max(sel["scores"], key=sel["scores"].get)
+    assert sel["lr"] == float(best)
+    assert res["config"]["lr"] == {"DPNets": sel["lr"]}
+    runs = res["results"]["DPNets"]
+    assert [r["seed"] for r in runs] == [0, 1] and {r["lr"] for r in runs} == {sel["lr"]}
+    assert len(res["results"]["DMD"]) == 1
+    # every fit is scored by both oracles; DMD is well above chance (0.2) one step ahead
+    dmd = res["results"]["DMD"][0]
+    assert len(dmd["accuracy"]) == 15 and len(dmd["accuracy_blended"]) == 15
+    assert dmd["accuracy"][0] > 0.5
+    mean = np.mean([r["accuracy"] for r in runs], axis=0)
+    np.testing.assert_allclose(res["summary"]["DPNets"]["accuracy_mean"], mean)
+    jobs = (tmp_path / "jobs.jsonl").read_text().splitlines()
+    phases = sorted(json.loads(line)["job"]["phase"] for line in jobs)
+    assert phases == ["select", "select", "test", "test", "test"]
+    assert "plain oracle (main result)" in table and "Learning-rate selection" in table
+    # a fixed learning rate skips the selection
+    om.run(quick=True, methods=["DPNets"], seeds=1, lr=1e-3, out=tmp_path / "fixed", progress=False)
+    fixed = json.loads((tmp_path / "fixed" / "results.json").read_text())
+    assert fixed["selection"] == {} and fixed["results"]["DPNets"][0]["lr"] == 1e-3

@@ -349,11 +349,12 @@ def test_zero_features_and_bad_operator_parameters(chain_data):
 
 
 def test_old_model_files_load_with_the_behaviour_they_were_saved_with():
-    """The committed Langevin model (file version 1): no standardisation, no constant, and
-    its gamma of 50 per trace of R converted to the library's scale (r = 4: 200)."""
+    """A Langevin model saved in file version 1 (the experiment's model committed before
+    issue 18): no standardisation, no constant, and its gamma of 50 per trace of R converted
+    to the library's scale (r = 4: 200)."""
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks/results/langevin/dpnet_seed0.pt"
+    path = Path(__file__).resolve().parent / "data" / "langevin_dpnet_file_v1.pt"
     net = dpnets.load(path)
     assert net.constant is False and net.standardize == "none" and net.input_shift_ is None
     assert net.gamma == pytest.approx(200.0)

@@ -194,3 +194,26 @@ def test_ck_test_equals_deeptime_and_detects_a_non_markovian_model(tmp_path):
     fig = ours.plot(units="steps")
     fig.savefig(tmp_path / "ck.png")
     assert len(fig.axes) == 4 and (tmp_path / "ck.png").stat().st_size > 1000
+
+
+def test_bootstrap_trajectories_and_percentile_interval_cover_a_known_mean():
+    from dpnets.validation import bootstrap_trajectories, percentile_interval
+
+    rng = np.random.default_rng(0)
+    trajs = [rng.normal(2.0, 1.0, size=(400, 1)) for _ in range(20)]
+    samples = bootstrap_trajectories(trajs, lambda t: np.concatenate(t).mean(0), 200, seed=1)
+    assert samples.shape == (200, 1)
+    lo, hi = percentile_interval(samples, 0.95)
+    # the standard error of the mean of 8,000 unit-variance draws is 0.011
+    assert lo[0] < 2.0 < hi[0] and 0.02 < hi[0] - lo[0] < 0.07
+    again = bootstrap_trajectories(trajs, lambda t: np.concatenate(t).mean(0), 200, seed=1)
+    np.testing.assert_array_equal(samples, again)
+    # one trajectory: resampled in blocks
+    one = bootstrap_trajectories(trajs[:1], lambda t: np.concatenate(t).mean(0), 50, n_blocks=8)
+    assert one.shape == (50, 1) and np.std(one) > 0
+    with pytest.raises(ValueError, match="n_bootstrap"):
+        bootstrap_trajectories(trajs, np.mean, 0)
+    with pytest.raises(ValueError, match="confidence"):
+        percentile_interval(samples, 1.5)
+    lo, hi = percentile_interval(np.full((10, 2), np.inf))
+    assert np.all(np.isinf(lo)) and np.all(np.isinf(hi))

@@ -203,6 +203,12 @@ def _parser() -> argparse.ArgumentParser:
     p_rep.add_argument("--out", default=None, help="output folder")
     p_rep.add_argument("--device", default=None)
     p_rep.add_argument("--no-progress", action="store_true")
+    p_rep.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="processes that run the fits in parallel (experiments that support it)",
+    )
     return parser
 
 
@@ -296,6 +302,8 @@ def _run(args: argparse.Namespace) -> int:
         kwargs["seeds"] = args.seeds
     if args.out is not None:
         kwargs["out"] = Path(args.out)
+    if args.workers is not None:
+        kwargs["workers"] = args.workers
     print(run_experiment(args.name, **kwargs))
     return 0
 

@@ -29,6 +29,8 @@ __all__ = [
     "ck_test",
     "Spectrum",
     "bootstrap_spectrum",
+    "bootstrap_trajectories",
+    "percentile_interval",
     "MetastableSets",
     "pcca",
     "clone",
@@ -169,6 +171,56 @@ def _bootstrap(
             warnings.simplefilter("ignore", UserWarning)  # lag-mismatch notices
             out.append(np.asarray(statistic([units[i] for i in pick])))
     return np.stack(out)
+
+
+def bootstrap_trajectories(
+    trajs: Sequence[np.ndarray],
+    statistic: Callable[[list[np.ndarray]], Any],
+    n_bootstrap: int,
+    *,
+    n_blocks: int = 10,
+    seed: int | None = 0,
+) -> np.ndarray:
+    """``statistic`` on ``n_bootstrap`` resamples of whole trajectories.
+
+    The resampling behind :func:`implied_timescales` and :func:`bootstrap_spectrum`, for any
+    statistic: trajectories are drawn with replacement (a single trajectory is cut into
+    ``n_blocks`` contiguous blocks, which are drawn instead), so correlations within a
+    trajectory are kept.
+
+    Parameters
+    ----------
+    trajs : sequence of ndarray
+        The trajectories (any arrays whose first axis is time).
+    statistic : callable
+        ``statistic(list_of_trajectories) -> array``, the same shape for every resample.
+    n_bootstrap : int
+        Number of resamples, >= 1.
+    n_blocks : int, default 10
+        Blocks of a single trajectory.
+    seed : int or None, default 0
+        Seed of the draws.
+
+    Returns
+    -------
+    ndarray (n_bootstrap, ...)
+        The statistic of each resample, stacked along a new first axis.
+    """
+    n_bootstrap, _, n_blocks, rng = _bootstrap_settings(n_bootstrap, 0.5, n_blocks, seed, 1)
+    trajs = list(trajs)
+    if not trajs:
+        raise ValueError("trajs must hold at least one trajectory")
+    return _bootstrap(trajs, n_bootstrap, n_blocks, rng, statistic)
+
+
+def percentile_interval(
+    samples: np.ndarray, confidence: float = 0.95
+) -> tuple[np.ndarray, np.ndarray]:
+    """Percentile interval of bootstrap ``samples`` over their first axis, ignoring NaNs
+    (columns whose every sample is ``+inf``, e.g. the timescale of an eigenvalue 1, give
+    ``inf``)."""
+    confidence = check_real("confidence", confidence, 0.0, 1.0, low_open=True, high_open=True)
+    return _interval(np.asarray(samples, dtype=float), confidence)
 
 
 def _interval(samples: np.ndarray, confidence: float) -> tuple[np.ndarray, np.ndarray]:

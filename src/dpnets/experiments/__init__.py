@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import inspect
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,10 @@ EXPERIMENTS: dict[str, tuple[str, str]] = {
     "fluid-flow": (
         "dpnets.experiments.fluid_flow",
         "Flow past a cylinder: forecasting error of a passive scalar (paper Fig. 3)",
+    ),
+    "fluid-flow-transient": (
+        "dpnets.experiments.fluid_transient",
+        "Flow past a cylinder off the limit cycle: forecasting the wake's start-up",
     ),
     "alanine-dipeptide": (
         "dpnets.experiments.alanine_dipeptide",
@@ -62,4 +67,11 @@ def run_experiment(name: str, **kwargs: Any) -> str:
         raise NotImplementedError(f"experiment {name!r} is not implemented yet")
     module = importlib.import_module(module_name)
     kwargs.setdefault("out", Path("dpnets-out") / name)
+    accepted = inspect.signature(module.run).parameters
+    unsupported = sorted(k for k in kwargs if k not in accepted)
+    if unsupported:
+        raise ValueError(
+            f"experiment {name!r} does not take {', '.join(unsupported)} "
+            f"(options: {', '.join(accepted)})"
+        )
     return module.run(**kwargs)

@@ -62,6 +62,8 @@ def provenance(**extra: Any) -> dict[str, Any]:
         "torch_threads": torch.get_num_threads(),
         "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
     }
+    if torch.cuda.is_available():
+        info["cuda_device"] = torch.cuda.get_device_name()
     info.update(extra)
     return info
 

@@ -53,7 +53,17 @@ import numpy as np
 
 from dpnets.experiments._common import markdown_table, output_dir, pyplot, write_results
 
-__all__ = ["run", "CONFIG", "QUICK_CONFIG", "relative_rmse", "standardise"]
+__all__ = [
+    "run",
+    "CONFIG",
+    "QUICK_CONFIG",
+    "NEURAL",
+    "forecast_methods",
+    "method_builders",
+    "plot_fields",
+    "relative_rmse",
+    "standardise",
+]
 
 #: Full run (App. F, with a CPU epoch budget).
 CONFIG: dict[str, Any] = {
@@ -98,7 +108,15 @@ QUICK_CONFIG: dict[str, Any] = {
     "epochs": 60,
 }
 
-_NEURAL = ("DPNets-relaxed", "DPNets", "VAMPNets", "DynamicAE", "ConsistentAE")
+NEURAL = ("DPNets-relaxed", "DPNets", "VAMPNets", "DynamicAE", "ConsistentAE")
+
+
+def _mean_std(values: np.ndarray) -> str:
+    """``mean ± std`` (sample std over seeds) of errors, or the value of a single run."""
+    values = np.asarray(values, dtype=float)
+    if values.size == 1:
+        return f"{values[0]:.4g}"
+    return f"{values.mean():.4g} ± {values.std(ddof=1):.2g}"
 
 
 def standardise(snapshots: np.ndarray, n_train: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -146,7 +164,7 @@ def _decoder(cfg: dict, out_dim: int, seed: int):
     return MLP(cfg["r"], tuple(reversed(cfg["hidden"])), out_dim, activation=cfg["activation"])
 
 
-def _methods(cfg: dict, in_dim: int, n_pairs: int, seed: int, device, progress) -> dict:
+def method_builders(cfg: dict, in_dim: int, n_pairs: int, seed: int, device, progress) -> dict:
     """name -> callable(train) returning a fitted model with ``predict(X, t)``."""
     from dpnets import DPNet, TransferOperator
     from dpnets.baselines import (
@@ -225,6 +243,88 @@ def _history_summary(model: Any) -> dict:
     return {"train_score_first": scores[0], "train_score_last": scores[-1], "epochs": len(scores)}
 
 
+def forecast_methods(
+    cfg: dict[str, Any],
+    train: np.ndarray,
+    horizon: int,
+    n_seeds: int = 1,
+    *,
+    device: str | None = None,
+    progress: bool = True,
+) -> dict[str, dict[str, Any]]:
+    """Fit every method of ``cfg["methods"]`` on ``train`` and forecast from its last snapshot.
+
+    The protocol of paper Sec. 5 (Fig. 3, lower panel): each method is fitted on the training
+    trajectory (one-step pairs) and the forecast ``predict(train[-1], t=[1..horizon])`` is the
+    modal forecast of the full state (Eq. 17 for the DPNets/VAMPNets operators, Eq. 15 on
+    their features). ``Persistence`` repeats ``train[-1]``; ``Mean`` is the training mean.
+
+    Parameters
+    ----------
+    cfg : dict
+        Experiment configuration (:data:`CONFIG` keys: ``methods``, ``hidden``, ``r``, ...).
+    train : array (T, *state_shape)
+        Standardised training trajectory.
+    horizon : int
+        Number of lead times ``t = 1..horizon``.
+    n_seeds : int, default 1
+        Seeds ``0..n_seeds-1`` of the networks (:data:`NEURAL`); the other methods are
+        deterministic and fitted once.
+    device : str, optional
+        Torch device.
+    progress : bool, default True
+        Progress bars; failures also print their traceback.
+
+    Returns
+    -------
+    dict
+        ``name -> {"error", "forecasts", "fit_seconds", "training", "abs_eig"}``: ``error`` is
+        None or the message of the exception that stopped the method (then the other lists
+        hold the seeds fitted before it); ``forecasts`` holds one ``(horizon, *state_shape)``
+        array per seed, ``fit_seconds`` the fit-and-forecast wall time per seed,
+        ``training`` the first/last training scores, ``abs_eig`` the sorted eigenvalue
+        moduli of the fitted operator (models with ``eig``).
+    """
+    ts = np.arange(1, int(horizon) + 1)
+    x0 = train[-1:]
+    in_dim = int(np.prod(train.shape[1:]))
+    n_train = train.shape[0]
+    out: dict[str, dict[str, Any]] = {}
+    for name in cfg["methods"]:
+        res: dict[str, Any] = {
+            "error": None,
+            "forecasts": [],
+            "fit_seconds": [],
+            "training": [],
+            "abs_eig": [],
+        }
+        for k in range(n_seeds if name in NEURAL else 1):
+            fits = method_builders(cfg, in_dim, n_train - 1, k, device, progress)
+            t1 = time.perf_counter()
+            try:
+                if name == "Persistence":
+                    pred = np.repeat(x0, horizon, axis=0)
+                elif name == "Mean":
+                    pred = np.repeat(train.mean(axis=0, keepdims=True), horizon, axis=0)
+                else:
+                    model = fits[name](train)
+                    pred = model.predict(x0, t=ts)[:, 0]
+                    res["training"].append(_history_summary(model))
+                    if hasattr(model, "eig"):
+                        res["abs_eig"].append(np.sort(np.abs(model.eig()))[::-1])
+                if not np.all(np.isfinite(pred)):
+                    raise FloatingPointError("non-finite forecast")
+            except Exception as exc:  # noqa: BLE001 - report any failure of a method
+                res["error"] = f"{type(exc).__name__}: {exc}"
+                if progress:
+                    traceback.print_exc()
+                break
+            res["fit_seconds"].append(time.perf_counter() - t1)
+            res["forecasts"].append(pred)
+        out[name] = res
+    return out
+
+
 def _plot_rmse(path: Path, results: dict, ts: np.ndarray) -> None:
     plt = pyplot()
     if plt is None:  # pragma: no cover - optional dependency
@@ -247,7 +347,7 @@ def _plot_rmse(path: Path, results: dict, ts: np.ndarray) -> None:
     plt.close(fig)
 
 
-def _plot_fields(
+def plot_fields(
     path: Path, truth: np.ndarray, forecasts: dict, plot_t: tuple, solid: np.ndarray
 ) -> None:
     plt = pyplot()
@@ -335,56 +435,29 @@ def run(
     train, test = z[:n_train], z[n_train:]
     horizon = test.shape[0]
     ts = np.arange(1, horizon + 1)
-    x0 = train[-1:]
-    in_dim = int(np.prod(z.shape[1:]))
     scale_c = float(z[:, 3].std())
     scale_all = float(z.std())
     truth_c = test[:, 3]
 
     results: dict[str, dict] = {}
     fields_c: dict[str, np.ndarray] = {}
-    methods = [m for m in cfg["methods"]]
-    for name in methods:
-        runs = []
-        error = None
-        seconds = 0.0
-        summaries = []
-        eig_max = []
-        for k in range(n_seeds if name in _NEURAL else 1):
-            fits = _methods(cfg, in_dim, n_train - 1, k, device, progress)
-            t1 = time.perf_counter()
-            try:
-                if name == "Persistence":
-                    pred = np.repeat(x0, horizon, axis=0)
-                elif name == "Mean":
-                    pred = np.repeat(train.mean(axis=0, keepdims=True), horizon, axis=0)
-                else:
-                    model = fits[name](train)
-                    pred = model.predict(x0, t=ts)[:, 0]
-                    summaries.append(_history_summary(model))
-                    if hasattr(model, "eig"):
-                        eig_max.append(float(np.abs(model.eig()).max()))
-                if not np.all(np.isfinite(pred)):
-                    raise FloatingPointError("non-finite forecast")
-            except Exception as exc:  # noqa: BLE001 - report any failure of a method
-                error = f"{type(exc).__name__}: {exc}"
-                if progress:
-                    traceback.print_exc()
-                break
-            seconds += time.perf_counter() - t1
-            runs.append(pred)
-        if error is not None:
-            results[name] = {"error": error}
+    fits = forecast_methods(cfg, train, horizon, n_seeds, device=device, progress=progress)
+    for name, fit in fits.items():
+        if fit["error"] is not None:
+            results[name] = {"error": fit["error"]}
             continue
-        rmse_c = np.mean([relative_rmse(p[:, 3], truth_c, scale_c) for p in runs], axis=0)
-        rmse_all = np.mean([relative_rmse(p, test, scale_all) for p in runs], axis=0)
+        runs = fit["forecasts"]
+        per_c = np.array([relative_rmse(p[:, 3], truth_c, scale_c) for p in runs])
+        per_all = np.array([relative_rmse(p, test, scale_all) for p in runs])
         results[name] = {
             "error": None,
-            "rmse_C": rmse_c,
-            "rmse_all": rmse_all,
-            "fit_seconds": seconds,
-            "training": summaries,
-            "max_abs_eig": eig_max,
+            "rmse_C": per_c.mean(axis=0),
+            "rmse_all": per_all.mean(axis=0),
+            "rmse_C_seeds": per_c,
+            "rmse_all_seeds": per_all,
+            "fit_seconds": float(sum(fit["fit_seconds"])),
+            "training": fit["training"],
+            "max_abs_eig": [float(e.max()) for e in fit["abs_eig"]],
         }
         fields_c[name] = runs[0][:, 3]
 
@@ -399,8 +472,8 @@ def run(
             continue
         rows.append(
             [name]
-            + [float(res["rmse_C"][t - 1]) for t in show]
-            + [float(res["rmse_all"][-1]), f"{res['fit_seconds']:.0f}"]
+            + [_mean_std(res["rmse_C_seeds"][:, t - 1]) for t in show]
+            + [_mean_std(res["rmse_all_seeds"][:, -1]), f"{res['fit_seconds']:.0f}"]
         )
     wall = time.perf_counter() - t_start
     p = data.params
@@ -411,7 +484,8 @@ def run(
         f"{T} snapshots every {p['stride']} steps ({n_train} train, {horizon} test); "
         f"MLP {'-'.join(map(str, cfg['hidden']))}-{cfg['r']} ({cfg['activation']}), "
         f"full batch, {cfg['epochs']} epochs, gamma={cfg['gamma']:g}, lr={cfg['lr']:g} "
-        f"(autoencoders {cfg['lr_ae']:g}), {n_seeds} seed(s); wall time {wall:.0f} s.\n\n"
+        f"(autoencoders {cfg['lr_ae']:g}), {n_seeds} seed(s) for the networks (mean ± sample "
+        f"std over seeds; the other methods are deterministic); wall time {wall:.0f} s.\n\n"
         "Relative RMSE (RMSE / data std, standardised channels) of the forecast from the last "
         "training snapshot, for the scalar C at lead times t and for all channels at "
         f"t={horizon}.\n\n"
@@ -438,7 +512,5 @@ def run(
     _plot_rmse(out / "rmse_vs_t.png", results, ts)
     keep = [m for m in ("DPNets-relaxed", "DMD", "DynamicAE") if m in fields_c]
     plot_t = tuple(t for t in cfg["plot_t"] if t <= horizon)
-    _plot_fields(
-        out / "forecast_C.png", truth_c, {m: fields_c[m] for m in keep}, plot_t, data.solid
-    )
+    plot_fields(out / "forecast_C.png", truth_c, {m: fields_c[m] for m in keep}, plot_t, data.solid)
     return table

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from dpnets.experiments._common import provenance, pyplot
+from dpnets.experiments._common import provenance, pyplot, torch_threads
 
 __all__ = ["run", "CONFIG", "QUICK_CONFIG"]
 
@@ -155,6 +155,18 @@ def _train_one(cfg: dict, seed: int, device: str | None, progress: bool, out: Pa
     }
 
 
+def _train_one_threads(
+    threads: int | None, cfg: dict, seed: int, device: str | None, out: Path
+) -> dict:
+    """:func:`_train_one` in a worker process, with ``threads`` torch threads."""
+    with torch_threads(threads):
+        run = _train_one(cfg, seed, device, False, out)
+    print(
+        f"[langevin] seed {seed}: eigenvalues (train) {np.round(run['eig_train'], 3)}", flush=True
+    )
+    return run
+
+
 def _plot(path: Path, runs: list[dict], ref: np.ndarray, r: int) -> bool:
     plt = pyplot()
     if plt is None:  # pragma: no cover - optional dependency
@@ -200,6 +212,8 @@ def run(
     out: str | Path = Path("dpnets-out") / "langevin",
     device: str | None = None,
     progress: bool = True,
+    workers: int = 1,
+    threads: int | None = None,
 ) -> str:
     """Train generator DPNets on four-well Langevin samples; compare with the reference spectrum.
 
@@ -215,7 +229,12 @@ def run(
     device : str, optional
         Torch device (default: CUDA if available).
     progress : bool, default True
-        Progress bar during training.
+        Progress bar during training (off with ``workers > 1``).
+    workers : int, default 1
+        Processes that train the seeds in parallel (``spawn``; each seed is independent:
+        its own samples, split and initialisation), so the results do not depend on it.
+    threads : int or None, default None
+        Torch CPU threads per process (``None`` keeps torch's default).
 
     Returns
     -------
@@ -234,7 +253,23 @@ def run(
     system = FourWellLangevin(kT=cfg["kT"], friction=cfg["friction"], dt=cfg["dt"])
     ref = system.reference_eigvals(r + 1)
     t0 = time.perf_counter()
-    runs = [_train_one(cfg, seed, device, progress, out) for seed in range(n_seeds)]
+    if int(workers) < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
+    if int(workers) == 1:
+        with torch_threads(threads):
+            runs = [_train_one(cfg, seed, device, progress, out) for seed in range(n_seeds)]
+    else:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(
+            max_workers=int(workers), mp_context=multiprocessing.get_context("spawn")
+        ) as pool:
+            futures = [
+                pool.submit(_train_one_threads, threads, cfg, seed, device, out)
+                for seed in range(n_seeds)
+            ]
+            runs = [f.result() for f in futures]
     wall = time.perf_counter() - t0
 
     est_train = np.array([run["eig_train"] for run in runs])
