@@ -217,3 +217,28 @@ def test_bootstrap_trajectories_and_percentile_interval_cover_a_known_mean():
         percentile_interval(samples, 1.5)
     lo, hi = percentile_interval(np.full((10, 2), np.inf))
     assert np.all(np.isinf(lo)) and np.all(np.isinf(hi))
+
+
+def test_warns_when_a_timescale_is_longer_than_the_data():
+    """A feature constant along each trajectory (a trajectory label) has an eigenvalue that
+    does not decay with the lag: its timescale grows like the lag and exceeds the data."""
+    import warnings
+
+    rng = np.random.default_rng(0)
+    trajs = []
+    for label in (0.0, 1.0, 0.0, 1.0):
+        x = np.zeros(200)
+        for t in range(1, 200):
+            x[t] = 0.5 * x[t - 1] + rng.normal()
+        # the label with a little white noise: |lambda| = 0.25 / (0.25 + 0.05^2) = 0.99 at
+        # every lag, i.e. timescales 100 x lag
+        trajs.append(np.stack([x, label + 0.05 * rng.normal(size=200)], axis=1))
+    with pytest.warns(RuntimeWarning, match="longer than the longest trajectory") as rec:
+        res = implied_timescales(TransferOperator(lambda z: z), trajs, [1, 5, 20], k=1)
+    assert "lag(s) 5, 20 " in str(rec[0].message)
+    np.testing.assert_allclose(res.timescales[:, 0], [100, 500, 2000], rtol=0.5)
+    # without the label the fast AR(1) timescale (-1 / ln 0.5 = 1.44) raises nothing
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ok = implied_timescales(TransferOperator(lambda z: z[:, :1]), trajs, [1, 2], k=1)
+    np.testing.assert_allclose(ok.timescales[0, 0], 1 / np.log(2), rtol=0.25)

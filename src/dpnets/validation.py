@@ -120,6 +120,14 @@ def implied_timescales(
     Returns
     -------
     ImpliedTimescales
+
+    Warns
+    -----
+    RuntimeWarning
+        When a timescale is longer than the longest trajectory: no such data can resolve
+        it. The usual cause is a learned feature that is nearly constant along each
+        trajectory (a trajectory label), whose eigenvalue does not decay with the lag; its
+        timescale then grows in proportion to the lag.
     """
     lags = np.array([check_lag(int(lag)) for lag in lags], dtype=np.int64)
     if lags.size == 0:
@@ -132,6 +140,7 @@ def implied_timescales(
     trajs = _trajectories(data)
     factory = _factory(estimator, refit_features)
     ts = _scan(factory, trajs, lags, k, dt)
+    _warn_unresolvable(ts, lags, dt, max(t.shape[0] for t in trajs))
     out = ImpliedTimescales(lags, lags * dt, ts, confidence=confidence)
     if n_bootstrap:
         out.samples = _bootstrap(
@@ -405,6 +414,28 @@ def _factory(estimator: Any, refit_features: bool) -> Callable[[int, list], Any]
         return est
 
     return build
+
+
+def _warn_unresolvable(ts: np.ndarray, lags: np.ndarray, dt: float, longest: int) -> None:
+    """Warn when a timescale exceeds the longest trajectory: no data can resolve it, and the
+    usual cause is a feature that is (nearly) constant along each trajectory, whose
+    eigenvalue does not decay with the lag (its timescale then grows in proportion to it)."""
+    duration = longest * dt
+    bad = np.isfinite(ts) & (ts > duration)
+    if not bad.any():
+        return
+    rows = np.flatnonzero(bad.any(axis=1))
+    worst = float(np.nanmax(np.where(bad, ts, np.nan)))
+    warnings.warn(
+        f"implied timescales up to {worst:.4g} at lag(s) "
+        f"{', '.join(f'{lags[j] * dt:g}' for j in rows)} are longer than the longest "
+        f"trajectory ({duration:g}): these data cannot resolve them. The usual cause is a "
+        "feature that is nearly constant along each trajectory (its eigenvalue does not decay "
+        "with the lag, so its timescale grows in proportion to the lag); check the learned "
+        "features (e.g. fewer of them, or another seed) or use longer trajectories.",
+        RuntimeWarning,
+        stacklevel=3,
+    )
 
 
 def _scan(build: Callable, trajs: list[np.ndarray], lags: np.ndarray, k: int, dt: float):
