@@ -242,3 +242,16 @@ def test_warns_when_a_timescale_is_longer_than_the_data():
         warnings.simplefilter("error")
         ok = implied_timescales(TransferOperator(lambda z: z[:, :1]), trajs, [1, 2], k=1)
     np.testing.assert_allclose(ok.timescales[0, 0], 1 / np.log(2), rtol=0.25)
+
+
+def test_warns_when_a_second_eigenvalue_is_exactly_one():
+    rng = np.random.default_rng(1)
+    trajs = []
+    for label in (0.0, 1.0, 0.0, 1.0):
+        x = np.zeros(150)
+        for t in range(1, 150):
+            x[t] = 0.5 * x[t - 1] + rng.normal()
+        trajs.append(np.stack([x, np.full(150, label)], axis=1))  # a trajectory label
+    with pytest.warns(RuntimeWarning, match="2 real eigenvalues equal to 1 at lag"):
+        res = implied_timescales(TransferOperator(lambda z: z), trajs, [1, 3], k=1)
+    np.testing.assert_allclose(res.timescales[0, 0], 1 / np.log(2), rtol=0.3)

@@ -124,10 +124,11 @@ def implied_timescales(
     Warns
     -----
     RuntimeWarning
-        When a timescale is longer than the longest trajectory: no such data can resolve
-        it. The usual cause is a learned feature that is nearly constant along each
-        trajectory (a trajectory label), whose eigenvalue does not decay with the lag; its
-        timescale then grows in proportion to the lag.
+        When more than one real eigenvalue equals 1 (disconnected data, or a feature exactly
+        constant along each trajectory), or when a timescale is longer than the longest
+        trajectory (no such data can resolve it; the usual cause is a learned feature that is
+        nearly constant along each trajectory, whose eigenvalue does not decay with the lag:
+        its timescale then grows in proportion to the lag).
     """
     lags = np.array([check_lag(int(lag)) for lag in lags], dtype=np.int64)
     if lags.size == 0:
@@ -139,8 +140,20 @@ def implied_timescales(
     )
     trajs = _trajectories(data)
     factory = _factory(estimator, refit_features)
-    ts = _scan(factory, trajs, lags, k, dt)
+    stationary: list[tuple[float, int]] = []
+    ts = _scan(factory, trajs, lags, k, dt, stationary)
     _warn_unresolvable(ts, lags, dt, max(t.shape[0] for t in trajs))
+    if stationary:
+        warnings.warn(
+            f"{max(n for _, n in stationary)} real eigenvalues equal to 1 at lag(s) "
+            f"{', '.join(f'{t:g}' for t, _ in stationary)}: besides the stationary one, some "
+            "feature combination never decays, so the data look split into parts that never "
+            "exchange (a feature constant along each trajectory, or trajectories that never "
+            "visit each other's states). Those modes have infinite timescales and are left "
+            "out of the table; check the features and the connectivity of the data.",
+            RuntimeWarning,
+            stacklevel=2,
+        )
     out = ImpliedTimescales(lags, lags * dt, ts, confidence=confidence)
     if n_bootstrap:
         out.samples = _bootstrap(
@@ -438,7 +451,16 @@ def _warn_unresolvable(ts: np.ndarray, lags: np.ndarray, dt: float, longest: int
     )
 
 
-def _scan(build: Callable, trajs: list[np.ndarray], lags: np.ndarray, k: int, dt: float):
+def _scan(
+    build: Callable,
+    trajs: list[np.ndarray],
+    lags: np.ndarray,
+    k: int,
+    dt: float,
+    stationary: list[tuple[float, int]] | None = None,
+):
+    """The ``k`` slowest finite timescales at each lag; ``stationary`` (if given) collects
+    ``(lag time, count)`` where more than one real eigenvalue is 1 (infinite timescales)."""
     out = np.full((lags.size, k), np.nan)
     longest = max(t.shape[0] for t in trajs)
     for j, lag in enumerate(lags):
@@ -450,6 +472,11 @@ def _scan(build: Callable, trajs: list[np.ndarray], lags: np.ndarray, k: int, dt
             warnings.filterwarnings("ignore", message=".*validating across lags")
             est.fit(usable, lag=int(lag))
         ts = np.asarray(est.implied_timescales(dt), dtype=np.float64)
+        if stationary is not None:
+            eig = np.asarray(est.eig())
+            n_unit = int(np.sum(np.isposinf(ts) & (np.abs(eig.imag) < 1e-8) & (eig.real > 0)))
+            if n_unit > 1:
+                stationary.append((float(lag * dt), n_unit))
         finite = np.sort(ts[np.isfinite(ts) & (ts > 0)])[::-1][:k]
         out[j, : finite.size] = finite
     return out
