@@ -293,11 +293,11 @@ def test_experiment_runs_end_to_end_on_a_tiny_ensemble(tmp_path, monkeypatch):
 
 def _quick_sweep_simulate() -> bool:
     """Whether the quick sweep must simulate its two trajectories (skip without OpenMM)."""
-    from dpnets.experiments.alanine_dipeptide import QUICK_SWEEP_CONFIG, _NotCached, _sweep_data
+    from dpnets.experiments.alanine_dipeptide import QUICK_SWEEP_CONFIG, _sweep_data
 
     try:
         _sweep_data(QUICK_SWEEP_CONFIG, simulate=False)
-    except _NotCached:
+    except FileNotFoundError:
         pytest.importorskip("openmm")
         return True
     return False
@@ -415,3 +415,15 @@ def test_sweep_workers_give_the_same_structure(tmp_path):
     np.testing.assert_allclose(
         one["fits"][1]["its_curve_ps"], two["fits"][1]["its_curve_ps"], rtol=1e-6
     )
+
+
+def test_cache_only_never_simulates(tmp_path, monkeypatch):
+    """cache="only" loads a cached trajectory and raises, naming the fix, on a miss (no
+    OpenMM needed); other values of cache are refused."""
+    from dpnets.systems.alanine import simulate_alanine_dipeptide
+
+    monkeypatch.setenv("DPNETS_CACHE", str(tmp_path))
+    with pytest.raises(FileNotFoundError, match="cache='only' never simulates"):
+        simulate_alanine_dipeptide(10, seed=123, cache="only")
+    with pytest.raises(ValueError, match="cache must be True, False or 'only'"):
+        simulate_alanine_dipeptide(10, seed=123, cache="yes")

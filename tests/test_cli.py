@@ -24,3 +24,10 @@ def test_reproduce_unknown_experiment_module(capsys):
 
     with pytest.raises(SystemExit):
         main(["reproduce", "no-such-experiment"])
+
+
+def test_reproduce_workers_only_where_the_experiment_takes_them(capsys):
+    """--workers reaches experiments whose run() takes it; elsewhere a one-line error."""
+    assert main(["reproduce", "logistic-map", "--quick", "--workers", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "does not take workers" in err and "logistic-map" in err

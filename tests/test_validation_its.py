@@ -219,20 +219,30 @@ def test_bootstrap_trajectories_and_percentile_interval_cover_a_known_mean():
     assert np.all(np.isinf(lo)) and np.all(np.isinf(hi))
 
 
+def _ar1_with_label(n: int, label_noise: float, seed: int) -> list[np.ndarray]:
+    """Four AR(1) trajectories (coefficient 0.5) with a second coordinate equal to a
+    trajectory label 0 or 1, plus white noise of std ``label_noise``."""
+    rng = np.random.default_rng(seed)
+    trajs = []
+    for label in (0.0, 1.0, 0.0, 1.0):
+        x = np.zeros(n)
+        for t in range(1, n):
+            x[t] = 0.5 * x[t - 1] + rng.normal()
+        lab = np.full(n, label)
+        if label_noise:
+            lab = lab + label_noise * rng.normal(size=n)
+        trajs.append(np.stack([x, lab], axis=1))
+    return trajs
+
+
 def test_warns_when_a_timescale_is_longer_than_the_data():
     """A feature constant along each trajectory (a trajectory label) has an eigenvalue that
     does not decay with the lag: its timescale grows like the lag and exceeds the data."""
     import warnings
 
-    rng = np.random.default_rng(0)
-    trajs = []
-    for label in (0.0, 1.0, 0.0, 1.0):
-        x = np.zeros(200)
-        for t in range(1, 200):
-            x[t] = 0.5 * x[t - 1] + rng.normal()
-        # the label with a little white noise: |lambda| = 0.25 / (0.25 + 0.05^2) = 0.99 at
-        # every lag, i.e. timescales 100 x lag
-        trajs.append(np.stack([x, label + 0.05 * rng.normal(size=200)], axis=1))
+    # the label with a little white noise: |lambda| = 0.25 / (0.25 + 0.05^2) = 0.99 at every
+    # lag, i.e. timescales 100 x lag
+    trajs = _ar1_with_label(200, 0.05, seed=0)
     with pytest.warns(RuntimeWarning, match="longer than the longest trajectory") as rec:
         res = implied_timescales(TransferOperator(lambda z: z), trajs, [1, 5, 20], k=1)
     assert "lag(s) 5, 20 " in str(rec[0].message)
@@ -245,13 +255,7 @@ def test_warns_when_a_timescale_is_longer_than_the_data():
 
 
 def test_warns_when_a_second_eigenvalue_is_exactly_one():
-    rng = np.random.default_rng(1)
-    trajs = []
-    for label in (0.0, 1.0, 0.0, 1.0):
-        x = np.zeros(150)
-        for t in range(1, 150):
-            x[t] = 0.5 * x[t - 1] + rng.normal()
-        trajs.append(np.stack([x, np.full(150, label)], axis=1))  # a trajectory label
+    trajs = _ar1_with_label(150, 0.0, seed=1)  # an exact trajectory label
     with pytest.warns(RuntimeWarning, match="2 real eigenvalues equal to 1 at lag"):
         res = implied_timescales(TransferOperator(lambda z: z), trajs, [1, 3], k=1)
     np.testing.assert_allclose(res.timescales[0, 0], 1 / np.log(2), rtol=0.3)

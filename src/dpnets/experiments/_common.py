@@ -107,6 +107,15 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return "\n".join(lines)
 
 
+def mean_std(values: Any, fmt: str = ".3g", std_fmt: str = ".2g", ddof: int = 1) -> str:
+    """``"mean ± std"`` of a 1-D sequence over seeds (``ddof=1``: the sample std), or the
+    single value when there is one."""
+    v = np.asarray(values, dtype=np.float64).ravel()
+    if v.size == 1:
+        return format(v[0], fmt)
+    return f"{format(v.mean(), fmt)} ± {format(v.std(ddof=ddof), std_fmt)}"
+
+
 @contextmanager
 def timer() -> Iterator[dict[str, float]]:
     """``with timer() as t: ...`` then ``t["seconds"]`` holds the wall time of the block."""

@@ -880,23 +880,11 @@ QUICK_SWEEP_CONFIG: dict[str, Any] = {
 _SWEEP_DATA: dict[str, dict[str, Any]] = {}
 
 
-class _NotCached(RuntimeError):
-    """A trajectory of the ensemble is missing from the cache and simulating was refused."""
-
-
-def _refuse_simulation() -> Any:
-    raise _NotCached(
-        "an alanine-dipeptide trajectory of this ensemble is not in the cache "
-        "($DPNETS_CACHE or ~/.cache/dpnets) and sweep(simulate=False) never simulates "
-        "(the full ensemble takes 2 CPU-core-hours): fill the cache with `dpnets reproduce "
-        "alanine-dipeptide` or pass simulate=True"
-    )
-
-
 def _sweep_data(cfg: dict[str, Any], simulate: bool) -> dict[str, Any]:
     """The ensemble of ``cfg`` from the cache (memoised per process), its split, dihedrals and
     (on first use, see :func:`_sweep_task`) pairwise distances. ``simulate=False``: a
-    trajectory missing from the cache raises :class:`_NotCached` instead of being simulated."""
+    trajectory missing from the cache raises ``FileNotFoundError`` instead of being
+    simulated (the full ensemble takes 2 CPU-core-hours)."""
     import json
 
     import dpnets.systems.alanine as alanine
@@ -905,13 +893,8 @@ def _sweep_data(cfg: dict[str, Any], simulate: bool) -> dict[str, Any]:
     key = json.dumps([runs, common, int(cfg["heldout_every"])], sort_keys=True)
     if key in _SWEEP_DATA:
         return _SWEEP_DATA[key]
-    original = alanine._import_openmm
-    if not simulate:  # a cache miss reaches OpenMM: refuse there
-        alanine._import_openmm = _refuse_simulation
-    try:
-        trajs = alanine.simulate_alanine_ensemble(runs, workers=1, **common)
-    finally:
-        alanine._import_openmm = original
+    cache = True if simulate else "only"
+    trajs = alanine.simulate_alanine_ensemble(runs, workers=1, **{**common, "cache": cache})
     train, held_out = _split(len(trajs), int(cfg["heldout_every"]))
     data = {
         "positions": [t.positions for t in trajs],

@@ -51,7 +51,13 @@ from typing import Any
 
 import numpy as np
 
-from dpnets.experiments._common import markdown_table, output_dir, pyplot, write_results
+from dpnets.experiments._common import (
+    markdown_table,
+    mean_std,
+    output_dir,
+    pyplot,
+    write_results,
+)
 
 __all__ = [
     "run",
@@ -109,14 +115,6 @@ QUICK_CONFIG: dict[str, Any] = {
 }
 
 NEURAL = ("DPNets-relaxed", "DPNets", "VAMPNets", "DynamicAE", "ConsistentAE")
-
-
-def _mean_std(values: np.ndarray) -> str:
-    """``mean ± std`` (sample std over seeds) of errors, or the value of a single run."""
-    values = np.asarray(values, dtype=float)
-    if values.size == 1:
-        return f"{values[0]:.4g}"
-    return f"{values.mean():.4g} ± {values.std(ddof=1):.2g}"
 
 
 def standardise(snapshots: np.ndarray, n_train: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -472,8 +470,8 @@ def run(
             continue
         rows.append(
             [name]
-            + [_mean_std(res["rmse_C_seeds"][:, t - 1]) for t in show]
-            + [_mean_std(res["rmse_all_seeds"][:, -1]), f"{res['fit_seconds']:.0f}"]
+            + [mean_std(res["rmse_C_seeds"][:, t - 1], ".4g") for t in show]
+            + [mean_std(res["rmse_all_seeds"][:, -1], ".4g"), f"{res['fit_seconds']:.0f}"]
         )
     wall = time.perf_counter() - t_start
     p = data.params

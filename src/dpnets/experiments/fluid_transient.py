@@ -52,6 +52,7 @@ import numpy as np
 
 from dpnets.experiments._common import (
     markdown_table,
+    mean_std,
     output_dir,
     pyplot,
     torch_threads,
@@ -120,11 +121,8 @@ def wake_amplitude(probe: np.ndarray, window: int) -> np.ndarray:
     return np.ptp(x[: n * window].reshape(n, window), axis=1)
 
 
-def _mean_std(values: list[float] | np.ndarray) -> str:
-    v = np.asarray(values, dtype=np.float64)
-    if v.size == 1:
-        return f"{v[0]:.3g}"
-    return f"{v.mean():.3g} ± {v.std():.2g}"
+def _spread(values: list[float] | np.ndarray) -> str:
+    return mean_std(values, ddof=0)  # population std over seeds, as the README states
 
 
 def _plot_rmse(path: Path, results: dict, ts: np.ndarray) -> None:
@@ -304,12 +302,12 @@ def _run(cfg: dict, quick: bool, n_seeds: int, out: Path, device, progress: bool
             rows.append([name] + ["failed"] * (len(show) + 5) + [res["error"][:60]])
             continue
         rc = res["rmse_C"]
-        eig = _mean_std(res["max_abs_eig"]) if res["max_abs_eig"] else "-"
+        eig = _spread(res["max_abs_eig"]) if res["max_abs_eig"] else "-"
         rows.append(
             [name]
-            + [_mean_std(rc[:, t - 1]) for t in show]
-            + [_mean_std(res["short_C"]), _mean_std(res["long_C"]), _mean_std(res["long_all"])]
-            + [_mean_std(res["amplitude_ratio"]), eig, f"{np.mean(res['fit_seconds']):.0f}"]
+            + [_spread(rc[:, t - 1]) for t in show]
+            + [_spread(res["short_C"]), _spread(res["long_C"]), _spread(res["long_all"])]
+            + [_spread(res["amplitude_ratio"]), eig, f"{np.mean(res['fit_seconds']):.0f}"]
         )
     wall = time.perf_counter() - t_start
     mode = "quick" if quick else "full"

@@ -91,6 +91,7 @@ import numpy as np
 from dpnets.experiments._common import (
     jsonable,
     markdown_table,
+    mean_std,
     output_dir,
     pyplot,
     torch_threads,
@@ -677,20 +678,6 @@ def evaluate(setup: Setup, method: Method, seed: int) -> dict[str, Any]:
     }
 
 
-def _mean_std(values: Sequence[float]) -> str:
-    v = np.asarray(values, dtype=np.float64)
-    if v.size == 1:
-        return f"{v[0]:.3g}"
-    return f"{v.mean():.3g} ± {v.std(ddof=1):.2g}"
-
-
-def _acc_cell(values: np.ndarray) -> str:
-    """``mean ± std`` (sample std over seeds) of accuracies, or the value for one run."""
-    if values.size == 1:
-        return f"{values[0]:.3f}"
-    return f"{values.mean():.3f} ± {values.std(ddof=1):.3f}"
-
-
 def _accuracy_table(setup: Setup, results: dict[str, list[dict]], key: str) -> str:
     shown = [t for t in setup.ts if t in (1, 2, 3, 5, 8, 10, 12, 15)]
     header = ["method", "seeds", *[f"t={t}" for t in shown], "min t≤15", "mean t≤15"]
@@ -701,9 +688,9 @@ def _accuracy_table(setup: Setup, results: dict[str, list[dict]], key: str) -> s
             [
                 name,
                 str(len(runs)),
-                *[_acc_cell(acc[:, t - 1]) for t in shown],
-                _acc_cell(acc.min(axis=1)),
-                _acc_cell(acc.mean(axis=1)),
+                *[mean_std(acc[:, t - 1], ".3f", ".3f") for t in shown],
+                mean_std(acc.min(axis=1), ".3f", ".3f"),
+                mean_std(acc.mean(axis=1), ".3f", ".3f"),
             ]
         )
     return markdown_table(header, rows)
@@ -787,10 +774,10 @@ def _tables(
         trows.append(
             [
                 name,
-                _mean_std([r["train_s"] for r in runs]) if per_epoch else "-",
-                _mean_std(per_epoch) if per_epoch else "-",
-                _mean_std([r["operator_s"] for r in runs]),
-                _mean_std([r["predict_s"] for r in runs]),
+                mean_std([r["train_s"] for r in runs]) if per_epoch else "-",
+                mean_std(per_epoch) if per_epoch else "-",
+                mean_std([r["operator_s"] for r in runs]),
+                mean_std([r["predict_s"] for r in runs]),
             ]
         )
     lines.append(markdown_table(theader, trows))
@@ -1131,24 +1118,7 @@ def _run(
             name: [{k: v for k, v in r.items() if k != "sample_forecast"} for r in runs]
             for name, runs in results.items()
         },
-        "summary": {
-            name: {
-                f"{key}_{stat}": getattr(np, stat)(
-                    [r[key] for r in runs], axis=0, **({"ddof": 1} if stat == "std" else {})
-                )
-                if len(runs) > 1 or stat == "mean"
-                else np.zeros(len(setup.ts))
-                for key in ("accuracy", "accuracy_blended")
-                for stat in ("mean", "std")
-            }
-            | {
-                "min_accuracy_mean": float(np.mean([np.min(r["accuracy"]) for r in runs])),
-                "min_accuracy_of_mean": float(
-                    np.min(np.mean([r["accuracy"] for r in runs], axis=0))
-                ),
-            }
-            for name, runs in results.items()
-        },
+        "summary": {name: _summary(runs) for name, runs in results.items()},
         "failures": failures,
         "figures": figures,
     }
@@ -1156,6 +1126,19 @@ def _run(
     if figures:
         table += "\n\nFigures: " + ", ".join(str(out / f) for f in figures)
     return table
+
+
+def _summary(runs: list[dict]) -> dict[str, Any]:
+    """Mean and sample std over seeds of the accuracy against ``t`` (std 0 for one run)."""
+    out: dict[str, Any] = {}
+    for key in ("accuracy", "accuracy_blended"):
+        acc = np.array([r[key] for r in runs])
+        out[f"{key}_mean"] = acc.mean(axis=0)
+        out[f"{key}_std"] = acc.std(axis=0, ddof=1) if len(runs) > 1 else np.zeros(acc.shape[1])
+    acc = np.array([r["accuracy"] for r in runs])
+    out["min_accuracy_mean"] = float(acc.min(axis=1).mean())
+    out["min_accuracy_of_mean"] = float(acc.mean(axis=0).min())
+    return out
 
 
 def _fit_all(

@@ -255,7 +255,7 @@ def simulate_alanine_dipeptide(
     initial_phi: float | None = None,
     platform: str = "Reference",
     threads: int = 1,
-    cache: bool = True,
+    cache: bool | str = True,
     progress: bool = False,
 ) -> AlanineDipeptideTrajectory:
     """Simulate (or load from the cache) an alanine-dipeptide trajectory.
@@ -291,14 +291,20 @@ def simulate_alanine_dipeptide(
         ``Reference`` is deterministic and, for 22 atoms, as fast as ``CPU``.
     threads : int, default 1
         Threads of the ``CPU`` platform (ignored by ``Reference``).
-    cache : bool, default True
+    cache : bool or "only", default True
         Load/store the result in the user cache (``$DPNETS_CACHE`` or ``~/.cache/dpnets``).
+        ``"only"``: load it from the cache and never simulate (a missing trajectory raises).
     progress : bool, default False
         Print the progress every 10%.
 
     Returns
     -------
     AlanineDipeptideTrajectory
+
+    Raises
+    ------
+    FileNotFoundError
+        With ``cache="only"``, if the trajectory is not in the cache.
     """
     n_frames = check_positive_int(n_frames, "n_frames")
     temperature = check_finite_scalar(temperature, "temperature")
@@ -340,8 +346,16 @@ def simulate_alanine_dipeptide(
     }
     if initial_phi is not None:  # absent key: unchanged cache names of unseeded runs
         params["initial_phi"] = initial_phi
+    if cache not in (True, False, "only"):
+        raise ValueError(f"cache must be True, False or 'only', got {cache!r}.")
     path = cache_path("alanine-dipeptide", params) if cache else None
     f = None if path is None else read_cache(path, _CACHED)
+    if f is None and cache == "only":
+        raise FileNotFoundError(
+            f"this alanine-dipeptide trajectory is not in the cache ({path}) and cache='only' "
+            "never simulates: fill the cache first (e.g. `dpnets reproduce alanine-dipeptide`) "
+            "or pass cache=True"
+        )
     if f is not None:
         return AlanineDipeptideTrajectory(
             positions=f["positions"],
