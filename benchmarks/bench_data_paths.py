@@ -66,8 +66,10 @@ def main() -> None:
     rows = [
         ("arrays (one trajectory)", lambda: epoch_seconds(x)),
         ("TensorDataset of pairs", lambda: epoch_seconds(ds)),
-        ("DataLoader(TensorDataset, batch)", lambda: epoch_seconds(
-            DataLoader(ds, batch_size=args.batch, shuffle=True))),
+        (
+            "DataLoader(TensorDataset, batch)",
+            lambda: epoch_seconds(DataLoader(ds, batch_size=args.batch, shuffle=True)),
+        ),
         ("memory-mapped .npy, read per batch", lambda: epoch_seconds(mapped, True)),
     ]
     epoch_seconds(x[:20000])  # warm-up: allocator, thread pools, kernels

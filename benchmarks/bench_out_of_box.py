@@ -119,7 +119,7 @@ def hmm_3d(scale: float = 1.0) -> System:
         ],
         axis=1,
     )
-    check = TransferOperator(_one_hot(4), constant=False).fit(s, lag=1)  # MSM, hidden states
+    check = TransferOperator(_one_hot(4), constant=False, lag=1).fit(s)  # MSM, hidden states
     return System(
         "hmm-3d",
         [y],
@@ -158,7 +158,7 @@ def double_well_1d(scale: float = 1.0) -> System:
 def _edmd_check(trajs: list[np.ndarray], lag: int, dt: float, k: int, degree: int) -> dict:
     from dpnets.baselines import EDMD
 
-    op = EDMD("chebyshev", degree=degree, dt=dt).fit(trajs, lag=lag)
+    op = EDMD("chebyshev", degree=degree, dt=dt, lag=lag).fit(trajs)
     return {"data_check": _leading(op.implied_timescales(), k), "check": f"EDMD Chebyshev {degree}"}
 
 
@@ -259,7 +259,7 @@ def cycle_2d(scale: float = 1.0) -> System:
     x = centres[s] + 0.15 * rng.standard_normal((n, 2))
     y = np.stack([np.sinh(1.2 * x[:, 0]), x[:, 1] + 0.4 * x[:, 0] ** 2], axis=1)
     ref = _chain_timescales(P, 2)  # a complex pair: one timescale, twice
-    check = TransferOperator(_one_hot(3), constant=False).fit(s, lag=1)
+    check = TransferOperator(_one_hot(3), constant=False, lag=1).fit(s)
     return System(
         "cycle-2d",
         [y],
@@ -319,9 +319,9 @@ def fit_dpnets(system: System, trajs: list[np.ndarray], seed: int, **kw: Any) ->
     """The README path: defaults unless ``kw`` overrides them (the sweep)."""
     torch.manual_seed(seed)
     enc = MLP(system.dim, (64, 64), system.k)
-    net = DPNet(enc, seed=seed, progress=False, device="cpu", **kw)
+    net = DPNet(enc, lag=system.lag, seed=seed, progress=False, device="cpu", **kw)
     t0 = time.perf_counter()
-    net.fit(trajs, lag=system.lag)
+    net.fit(trajs)
     fit_s = time.perf_counter() - t0
     op = TransferOperator(net, dt=system.dt).fit(trajs)
     return {"ts": _leading(op.implied_timescales(), system.k), "fit_s": fit_s}
@@ -351,7 +351,7 @@ def fit_deeptime(system: System, trajs: list[np.ndarray], seed: int) -> dict[str
         return {"ts": [float("nan")] * system.k, "fit_s": float("nan"), "error": str(err)[:200]}
     fit_s = time.perf_counter() - t0
     feats = [model.transform(t) for t in data]
-    op = TransferOperator(None, dt=system.dt).fit(feats, lag=system.lag)
+    op = TransferOperator(None, dt=system.dt, lag=system.lag).fit(feats)
     return {"ts": _leading(op.implied_timescales(), system.k), "fit_s": fit_s}
 
 
@@ -456,8 +456,8 @@ SWEEP: dict[str, dict[str, Any]] = {
     "gamma=0.01": {"gamma": 0.01},
     "gamma=1 (the paper's)": {"gamma": 1.0},
     "gamma=10": {"gamma": 10.0},
-    "relaxed (gamma=1)": {"score": "relaxed", "gamma": 1.0},
-    "vamp2": {"score": "vamp2", "gamma": 0.0},
+    "relaxed (gamma=1)": {"objective": "relaxed", "gamma": 1.0},
+    "vamp2": {"objective": "vamp2", "gamma": 0.0},
     "lr=3e-4": {"lr": 3e-4},
     "lr=3e-3": {"lr": 3e-3},
     "batch=256": {"batch_size": 256},
@@ -466,7 +466,7 @@ SWEEP: dict[str, dict[str, Any]] = {
     "no constant (k+1 outputs)": {"constant": False},
     "no standardisation": {"standardize": "none"},
     "old defaults (relaxed, old gamma 1, k+1 outputs, raw inputs)": {
-        "score": "relaxed",
+        "objective": "relaxed",
         "gamma": None,  # filled per system: the old trace-scale 1 is 2(k+1) on today's scale
         "constant": False,
         "standardize": "none",
@@ -514,10 +514,15 @@ def _fit_wider(system: System, seed: int, **kw: Any) -> dict[str, Any]:
     """As :func:`fit_dpnets` with ``k + 1`` network outputs (the paper's convention)."""
     torch.manual_seed(seed)
     net = DPNet(
-        MLP(system.dim, (64, 64), system.k + 1), seed=seed, progress=False, device="cpu", **kw
+        MLP(system.dim, (64, 64), system.k + 1),
+        lag=system.lag,
+        seed=seed,
+        progress=False,
+        device="cpu",
+        **kw,
     )
     t0 = time.perf_counter()
-    net.fit(system.trajs, lag=system.lag)
+    net.fit(system.trajs)
     fit_s = time.perf_counter() - t0
     op = TransferOperator(net, dt=system.dt).fit(system.trajs)
     return {"ts": _leading(op.implied_timescales(), system.k), "fit_s": fit_s}

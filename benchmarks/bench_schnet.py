@@ -54,7 +54,7 @@ def main() -> None:
         torch.manual_seed(0)
         net = DPNet(
             SchNetEncoder(z, out_dim=16),
-            score="relaxed",
+            objective="relaxed",
             gamma=0.01,
             lr=3e-3,
             batch_size=a.batch,

@@ -47,7 +47,7 @@ def _mlp(d: int, r: int) -> torch.nn.Module:
 def time_dpnet(x: np.ndarray, r: int, batch: int, epochs: int, score: str) -> float:
     net = DPNet(
         _mlp(x.shape[1], r),
-        score=score,
+        objective=score,
         gamma=0.0 if score.startswith("vamp") else 1.0,
         batch_size=batch,
         epochs=1,

@@ -102,8 +102,8 @@ def make_net(distributed: Any, epochs: int = 5) -> DPNet:
 
 def fit_model(distributed: Any, checkpoint: str | None = None) -> tuple[DPNet, TransferOperator]:
     """5 epochs of :func:`make_net` at lag 2, and the composite operator (2 epochs)."""
-    net = make_net(distributed).fit(trajectory(), lag=2, checkpoint=checkpoint)
-    composite = TransferOperator(make_net(distributed, epochs=2)).fit(trajectory(), lag=2)
+    net = make_net(distributed).set_params(lag=2).fit(trajectory(), checkpoint=checkpoint)
+    composite = TransferOperator(make_net(distributed, epochs=2), lag=2).fit(trajectory())
     return net, composite
 
 

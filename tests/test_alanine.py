@@ -187,8 +187,12 @@ def test_split_delta_g_synthetic_eigenfunction():
 
 
 def test_end_to_end_short_trajectory_to_timescales():
+    """Simulation -> SchNet DPNet -> transfer operator -> timescales, against two references
+    on the same 400 frames: the least-squares operator recomputed from the features, and
+    the slowest timescale of the (phi, psi) grid MSM and of sin/cos(phi, psi) features."""
     pytest.importorskip("openmm")
     pytest.importorskip("torch_geometric")
+    pytest.importorskip("deeptime")  # msm_reference
     from dpnets import DPNet, TransferOperator
     from dpnets.nn.schnet import SchNetEncoder
     from dpnets.systems.alanine import simulate_alanine_dipeptide
@@ -197,15 +201,35 @@ def test_end_to_end_short_trajectory_to_timescales():
     traj = simulate_alanine_dipeptide(
         400, frame_interval_ps=0.1, equilibration_ps=1.0, seed=0, cache=False
     )
+    lag = 5
     enc = SchNetEncoder(traj.atomic_numbers.tolist(), out_dim=4, hidden_channels=16, num_filters=16)
-    net = DPNet(enc, epochs=2, batch_size=128, seed=0, progress=False).fit(traj.positions, lag=5)
+    net = DPNet(enc, epochs=40, batch_size=128, seed=0, progress=False, lag=lag).fit(traj.positions)
     op = TransferOperator(net, dt=traj.dt_ps).fit(traj.positions)
     its = op.implied_timescales()
     # 4 learned features and the constant (stationary: inf), at the DPNet's lag of 5 frames
-    assert op.lag_ == 5 and its.shape == (5,) and its[0] == np.inf
+    assert op.lag_ == lag and its.shape == (5,) and its[0] == np.inf
     assert np.all(np.isfinite(its[1:])) and np.all(its[1:] > 0)
-    ref = msm_reference(traj.phi, traj.psi, dt_ps=traj.dt_ps, kT=traj.kT, lags=(1, 5))
-    assert np.all(np.asarray(ref["timescales_ps"])[:, 0] > 0)
+
+    # the same numbers by hand: least squares on [1, features] over the pairs (t, t + lag)
+    f = np.column_stack([np.ones(400), np.asarray(net.transform(traj.positions), np.float64)])
+    x, y = f[:-lag], f[lag:]
+    lam = np.linalg.eigvals(np.linalg.solve(x.T @ x, x.T @ y))
+    lam = lam[np.argsort(-np.abs(lam))]
+    assert abs(lam[0] - 1) < 1e-8
+    np.testing.assert_allclose(its[1:], -lag * traj.dt_ps / np.log(np.abs(lam[1:])), rtol=1e-4)
+
+    # The slowest process in 40 ps at 400 K is a dihedral transition. References at the same
+    # lag on the same frames: the 24 x 24 (phi, psi) grid MSM (3.5 ps here) and a linear
+    # model on sin/cos(phi, psi) (2.1 ps). Measured for torch seeds 0-5 and simulation seeds
+    # 0-1: after 40 epochs the DPNet gives 0.65-0.83 of the MSM's timescale and 1.10-1.28
+    # times the dihedral model's; an untrained encoder gives 0.08-0.43 and 0.14-0.66.
+    msm = msm_reference(traj.phi, traj.psi, dt_ps=traj.dt_ps, kT=traj.kT, lags=(lag,))
+    t_msm = np.asarray(msm["timescales_ps"])[0, 0]
+    ang = np.radians(np.column_stack([traj.phi, traj.psi]))
+    dihedrals = np.column_stack([np.sin(ang), np.cos(ang)])
+    t_dih = TransferOperator(None, dt=traj.dt_ps, lag=lag).fit(dihedrals).implied_timescales()[1]
+    assert 0.5 * t_msm < its[1] < t_msm, (its[1], t_msm)
+    assert its[1] > 0.8 * t_dih, (its[1], t_dih)
 
 
 def test_msm_reference_seeded_two_state_ensemble():

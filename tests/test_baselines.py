@@ -10,7 +10,6 @@ VAMPNet = DPNet with the VAMP-2 score and gamma=0).
 from __future__ import annotations
 
 import contextlib
-import copy
 
 import numpy as np
 import pytest
@@ -279,18 +278,23 @@ def test_vampnet_is_dpnet_vamp2_with_separate_lobes() -> None:
     enc = MLP(1, (16, 16), 2, activation="tanh")
     kw = dict(epochs=30, batch_size=512, lr=3e-3, seed=0, progress=False, device="cpu")
     net = VAMPNet(enc, **kw).fit(traj)
-    assert net.lagged_encoder is None and net.gamma == 0.0 and net.score == "vamp2"
+    assert net.lagged_encoder is None and net.gamma == 0.0 and net.objective == "vamp2"
     assert net.lagged_encoder_ is not None and net.lagged_encoder_ is not net.encoder_
-    ref = DPNet(enc, lagged_encoder=copy.deepcopy(enc), score="vamp2", gamma=0.0, **kw).fit(traj)
     x = traj[:200]
-    np.testing.assert_array_equal(net.transform(x), ref.transform(x))
-    np.testing.assert_array_equal(net.transform(x, lagged=True), ref.transform(x, lagged=True))
+    # the two lobes start from the same weights (Mardt et al.) and are trained separately:
+    # with a vanishing learning rate they still agree, after training they differ
+    still = VAMPNet(enc, **{**kw, "lr": 1e-12, "epochs": 1}).fit(traj)
+    np.testing.assert_allclose(still.transform(x), still.transform(x, lagged=True), atol=1e-6)
+    assert not np.allclose(net.transform(x), net.transform(x, lagged=True), atol=1e-3)
+    # it is the DPNet objective "vamp2" without penalty: the same training score
+    ref = DPNet(enc, objective="vamp2", gamma=0.0, **kw).fit(traj)
+    assert net.evaluate(x) == pytest.approx(ref.evaluate(x, objective="vamp2"), abs=0.05)
     # VAMP-2 <= 1 + sum of the two leading squared singular values (Thm 1); OU is self-adjoint
     optimum = 1.0 + np.sum(ou.eigvals(3)[1:] ** 2)
     score = net.evaluate(ou.sample(20000, seed=9))
     assert optimum - 0.1 < score < optimum + 0.02
-    with pytest.raises(ValueError, match="VAMPNet score"):
-        VAMPNet(enc, score="relaxed").fit(traj)
+    with pytest.raises(ValueError, match="VAMPNet objective"):
+        VAMPNet(enc, objective="relaxed").fit(traj)
 
 
 # --------------------------------------------------------------------------- autoencoders
@@ -473,7 +477,7 @@ def test_bad_input_raises_clear_errors(traj: np.ndarray) -> None:
         NystromKernelDMD("linear", n_centers=0).fit(traj)
     with pytest.raises(TypeError, match="in-memory"):
         KernelDMD().fit(torch.utils.data.TensorDataset(torch.zeros(4, 1), torch.zeros(4, 1)))
-    with pytest.raises(ValueError, match="state shape"):
+    with pytest.raises(ValueError, match="X has 3 features, but KernelDMD is expecting 2 features"):
         KernelDMD("linear", rank=1).fit(traj[:100]).predict(np.zeros((2, 3)))
     with pytest.raises(UserWarning, match="numerical rank"):
         import warnings

@@ -76,10 +76,10 @@ def test_composite_trains_a_copy_of_the_features_and_equals_the_two_steps(walk, 
         return DPNet(MLP(1, (8,), 2), epochs=3, seed=0, progress=False)
 
     template = net()
-    comp = TransferOperator(template).fit(walk, lag=2)
+    comp = TransferOperator(template, lag=2).fit(walk)
     assert not is_fitted(template) and comp.features is template  # parameter untouched
     assert comp.features_ is not template and comp.features_.lag_ == comp.lag_ == 2
-    two_steps = TransferOperator(net().fit(walk, lag=2)).fit(walk)
+    two_steps = TransferOperator(net().set_params(lag=2).fit(walk)).fit(walk)
     assert np.array_equal(comp.eig(), two_steps.eig())
     assert np.array_equal(comp.predict(walk[:5], t=4), two_steps.predict(walk[:5], t=4))
     # one file holds both; the loaded parameter is again an unfitted copy
@@ -97,7 +97,7 @@ def test_composite_trains_a_copy_of_the_features_and_equals_the_two_steps(walk, 
 def test_composite_with_vampnet_features(walk):
     torch.manual_seed(0)
     comp = TransferOperator(VAMPNet(MLP(1, (8,), 2), epochs=2, seed=0, progress=False))
-    comp.fit(walk, lag=3)
+    comp.set_params(lag=3).fit(walk)
     assert isinstance(comp.features_, VAMPNet) and comp.lag_ == 3
     assert comp.constant_ and abs(comp.eig()[0] - 1.0) < 1e-10
 
@@ -105,7 +105,7 @@ def test_composite_with_vampnet_features(walk):
 def test_autoencoder_forecasts_observables_by_latent_least_squares(walk):
     torch.manual_seed(0)
     ae = DynamicAutoencoder(MLP(1, (8,), 2), MLP(2, (8,), 1), epochs=3, seed=0, progress=False)
-    ae.fit(walk, lag=2)
+    ae.set_params(lag=2).fit(walk)
     assert ae.n_samples_ == walk.shape[0] - 2  # the one-step pairs at the lag
     values = walk[2:, 0] ** 2  # f at the lagged state of each pair
     z = ae.transform(walk[:-2])
@@ -178,7 +178,7 @@ def test_dpnet_consistency_option_trains_on_windows_and_lowers_the_penalty():
         return float(multistep_penalty(f[:n], torch.stack([f[1:-1], f[2:]], 1), constant=True))
 
     assert penalty(fit(100.0)) < 0.5 * penalty(fit(0.0))
-    windows = fit(1.0, epochs=1, consistency_steps=3).fit(x, lag=2)
+    windows = fit(1.0, epochs=1, consistency_steps=3).set_params(lag=2).fit(x)
     assert windows.n_train_ == x.shape[0] - 6  # windows of 3 lags of 2 frames
     with pytest.raises(ValueError, match="trajectories"):
         DPNet(MLP(1, (8,), 2), consistency=1.0).fit((x[:-1], x[1:]))

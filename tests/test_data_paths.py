@@ -19,11 +19,11 @@ def states():
     return (np.cumsum(rng.standard_normal((2500, 3)), 0) * 0.1 + 5).astype(np.float32)
 
 
-def _fit(data, **kw):
+def _fit(data, batch_size=256, **kw):
     torch.manual_seed(0)
     d = 1 if np.ndim(data) == 1 else int(np.prod(data.shape[1:]))
-    net = DPNet(MLP(d, (16,), 2), epochs=2, batch_size=256, seed=0, progress=False, **kw)
-    return net.fit(data, lag=2)
+    net = DPNet(MLP(d, (16,), 2), epochs=2, batch_size=batch_size, seed=0, progress=False, **kw)
+    return net.set_params(lag=2).fit(data)
 
 
 def _same(a, b, x):
@@ -43,13 +43,57 @@ def test_memory_mapped_states_are_read_per_batch(states, tmp_path, monkeypatch):
     _same(_fit(x1), _fit(np.ascontiguousarray(states[:, 0])), states[:, :1])
 
 
-def test_hdf5_states_are_read_per_batch(states, tmp_path, monkeypatch):
+def _spy_on_reads(h5py, monkeypatch) -> list[int]:
+    """Record the number of rows of every read of an ``h5py.Dataset``: slicing, fancy
+    indexing and ``read_direct`` (through which ``np.asarray`` reads the whole dataset)."""
+    rows: list[int] = []
+    getitem, read_direct = h5py.Dataset.__getitem__, h5py.Dataset.read_direct
+
+    def spy_getitem(self, key, *args, **kwargs):
+        out = getitem(self, key, *args, **kwargs)
+        rows.append(int(np.shape(out)[0]) if np.ndim(out) else 1)
+        return out
+
+    def spy_read_direct(self, dest, source_sel=None, *args, **kwargs):
+        sel = np.broadcast_to(np.int8(0), self.shape)
+        rows.append(self.shape[0] if source_sel is None else int(np.shape(sel[source_sel])[0]))
+        return read_direct(self, dest, source_sel, *args, **kwargs)
+
+    monkeypatch.setattr(h5py.Dataset, "__getitem__", spy_getitem)
+    monkeypatch.setattr(h5py.Dataset, "read_direct", spy_read_direct)
+    return rows
+
+
+def test_hdf5_states_fit_like_in_memory(states, tmp_path, monkeypatch):
     h5py = pytest.importorskip("h5py")
     with h5py.File(tmp_path / "x.h5", "w") as fh:
         fh["x"] = states
     monkeypatch.setattr(dpnets.data, "OUT_OF_CORE_BYTES", 0)
     with h5py.File(tmp_path / "x.h5", "r") as fh:
         _same(_fit(fh["x"]), _fit(states), states)
+
+
+def test_hdf5_states_are_read_per_batch(tmp_path, monkeypatch):
+    h5py = pytest.importorskip("h5py")
+    # more rows than one chunk of the fit's whole-data passes (standardisation: 65536 rows;
+    # finiteness check: 2**22 values, 65536 rows of 64), so that a read of every row can
+    # only be a copy of the whole file
+    n, batch = 2**16 + 2000, 4096
+    rng = np.random.default_rng(1)
+    states = (np.cumsum(rng.standard_normal((n, 64)), 0) * 0.1 + 5).astype(np.float32)
+    with h5py.File(tmp_path / "x.h5", "w") as fh:
+        fh["x"] = states
+    with h5py.File(tmp_path / "x.h5", "r") as fh:
+        assert not read_batchwise(fh["x"])  # small: converted once, as arrays
+        monkeypatch.setattr(dpnets.data, "OUT_OF_CORE_BYTES", 0)
+        assert read_batchwise(fh["x"])
+        rows = _spy_on_reads(h5py, monkeypatch)
+        fitted = _fit(fh["x"], batch_size=batch)
+    assert rows and max(rows) < n, f"a read of {max(rows, default=0)} of the {n} rows"
+    # the training batches come from the file: at least half the data per epoch (2 epochs)
+    # in reads of one batch (between batch and 2 * batch pairs)
+    assert sum(r < 2 * batch for r in rows) >= 2 * (n // 2 // batch)
+    _same(fitted, _fit(states, batch_size=batch), states[:1000])
 
 
 def test_mapped_states_gather_rows_in_any_order(states):

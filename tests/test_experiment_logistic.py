@@ -142,7 +142,7 @@ def test_dpnet_with_periodic_encoder_save_load(tmp_path) -> None:
     torch.manual_seed(0)
     traj = lmx.make_setup(n_pairs=256).train
     net = DPNet(
-        PeriodicMLP(1, (16,), 3), score="projection", epochs=2, batch_size=128, progress=False
+        PeriodicMLP(1, (16,), 3), objective="projection", epochs=2, batch_size=128, progress=False
     )
     net.fit(traj)
     path = tmp_path / "model.pt"

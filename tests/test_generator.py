@@ -369,7 +369,7 @@ def test_generator_validation():
     for bad in (-1.0, float("nan"), "1", True):
         with pytest.raises(ValueError, match="t must be"):
             gen.predict(x[:2], bad)
-    with pytest.raises(ValueError, match="state shape"):
+    with pytest.raises(ValueError, match="X has 2 features, but Generator is expecting 1 features"):
         gen.predict(np.zeros((2, 2)), 1.0)
     with pytest.warns(UserWarning, match="piecewise-linear"):
         Generator(MLP(1, (4,), 2, activation="relu"), ou_sde()).fit(x)
@@ -417,7 +417,7 @@ def test_dpnet_learns_ou_generator(one_thread):
     torch.manual_seed(0)
     net = DPNet(
         MLP(1, (32, 32), 4, activation="gelu"),
-        score="generator",
+        objective="generator",
         sde=sde,
         gamma=1.0,
         lr=1e-2,
@@ -443,7 +443,7 @@ def test_dpnet_generator_mode_dirichlet_validation_and_io(tmp_path):
     x = np.random.default_rng(0).standard_normal((600, 1))
     net = DPNet(
         MLP(1, (8,), 3, activation="tanh"),
-        score="dirichlet",
+        objective="dirichlet",
         sde=sde,
         epochs=3,
         batch_size=200,
@@ -456,7 +456,7 @@ def test_dpnet_generator_mode_dirichlet_validation_and_io(tmp_path):
     with pytest.raises(ValueError, match=r"trained with an SDE.*load\(path, sde=\.\.\.\)"):
         dpnets.load(tmp_path / "net.pt")  # the SDE (callables) is not stored: asked for
     back = dpnets.load(tmp_path / "net.pt", sde=sde)
-    assert back.sde is sde and back.score == "dirichlet"
+    assert back.sde is sde and back.objective == "dirichlet"
     np.testing.assert_allclose(back.transform(x[:5]), net.transform(x[:5]), rtol=1e-6)
     assert np.isfinite(back.evaluate(x))
     gen = Generator(net).fit(x)  # the SDE comes from the DPNet
@@ -466,23 +466,27 @@ def test_dpnet_generator_mode_dirichlet_validation_and_io(tmp_path):
     np.testing.assert_allclose(gback.eig(), gen.eig(), rtol=1e-12)
     np.testing.assert_allclose(gback.predict(x[:3], 0.7), gen.predict(x[:3], 0.7), rtol=1e-6)
     with pytest.raises(ValueError, match="needs sde"):
-        DPNet(MLP(1, (4,), 2), score="generator", epochs=1, progress=False).fit(x)
+        DPNet(MLP(1, (4,), 2), objective="generator", epochs=1, progress=False).fit(x)
     with pytest.raises(ValueError, match="reversible"):
-        DPNet(MLP(1, (4,), 2), score="dirichlet", sde=SDE(lambda y: -y, 1.0), progress=False).fit(x)
+        DPNet(
+            MLP(1, (4,), 2), objective="dirichlet", sde=SDE(lambda y: -y, 1.0), progress=False
+        ).fit(x)
     with pytest.raises(ValueError, match="lagged_encoder"):
-        DPNet(MLP(1, (4,), 2), lagged_encoder=MLP(1, (4,), 2), score="generator", sde=sde).fit(x)
+        DPNet(MLP(1, (4,), 2), lagged_encoder=MLP(1, (4,), 2), objective="generator", sde=sde).fit(
+            x
+        )
     with pytest.raises(TypeError, match="not \\(X, Y\\) pairs"):
-        DPNet(MLP(1, (4,), 2, activation="tanh"), score="generator", sde=sde).fit((x, x))
+        DPNet(MLP(1, (4,), 2, activation="tanh"), objective="generator", sde=sde).fit((x, x))
     with pytest.warns(UserWarning, match="piecewise-linear"):
         DPNet(
             MLP(1, (4,), 2, activation="relu"),
-            score="generator",
+            objective="generator",
             sde=sde,
             epochs=1,
             progress=False,
         ).fit(x)
-    with pytest.raises(ValueError, match="score must be one of"):
-        DPNet(MLP(1, (4,), 2), score="generatr").fit(x)
+    with pytest.raises(ValueError, match="objective must be one of"):
+        DPNet(MLP(1, (4,), 2), objective="generatr").fit(x)
 
 
 # ------------------------------------------------------------------------ Langevin system

@@ -13,7 +13,7 @@ def test_dpnet_round_trip(tmp_path, fitted):
     net.save(tmp_path / "net.pt")
     back = dpnets.load(tmp_path / "net.pt")
     np.testing.assert_array_equal(back.transform(x), net.transform(x))
-    assert back.history_ == net.history_ and back.score == net.score
+    assert back.history_ == net.history_ and back.objective == net.objective
 
 
 def test_operator_round_trip(tmp_path, fitted):

@@ -155,7 +155,7 @@ def test_moments_match_numpy_on_offset_data_with_weights() -> None:
 @pytest.mark.parametrize("offset", [0.0, 1e6])
 def test_chunked_fit_matches_dense_identity_features(constant, ridge, offset) -> None:
     x = _ar(600, 3, seed=1, offset=offset)
-    op = TransferOperator(None, ridge=ridge, constant=constant).fit(x, lag=2)
+    op = TransferOperator(None, ridge=ridge, constant=constant, lag=2).fit(x)
     ref = dense_operator(x[:-2], x[2:], x[2:], constant, ridge)
     # raw coordinates + 1e6 without the constant: Cx ~ 1e12 mean mean^T, an operator
     # determined only to cond(Cx) * eps; the moments themselves must still agree. With the
@@ -174,16 +174,16 @@ def test_chunked_fit_matches_dense_on_trajectories_tuples_and_datasets(constant)
     trajs = [_ar(n, 2, seed=s, offset=100.0) for n, s in ((150, 2), (97, 3), (211, 4))]
     fmap = _poly
     ref = dense_operator(*_pair_features(fmap, trajs, 3), constant)
-    op = TransferOperator(fmap, constant=constant).fit(trajs, lag=3)
+    op = TransferOperator(fmap, constant=constant, lag=3).fit(trajs)
     _check_against_dense(op, ref)
     assert op.n_samples_ == 150 + 97 + 211 - 9
     # the same pairs as an (X, Y) tuple, and as a Dataset streamed in batches
     x = np.concatenate([t[:-3] for t in trajs])
     y = np.concatenate([t[3:] for t in trajs])
-    _check_against_dense(TransferOperator(fmap, constant=constant).fit((x, y), lag=3), ref)
+    _check_against_dense(TransferOperator(fmap, constant=constant, lag=3).fit((x, y)), ref)
     ds = torch.utils.data.TensorDataset(torch.as_tensor(x), torch.as_tensor(y))
     loader = torch.utils.data.DataLoader(ds, batch_size=64)
-    streamed = TransferOperator(fmap, constant=constant).fit(loader, lag=3)
+    streamed = TransferOperator(fmap, constant=constant, lag=3).fit(loader)
     _check_against_dense(streamed, ref)
     # observables on the training samples: features recomputed from the streamed inputs
     f = np.sin(y[:, :1])
@@ -249,7 +249,7 @@ def test_shuffling_dataloader_cannot_replay_training_observables() -> None:
     x = _ar(200, 2, seed=9)
     ds = torch.utils.data.TensorDataset(torch.as_tensor(x[:-1]), torch.as_tensor(x[1:]))
     loader = torch.utils.data.DataLoader(ds, batch_size=50, shuffle=True)
-    op = TransferOperator(None).fit(loader, lag=1)
+    op = TransferOperator(None, lag=1).fit(loader)
     _check_against_dense(op, dense_operator(x[:-1], x[1:], x[1:]))
     with pytest.raises(ValueError, match="order cannot be replayed"):
         op.predict(x[:2], 1, observable=x[1:, 0])
@@ -258,10 +258,10 @@ def test_shuffling_dataloader_cannot_replay_training_observables() -> None:
 # --------------------------------------------------------------------------- partial_fit
 def test_partial_fit_over_pieces_equals_fit_on_the_list() -> None:
     pieces = [_ar(n, 2, seed=s, offset=100.0) for n, s in ((120, 10), (90, 11), (160, 12))]
-    full = TransferOperator(_poly).fit(pieces, lag=2)
-    part = TransferOperator(_poly)
+    full = TransferOperator(_poly, lag=2).fit(pieces)
+    part = TransferOperator(_poly, lag=2)
     for k, piece in enumerate(pieces):
-        part.partial_fit(piece, lag=2 if k == 0 else None)
+        part.partial_fit(piece)
         assert part.n_samples_ == sum(len(p) - 2 for p in pieces[: k + 1])
     assert part.lag_ == 2
     for name in ("cx_", "cxy_", "cy_", "operator_", "state_coef_", "features_mean_"):
@@ -273,20 +273,21 @@ def test_partial_fit_over_pieces_equals_fit_on_the_list() -> None:
     # an (X, Y) piece recorded at the same lag adds its pairs too
     extra = _ar(80, 2, seed=13, offset=100.0)
     part.partial_fit((extra[:-2], extra[2:]))
-    ref = TransferOperator(_poly).fit(pieces + [extra], lag=2)
+    ref = TransferOperator(_poly, lag=2).fit(pieces + [extra])
     _close(part.operator_, ref.operator_, 1e-10)
     # fit restarts the statistics
-    part.fit(pieces[0], lag=2)
+    part.set_params(lag=2).fit(pieces[0])
     assert part.n_samples_ == len(pieces[0]) - 2
 
 
 def test_partial_fit_errors_and_atomic_pieces() -> None:
     x = _ar(100, 2, seed=14)
-    op = TransferOperator(None).partial_fit(x, lag=2)
+    op = TransferOperator(None, lag=2).partial_fit(x)
     before = op.operator_.copy()
     with pytest.raises(ValueError, match="lag=3 differs"):
-        op.partial_fit(x, lag=3)
-    with pytest.raises(ValueError, match="state shape"):
+        op.set_params(lag=3).partial_fit(x)
+    op.set_params(lag=2)
+    with pytest.raises(ValueError, match="X has 3 features, but TransferOperator is expecting"):
         op.partial_fit(_ar(50, 3, seed=1))
     bad = x.copy()
     bad[70, 1] = np.nan
@@ -321,7 +322,7 @@ def test_memmap_and_hdf5_inputs_give_the_in_memory_operator(tmp_path) -> None:
         fh["x"] = x
         fh["a"] = x[:200]
         fh["b"] = x[200:]
-    ref = TransferOperator(_poly).fit(x, lag=2)
+    ref = TransferOperator(_poly, lag=2).fit(x)
     with h5py.File(tmp_path / "x.h5", "r") as fh:
         lazy = check_states(fh["x"], "X", lazy=True)
         assert isinstance(lazy, OutOfCoreStates) and lazy.shape == (500, 3)
@@ -329,13 +330,13 @@ def test_memmap_and_hdf5_inputs_give_the_in_memory_operator(tmp_path) -> None:
         segs = pair_segments([fh["a"], fh["b"]], 2)
         assert [s.n for s in segs] == [198, 298]
         for data in (mm, fh["x"]):
-            op = TransferOperator(_poly).fit(data, lag=2)
+            op = TransferOperator(_poly, lag=2).fit(data)
             for name in ("operator_", "cx_", "cxy_", "state_coef_"):
                 _close(getattr(op, name), getattr(ref, name), 1e-12)
-        listed = TransferOperator(_poly).fit([fh["a"], mm[200:]], lag=2)
-        _close(listed.operator_, TransferOperator(_poly).fit([x[:200], x[200:]], lag=2).operator_)
+        listed = TransferOperator(_poly, lag=2).fit([fh["a"], mm[200:]])
+        _close(listed.operator_, TransferOperator(_poly, lag=2).fit([x[:200], x[200:]]).operator_)
         # observables on the training samples read the HDF5 file again, chunk by chunk
-        op = TransferOperator(_poly).fit(fh["x"], lag=2)
+        op = TransferOperator(_poly, lag=2).fit(fh["x"])
         f = x[2:, 0].astype(np.float64)
         _close(op.predict(x[:3], 1, observable=f), ref.predict(x[:3], 1, observable=f), 1e-10)
         # a copy of the model shares its training inputs (the file), it does not read them
@@ -346,7 +347,7 @@ def test_memmap_and_hdf5_inputs_give_the_in_memory_operator(tmp_path) -> None:
         dmd = DMD(rank=2).fit(fh["x"])
         s = np.linalg.svd(x[:-1].astype(np.float64), compute_uv=False) / math.sqrt(499)
         _close(dmd.singular_values_, s, 1e-12)
-        edmd = EDMD("chebyshev", degree=2).fit([fh["a"], mm[200:]], lag=2)
+        edmd = EDMD("chebyshev", degree=2, lag=2).fit([fh["a"], mm[200:]])
         np.testing.assert_array_equal(edmd.dictionary_.low, x.min(0).astype(np.float64))
         np.testing.assert_array_equal(edmd.dictionary_.high, x.max(0).astype(np.float64))
         # a 1-D dataset is one scalar state per frame; NaN values are counted in chunks
@@ -418,5 +419,5 @@ def test_generator_partial_fit_equals_fit_on_the_list() -> None:
         _close(getattr(part, name), getattr(full, name), 1e-10)
     _close(np.sort_complex(part.eigvals_), np.sort_complex(full.eigvals_), 1e-10)
     np.testing.assert_allclose(np.sort(part.eigvals_.real)[::-1], [0.0, -1.0, -2.0], atol=0.15)
-    with pytest.raises(ValueError, match="state shape"):
+    with pytest.raises(ValueError, match="X has 2 features, but Generator is expecting 1"):
         part.partial_fit(rng.standard_normal((20, 2)))

@@ -81,7 +81,7 @@ def test_markov_chain_one_hot_recovers_transition_matrix():
 def test_implied_timescales():
     sys = LinearGaussian(np.diag([0.9, 0.5]), noise_std=0.3)
     x = sys.sample(50_000, seed=3)
-    op = TransferOperator().fit(x, lag=2)
+    op = TransferOperator(lag=2).fit(x)
     ts = op.implied_timescales()
     # the constant is added (linear features do not span it): the stationary mode is inf
     assert op.constant_ and ts[0] == np.inf
@@ -90,14 +90,14 @@ def test_implied_timescales():
     # dt is the time per frame: the lag of fit multiplies it
     np.testing.assert_allclose(op.implied_timescales(dt=0.1), 0.1 * ts)
     np.testing.assert_allclose(
-        TransferOperator(dt=0.1).fit(x, lag=2).implied_timescales(), 0.1 * ts
+        TransferOperator(dt=0.1, lag=2).fit(x).implied_timescales(), 0.1 * ts
     )
 
 
 def test_multiple_trajectories_never_cross_boundaries():
     # two constant trajectories at different levels: a crossing pair would add (a, b)
     t1, t2 = np.full((50, 1), 1.0), np.full((30, 1), 3.0)
-    op = TransferOperator(lambda s: np.hstack([np.ones_like(s), s])).fit([t1, t2], lag=2)
+    op = TransferOperator(lambda s: np.hstack([np.ones_like(s), s]), lag=2).fit([t1, t2])
     assert op.n_samples_ == 48 + 28
     np.testing.assert_allclose(op.predict(np.array([[1.0], [3.0]]), 1), [[1.0], [3.0]], atol=1e-10)
 
@@ -114,7 +114,7 @@ def test_stationary_weights_reweigh_off_equilibrium_ensemble_to_pi():
     with one-hot features the weights recover the exact stationary law."""
     chain = MarkovChain.random(6, seed=2)
     trajs = [chain.sample(12, x0=0, seed=k) for k in range(3000)]
-    op = TransferOperator(chain.one_hot).fit(trajs, lag=1)
+    op = TransferOperator(chain.one_hot, lag=1).fit(trajs)
     pi = chain.stationary_distribution()
     x0 = np.concatenate([t[:-1] for t in trajs])
     w = op.stationary_weights()

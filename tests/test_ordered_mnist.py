@@ -135,7 +135,7 @@ def test_pipeline_forecasts_the_next_digit(system: OrderedMNIST) -> None:
     torch.manual_seed(0)
     net = DPNet(
         ConvEncoder(5, channels=(8, 16)),
-        score="projection",
+        objective="projection",
         lr=3e-3,
         batch_size=64,
         epochs=20,

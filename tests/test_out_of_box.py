@@ -164,7 +164,7 @@ def test_constant_auto_detects_features_that_already_span_it(chain_data):
     from torch.utils.data import TensorDataset
 
     ds = TensorDataset(torch.as_tensor(raw[:-1]), torch.as_tensor(raw[1:]))
-    op_ds = TransferOperator().fit(ds, lag=1)
+    op_ds = TransferOperator(lag=1).fit(ds)
     np.testing.assert_allclose(op_ds.operator_, op.operator_, atol=1e-9)
     np.testing.assert_allclose(op_ds.predict(x0, t=3), op.predict(x0, t=3), rtol=1e-9)
     assert DMD().fit(raw).constant_ is False  # classical DMD: no constant unless asked
@@ -181,14 +181,14 @@ def test_generator_adds_the_constant_to_linear_features():
 # ------------------------------------------------------------------ time
 def test_lag_and_dt_give_physical_timescales(chain_data):
     _, x = chain_data
-    net = _net(epochs=3).fit(x, lag=2)
+    net = _net(epochs=3).set_params(lag=2).fit(x)
     op = TransferOperator(net, dt=0.5).fit(x)  # the DPNet's lag is the default
     assert op.lag_ == 2
     lam = np.abs(op.eig()[1:])
     np.testing.assert_allclose(op.implied_timescales()[1:], -2 * 0.5 / np.log(lam))
     np.testing.assert_allclose(op.implied_timescales(dt=1.0), 2 * op.implied_timescales())
     with pytest.warns(UserWarning, match="lag=3 on features trained at lag=2"):
-        assert TransferOperator(net).fit(x, lag=3).lag_ == 3
+        assert TransferOperator(net, lag=3).fit(x).lag_ == 3
     for bad in (-1.0, 0.0, float("nan"), float("inf")):
         with pytest.raises(ValueError, match="dt must be"):
             op.implied_timescales(dt=bad)
@@ -201,7 +201,7 @@ def test_lag_and_dt_give_physical_timescales(chain_data):
 def test_pre_paired_data_records_its_lag_or_refuses_timescales(chain_data):
     _, x = chain_data
     pairs = (x[:-3], x[3:])
-    net = _net(epochs=2).fit(pairs, lag=3)
+    net = _net(epochs=2).set_params(lag=3).fit(pairs)
     assert net.lag_ == 3
     op = TransferOperator(net).fit(pairs)  # takes the DPNet's recorded lag
     assert op.lag_ == 3 and np.isfinite(op.implied_timescales()[1])
@@ -312,7 +312,7 @@ def test_complex_data_is_refused():
         ({"val_fraction": 1.0}, ValueError, "val_fraction must be in"),
         ({"standardize": "yes"}, ValueError, "standardize must be one of"),
         ({"constant": 1}, TypeError, "constant must be True or False"),
-        ({"score": "vamp"}, ValueError, "score must be one of"),
+        ({"objective": "vamp"}, ValueError, "objective must be one of"),
     ],
 )
 def test_bad_dpnet_parameters_name_themselves(chain_data, kw, error, match):

@@ -24,7 +24,7 @@ def test_ou_eigenvalues_learned_within_5_percent():
     # the learned features are centred (the constant is not spent on a network output)
     assert np.all(np.abs(net.transform(x).mean(0)) < 0.05)
     # the learned projection score of [1, psi] approaches sum_k exp(-2 k dt) (Theorem 1)
-    p0 = net.evaluate(x, score="projection")
+    p0 = net.evaluate(x, objective="projection")
     assert np.sum(ref**2) - 0.15 < p0 < np.sum(ref**2) + 0.02
 
 
@@ -79,7 +79,7 @@ def test_callback_sees_current_model(ou_traj):
 
 @pytest.mark.parametrize("score", ["relaxed", "projection", "vamp1", "vamp2"])
 def test_all_scores_train_in_float32_without_nan(ou_traj, score):
-    net = _small_fit(ou_traj, score=score, seed=0)
+    net = _small_fit(ou_traj, objective=score, seed=0)
     assert np.all(np.isfinite(net.history_["train_score"]))
     assert np.all(np.isfinite(net.transform(ou_traj)))
 
@@ -118,7 +118,7 @@ def test_dataset_and_dataloader_inputs(ou_traj):
     with pytest.warns(UserWarning, match="cannot be split"):
         net4 = _small_fit(DataLoader(ds, batch_sampler=sampler), seed=0)
     assert "val_score" not in net4.history_
-    op = TransferOperator(net).fit(ds, lag=1)
+    op = TransferOperator(net, lag=1).fit(ds)
     op_arr = TransferOperator(net).fit(ou_traj)
     # the Dataset holds float32 states: equal up to their rounding
     np.testing.assert_allclose(op.operator_, op_arr.operator_, atol=1e-6)
@@ -131,7 +131,7 @@ def test_separate_lagged_encoder(ou_traj):
     net = DPNet(
         enc,
         lagged_encoder=lagged,
-        score="vamp2",
+        objective="vamp2",
         gamma=0.0,
         epochs=2,
         batch_size=256,
@@ -141,7 +141,7 @@ def test_separate_lagged_encoder(ou_traj):
     untrained = DPNet(
         enc,
         lagged_encoder=lagged,
-        score="vamp2",
+        objective="vamp2",
         gamma=0.0,
         epochs=1,
         lr=1e-12,
@@ -157,4 +157,7 @@ def test_separate_lagged_encoder(ou_traj):
         assert not np.allclose(
             net.transform(ou_traj, lagged=lag_side), untrained.transform(ou_traj, lagged=lag_side)
         )
-    assert net.evaluate(ou_traj, score="vamp2") > untrained.evaluate(ou_traj, score="vamp2") + 0.1
+    assert (
+        net.evaluate(ou_traj, objective="vamp2")
+        > untrained.evaluate(ou_traj, objective="vamp2") + 0.1
+    )

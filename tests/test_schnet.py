@@ -138,10 +138,10 @@ def test_dpnet_fits_position_trajectories():
     base = rng.normal(scale=1.5, size=(len(Z), 3))
     steps = rng.normal(scale=0.05, size=(300, len(Z), 3))
     traj = (base + np.cumsum(steps, axis=0) * 0.2).astype(np.float32)
-    net = DPNet(SchNetEncoder(Z, out_dim=4), epochs=2, batch_size=64, seed=0, progress=False).fit(
-        traj, lag=2
-    )
+    net = DPNet(
+        SchNetEncoder(Z, out_dim=4), lag=2, epochs=2, batch_size=64, seed=0, progress=False
+    ).fit(traj)
     feats = net.transform(traj)
     assert feats.shape == (300, 4) and np.isfinite(feats).all()
-    op = TransferOperator(net).fit(traj, lag=2)
+    op = TransferOperator(net, lag=2).fit(traj)
     assert np.all(np.isfinite(op.eig()))

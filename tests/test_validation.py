@@ -36,10 +36,12 @@ def test_mismatched_shapes_and_lengths(traj):
     with pytest.raises(ValueError, match="state shape"):
         TransferOperator().fit([traj, np.ones((50, 3))])
     op = TransferOperator().fit(traj)
-    with pytest.raises(ValueError, match="state shape"):
+    with pytest.raises(
+        ValueError, match="X has 3 features, but TransferOperator is expecting 2 features"
+    ):
         op.predict(np.ones((4, 3)))
     net = _net().fit(traj)
-    with pytest.raises(ValueError, match="state shape"):
+    with pytest.raises(ValueError, match="X has 5 features, but DPNet is expecting"):
         net.transform(np.ones((4, 5)))
     with pytest.raises(ValueError, match="training"):
         op.predict(traj[:3], observable=np.ones(10))
@@ -51,15 +53,15 @@ def test_mismatched_shapes_and_lengths(traj):
 def test_lag_not_shorter_than_trajectory(traj, lag):
     for est in (_net(), TransferOperator()):
         with pytest.raises(ValueError, match="lag"):
-            est.fit(traj, lag=lag)
+            est.set_params(lag=lag).fit(traj)
     with pytest.raises(ValueError, match="trajectory 1"):
-        TransferOperator().fit([traj, traj[:5]], lag=5)
+        TransferOperator(lag=5).fit([traj, traj[:5]])
 
 
 @pytest.mark.parametrize("lag", [0, -1, 1.5])
 def test_invalid_lag(traj, lag):
     with pytest.raises(ValueError, match="lag must be a positive integer"):
-        TransferOperator().fit(traj, lag=lag)
+        TransferOperator(lag=lag).fit(traj)
 
 
 def test_fewer_samples_than_features():
@@ -83,8 +85,8 @@ def test_use_before_fit(traj):
 
 
 def test_unknown_score_and_bad_hyperparameters(traj):
-    with pytest.raises(ValueError, match="score must be one of .* got 'vamp'"):
-        _net(score="vamp").fit(traj)
+    with pytest.raises(ValueError, match="objective must be one of .* got 'vamp'"):
+        _net(objective="vamp").fit(traj)
     with pytest.raises(ValueError, match="gamma"):
         _net(gamma=-1.0).fit(traj)
     with pytest.raises(ValueError, match="val_fraction"):

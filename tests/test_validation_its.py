@@ -114,7 +114,7 @@ def test_vamp_scores_equal_deeptime_on_held_out_data():
     x = np.sin(20 * np.cumsum(rng.standard_normal((4000, 3)), axis=0) * 0.01)
     train, test = x[:3000], x[3000:]
     features = lambda z: np.hstack([z, z**2])  # noqa: E731
-    op = TransferOperator(features).fit(train, lag=2)
+    op = TransferOperator(features, lag=2).fit(train)
     m = vamp.VAMP(lagtime=2).fit(features(train)).fetch_model()
     t = vamp.VAMP(lagtime=2).fit(features(test)).fetch_model()
     for r in (1, 2, "E"):
@@ -122,7 +122,7 @@ def test_vamp_scores_equal_deeptime_on_held_out_data():
             op.score(test, kind=f"vamp{r}"), m.score(r, test_model=t), rtol=1e-8
         )
     # without the constant in the basis: the same VAMP scores, and P^0 of the raw basis
-    raw = TransferOperator(features, constant=False).fit(train, lag=2)
+    raw = TransferOperator(features, constant=False, lag=2).fit(train)
     np.testing.assert_allclose(raw.score(test, kind="vampE"), m.score("E", test_model=t), rtol=1e-8)
     np.testing.assert_allclose(op.score(test, kind="projection"), op.score(test), rtol=1e-10)
     assert raw.score(test, kind="projection") < raw.score(test) - 0.5
@@ -164,7 +164,7 @@ def test_ck_test_equals_deeptime_and_detects_a_non_markovian_model(tmp_path):
     dtrajs = [MarkovChain(P).sample(3000, seed=s) for s in range(3)]
     sets = np.array([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]])  # {0, 1} and {2}
     tau, steps = 2, [1, 2, 3, 4]
-    op = TransferOperator(one_hot, constant=False).fit(dtrajs, lag=tau)
+    op = TransferOperator(one_hot, constant=False, lag=tau).fit(dtrajs)
     ours = ck_test(op, dtrajs, steps, lambda s: one_hot(s) @ sets)
     models = [
         msm.MaximumLikelihoodMSM(reversible=False, lagtime=k * tau).fit(dtrajs).fetch_model()
@@ -181,10 +181,10 @@ def test_ck_test_equals_deeptime_and_detects_a_non_markovian_model(tmp_path):
     q = np.array([[0.7, 0.0, 0.3], [0.0, 0.98, 0.02], [0.15, 0.05, 0.8]])
     qtrajs = [MarkovChain(q).sample(5000, seed=s) for s in range(3)]
     lumped = lambda s: one_hot(s) @ sets  # noqa: E731
-    full = TransferOperator(one_hot, constant=False).fit(qtrajs, lag=1)
+    full = TransferOperator(one_hot, constant=False, lag=1).fit(qtrajs)
     good = ck_test(full, qtrajs, [2, 4, 8, 16], lumped)
     assert np.max(np.abs(good.predictions - good.estimates)) < 0.02
-    coarse = TransferOperator(lumped, constant=False).fit(qtrajs, lag=1)
+    coarse = TransferOperator(lumped, constant=False, lag=1).fit(qtrajs)
     bad = ck_test(coarse, qtrajs, [2, 4, 8, 16], lumped)
     assert np.max(np.abs(bad.predictions - bad.estimates)) > 0.1
     pytest.importorskip("matplotlib")

@@ -139,7 +139,7 @@ def test_bootstrap_spectrum_covers_the_exact_eigenvalues():
 def test_ck_test_bootstrap_bands_and_plot(tmp_path):
     pytest.importorskip("matplotlib")
     trajs = [MarkovChain(P9).sample(2000, seed=s) for s in range(10)]
-    op = TransferOperator(one_hot).fit(trajs, lag=2)
+    op = TransferOperator(one_hot, lag=2).fit(trajs)
     sets = pcca(op, np.arange(N), 3)
     ck = ck_test(op, trajs, [1, 2, 4], sets.memberships_of, n_bootstrap=20, seed=0)
     assert ck.predictions_lower.shape == ck.predictions.shape == (4, 3, 3)

@@ -11,25 +11,58 @@ from __future__ import annotations
 
 import copy
 import inspect
+import warnings
 from collections import defaultdict
 from typing import Any
 
-__all__ = ["BaseEstimator", "clone", "is_fitted", "vamp2_scorer"]
+import numpy as np
+
+__all__ = ["BaseEstimator", "TransformerMixin", "clone", "fit_lag", "is_fitted", "vamp2_scorer"]
 
 
 def vamp2_scorer(estimator: Any, X: Any, y: Any = None) -> float:
     """scikit-learn scorer: the VAMP-2 score ``P^0`` of a fitted estimator on held-out ``X``.
 
-    For a :class:`dpnets.DPNet` (whose parameter ``score`` names its training score, so it
-    has no ``score`` method) the unpenalised projection score of ``[1, psi]`` at its lag,
-    comparable across ``gamma``, scores and learning rates; for the linear models their
-    ``score(X)``. Use it as ``GridSearchCV(DPNet(...), grid, scoring=vamp2_scorer)``.
+    The estimator's own ``score(X)``, which is the held-out VAMP-2 score for every dpnets
+    estimator of lagged pairs (a :class:`dpnets.DPNet`: the unpenalised projection score of
+    ``[1, psi]`` at its lag, comparable across ``gamma``, objectives and learning rates), so
+    ``GridSearchCV``'s default scoring gives the same; kept for explicit ``scoring=``.
     """
-    if hasattr(estimator, "encoder_") and hasattr(estimator, "evaluate"):
-        return float(
-            estimator.evaluate(X, getattr(estimator, "lag_", None) or 1, "projection", 0.0)
-        )
     return float(estimator.score(X))
+
+
+def fit_lag(estimator: Any, lag: Any = None, y: Any = None) -> Any:
+    """The lag of one ``fit``: the estimator's ``lag`` parameter.
+
+    ``lag`` is the deprecated ``fit(X, lag=k)`` argument and ``y`` scikit-learn's target
+    (never read, except that an integer ``y`` is the old positional ``fit(X, k)``): either
+    overrides the parameter for this fit with a ``FutureWarning`` that names the fix.
+    """
+    if isinstance(y, (int, np.integer)) and not isinstance(y, bool):
+        if lag is not None:
+            raise TypeError("fit() got the lag twice (positionally and as lag=)")
+        lag = y
+    if lag is None:
+        return getattr(estimator, "lag", None)
+    name = type(estimator).__name__
+    warnings.warn(
+        f"{name}.fit(X, lag={lag!r}) is deprecated and will be removed in the next release: "
+        f"the lag is a parameter, {name}(lag={lag!r}) or .set_params(lag={lag!r})",
+        FutureWarning,
+        stacklevel=3,
+    )
+    return lag
+
+
+class TransformerMixin:
+    """``fit_transform`` for estimators with ``fit`` and ``transform`` (scikit-learn's)."""
+
+    def fit_transform(self, X: Any, y: Any = None, **fit_params: Any) -> Any:
+        """``fit(X, y, **fit_params).transform(X)``; a list of trajectories gives a list."""
+        self.fit(X, y, **fit_params)  # type: ignore[attr-defined]
+        if isinstance(X, list):
+            return [self.transform(x) for x in X]  # type: ignore[attr-defined]
+        return self.transform(X)  # type: ignore[attr-defined]
 
 
 class BaseEstimator:
@@ -85,16 +118,28 @@ class BaseEstimator:
             target.set_params(**sub)
         return self
 
+    @property
+    def n_features_in_(self) -> int:
+        """Number of input coordinates seen by ``fit`` (scikit-learn's name): the size of
+        one state, ``prod(state_shape_)``."""
+        shape = vars(self).get("state_shape_")
+        if shape is None:
+            raise AttributeError(f"{type(self).__name__} is not fitted: no n_features_in_")
+        return int(np.prod(shape))
+
     def __sklearn_tags__(self) -> Any:
         """scikit-learn's estimator tags (scikit-learn >= 1.6 asks for them): an unsupervised
-        estimator of trajectories (``fit(X)``, no target), scored by ``score(X)``."""
-        from sklearn.utils import InputTags, Tags, TargetTags
+        transformer of trajectories (``fit(X)``, no target), scored by ``score(X)``; its
+        features are float64 (float32 for a network's), whatever the input dtype."""
+        from sklearn.utils import InputTags, Tags, TargetTags, TransformerTags
 
+        transformer = hasattr(self, "transform")
         return Tags(
-            estimator_type=None,
+            estimator_type="transformer" if transformer else None,
             target_tags=TargetTags(required=False),
-            input_tags=InputTags(one_d_array=True, two_d_array=True, three_d_array=True),
-            no_validation=True,  # dpnets validates its own inputs
+            transformer_tags=TransformerTags(preserves_dtype=[]) if transformer else None,
+            input_tags=InputTags(two_d_array=True, three_d_array=True),
+            non_deterministic=getattr(self, "seed", 0) is None,
         )
 
     def __repr__(self) -> str:

@@ -10,75 +10,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
-
-__all__ = ["main", "demo"]
-
-
-def demo(
-    out: str | Path = "dpnets-demo.pt",
-    n: int = 50_000,
-    epochs: int | None = None,
-    seed: int = 0,
-    progress: bool = True,
-    device: str | None = None,
-) -> str:
-    """Train a DPNet on an Ornstein-Uhlenbeck process and compare with its exact spectrum.
-
-    OU with ``theta = 1``, ``sigma = sqrt(2)`` (stationary N(0, 1)), sampled every
-    ``dt = 0.1``: the transfer operator's eigenvalues are ``exp(-k dt)`` with Hermite
-    eigenfunctions, and the implied timescales are ``1 / k``. This is the README path with
-    the library defaults: a small MLP (64-64, CELU) with ``r = 4`` learned features, then a
-    :class:`~dpnets.TransferOperator` on them, which adds the constant function (``k = 0``,
-    timescale inf). Returns the printed table.
-    """
-    from dpnets import DPNet, TransferOperator
-    from dpnets.nn import MLP
-    from dpnets.representation import DEFAULTS
-    from dpnets.systems import OrnsteinUhlenbeck
-
-    epochs = DEFAULTS["epochs"] if epochs is None else epochs
-    ou = OrnsteinUhlenbeck(theta=1.0, sigma=np.sqrt(2.0), dt=0.1)
-    x = ou.sample(n, seed=seed)
-    t0 = time.perf_counter()
-    net = DPNet(
-        MLP(1, (64, 64), 4, activation="celu"),
-        epochs=epochs,
-        seed=seed,
-        progress=progress,
-        device=device,
-    ).fit(x)
-    op = TransferOperator(net, dt=ou.dt).fit(x)
-    elapsed = time.perf_counter() - t0
-    est = op.eig()
-    k_max = len(est)
-    ref = ou.eigvals(k_max)
-    ts_est = op.implied_timescales()
-    with np.errstate(divide="ignore"):
-        ts_ref = 1.0 / (ou.theta * np.arange(k_max))
-    lines = [
-        f"Ornstein-Uhlenbeck (theta=1, dt={ou.dt}), n={n}, DPNet r=4 (+ the constant), "
-        f"{epochs} epochs: {elapsed:.1f} s",
-        "",
-        "| k | eigenvalue (DPNet) | exact exp(-k dt) | rel. error | timescale (DPNet) "
-        "| exact 1/k |",
-        "|---|---|---|---|---|---|",
-    ]
-    for k in range(k_max):
-        lam = est[k]
-        lam_s = f"{lam.real:.4f}" + (f"{lam.imag:+.4f}i" if abs(lam.imag) > 1e-12 else "")
-        rel = abs(abs(lam) - ref[k]) / ref[k]
-        lines.append(
-            f"| {k} | {lam_s} | {ref[k]:.4f} | {100 * rel:.2f}% | {ts_est[k]:.3f} | "
-            f"{ts_ref[k]:.3f} |"
-        )
-    net.save(str(out))
-    lines += ["", f"model saved to {out} (load with dpnets.load)"]
-    return "\n".join(lines)
+__all__ = ["main"]
 
 
 _FIT_EXAMPLE = """examples:
@@ -107,6 +42,9 @@ def _add_data_options(p: argparse.ArgumentParser) -> None:
 def _parser() -> argparse.ArgumentParser:
     from dpnets import __version__
     from dpnets.experiments import EXPERIMENTS
+    from dpnets.workflow import DEFAULT_CONFIG
+
+    _M = DEFAULT_CONFIG["model"]  # noqa: N806 - the defaults every option states
 
     parser = argparse.ArgumentParser(
         prog="dpnets",
@@ -131,13 +69,25 @@ def _parser() -> argparse.ArgumentParser:
     p_fit.add_argument("--config", help="a config.toml written by an earlier fit")
     p_fit.add_argument("--lag", type=int, help="lag in frames")
     p_fit.add_argument("--encoder", help="mlp:64,64 (default) or schnet")
-    p_fit.add_argument("--dim", type=int, help="number of learned features r (default 4)")
-    p_fit.add_argument("--score", choices=("projection", "relaxed", "vamp1", "vamp2"))
-    p_fit.add_argument("--gamma", type=float)
-    p_fit.add_argument("--lr", type=float)
-    p_fit.add_argument("--batch-size", type=int, dest="batch_size")
-    p_fit.add_argument("--epochs", type=int)
-    p_fit.add_argument("--seed", type=int)
+    p_fit.add_argument(
+        "--dim", type=int, help=f"number of learned features r (default {_M['dim']})"
+    )
+    p_fit.add_argument(
+        "--objective",
+        "--score",  # its name before 0.2
+        dest="objective",
+        choices=("projection", "relaxed", "vamp1", "vamp2"),
+        help=f"the DPNet training objective (default {_M['objective']})",
+    )
+    p_fit.add_argument(
+        "--gamma", type=float, help=f"metric distortion weight (default {_M['gamma']})"
+    )
+    p_fit.add_argument("--lr", type=float, help=f"learning rate (default {_M['lr']})")
+    p_fit.add_argument(
+        "--batch-size", type=int, dest="batch_size", help=f"default {_M['batch_size']}"
+    )
+    p_fit.add_argument("--epochs", type=int, help=f"default {_M['epochs']}")
+    p_fit.add_argument("--seed", type=int, help=f"default {_M['seed']}")
     p_fit.add_argument("--device", help="cpu or cuda (default: cuda if available)")
     p_fit.add_argument("--overwrite", action="store_true", help="write into a non-empty folder")
     p_fit.add_argument("--quiet", action="store_true", help="no progress bars or report")
@@ -228,7 +178,7 @@ def _fit_config(args: argparse.Namespace) -> dict:
                 "lag",
                 "encoder",
                 "dim",
-                "score",
+                "objective",
                 "gamma",
                 "lr",
                 "batch_size",
@@ -285,7 +235,7 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     if args.command == "demo":
         print(
-            demo(
+            workflow.demo(
                 args.out,
                 n=args.samples,
                 epochs=args.epochs,

@@ -15,6 +15,7 @@ mini-batches by tensor indexing, with no per-sample collation.
 
 from __future__ import annotations
 
+import math
 import mmap
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -53,6 +54,13 @@ __all__ = [
 ]
 
 
+def _is_sparse(a: object) -> bool:
+    """A scipy sparse matrix or array (refused: states are dense)."""
+    import scipy.sparse
+
+    return scipy.sparse.issparse(a)
+
+
 def to_numpy(a: object) -> np.ndarray:
     """Convert an array-like or torch tensor to a numpy array (no copy when possible)."""
     if isinstance(a, torch.Tensor):
@@ -85,13 +93,26 @@ def check_states(
         reading it into memory.
     """
     arr: np.ndarray | OutOfCoreStates
+    if _is_sparse(a):
+        raise TypeError(
+            f"{name} is a sparse matrix; dpnets needs dense arrays of states (sparse input is "
+            "not supported): convert it with .toarray()"
+        )
     arr = OutOfCoreStates(a) if lazy and is_out_of_core(a) else to_numpy(a)
     if np.issubdtype(arr.dtype, np.complexfloating):
         raise ValueError(
-            f"{name} is complex ({arr.dtype}); dpnets models real states: pass the real and "
-            "imaginary parts as separate coordinates (e.g. np.concatenate([z.real, z.imag], "
-            "axis=-1))"
+            f"Complex data not supported: {name} is complex ({arr.dtype}); dpnets models real "
+            "states: pass the real and imaginary parts as separate coordinates (e.g. "
+            "np.concatenate([z.real, z.imag], axis=-1))"
         )
+    if arr.dtype == object and isinstance(arr, np.ndarray):
+        try:  # numbers stored as Python objects
+            arr = arr.astype(np.float64)
+        except (TypeError, ValueError) as err:
+            raise type(err)(
+                f"{name} must be a numeric array; it has dtype object with non-numeric values "
+                f"({err})"
+            ) from None
     if arr.dtype == object or not (
         np.issubdtype(arr.dtype, np.number) or np.issubdtype(arr.dtype, np.bool_)
     ):
@@ -102,6 +123,7 @@ def check_states(
         arr = arr[:, None] if isinstance(arr, np.ndarray) else OutOfCoreStates(arr.source, True)
     if arr.shape[0] < min_samples:
         raise ValueError(f"{name} has {arr.shape[0]} samples; at least {min_samples} needed")
+    check_state_size(arr.shape[1:], name, arr.shape[0])
     if np.issubdtype(arr.dtype, np.floating):
         bad = _count_nonfinite(arr)
         if bad:
@@ -188,6 +210,33 @@ class OutOfCoreStates:
         return self  # a read-only reference to the file, shared (h5py objects do not copy)
 
 
+def check_state_size(state_shape: tuple, name: str = "X", n: int | None = None) -> None:
+    """Refuse states with no coordinates (a state shape with a zero)."""
+    if math.prod(state_shape) == 0:
+        shape = ("?" if n is None else n, *state_shape)
+        raise ValueError(
+            f"{name} has 0 feature(s) (shape={shape}) while a minimum of 1 is required: each "
+            "state needs at least one coordinate"
+        )
+
+
+def check_state_shape(shape: tuple, expected: tuple, owner: str, name: str = "X") -> None:
+    """Refuse states whose shape is not the one ``owner`` (an estimator's name) was fitted on
+    (scikit-learn's wording for vector states)."""
+    shape, expected = tuple(shape), tuple(expected)
+    if shape == expected:
+        return
+    if len(shape) == 1 and len(expected) == 1:
+        raise ValueError(
+            f"{name} has {shape[0]} features, but {owner} is expecting {expected[0]} features "
+            "as input"
+        )
+    raise ValueError(
+        f"{name} has state shape {shape}, but {owner} is expecting states of shape {expected} "
+        "(those it was fitted on)"
+    )
+
+
 def check_lag(lag: object) -> int:
     """Validate a lag: a positive integer."""
     if isinstance(lag, bool) or not isinstance(lag, (int, np.integer)) or lag < 1:
@@ -253,8 +302,20 @@ def _take(states: np.ndarray, idx: np.ndarray) -> np.ndarray:
     return states[idx]
 
 
+def _in_memory_unless_large(states: np.ndarray | OutOfCoreStates) -> np.ndarray | OutOfCoreStates:
+    """Out-of-core states larger than :data:`OUT_OF_CORE_BYTES` stay on disk (read batch by
+    batch by :class:`IndexBatcher`); smaller ones are read into memory."""
+    if isinstance(states, OutOfCoreStates) and not read_batchwise(states.source):
+        return np.asarray(states[0 : states.shape[0]])
+    return states
+
+
 def pairs(data: object, lag: int = 1) -> Pairs:
-    """Turn in-memory ``data`` into validated lagged :class:`Pairs`.
+    """Turn ``data`` into validated lagged :class:`Pairs` (states referenced, not copied).
+
+    One out-of-core trajectory (an ``h5py.Dataset``) larger than :data:`OUT_OF_CORE_BYTES`
+    stays on disk as :class:`OutOfCoreStates`; smaller ones, and several trajectories
+    (which are concatenated), are read into memory.
 
     Parameters
     ----------
@@ -275,12 +336,13 @@ def pairs(data: object, lag: int = 1) -> Pairs:
     pair_segments : the same pairs per trajectory, without concatenating the trajectories
         (for the chunked fits and out-of-core data).
     """
-    segments = pair_segments(data, lag, lazy=False)
+    segments = pair_segments(data, lag, lazy=True)
     if len(segments) == 1:
         s = segments[0]
         idx = np.arange(s.n, dtype=np.int64)
-        return Pairs(s.x_states, s.y_states, s.x0 + idx, s.y0 + idx)
-    trajs = [s.x_states for s in segments]
+        x, y = _in_memory_unless_large(s.x_states), _in_memory_unless_large(s.y_states)
+        return Pairs(x, x if s.y_states is s.x_states else y, s.x0 + idx, s.y0 + idx)
+    trajs = [np.asarray(s.x_states) for s in segments]
     states = np.concatenate(trajs, axis=0)
     starts = np.cumsum([0] + [t.shape[0] for t in trajs[:-1]])
     i = np.concatenate(
@@ -353,6 +415,8 @@ def pair_segments(data: object, lag: int = 1, lazy: bool = True) -> list[PairSeg
     lag = check_lag(lag)
     if is_streaming(data):
         raise TypeError("a torch Dataset/DataLoader is streamed; it has no in-memory pairs")
+    if _is_sparse(data) or (isinstance(data, (list, tuple)) and any(map(_is_sparse, data))):
+        check_states(data if _is_sparse(data) else next(filter(_is_sparse, data)), "X")
     if isinstance(data, tuple):
         if len(data) != 2:
             raise ValueError(
@@ -362,7 +426,7 @@ def pair_segments(data: object, lag: int = 1, lazy: bool = True) -> list[PairSeg
         if lag != 1:
             raise ValueError(
                 "(X, Y) pairs are already lagged: pair them at the lag you want, and give that "
-                "lag to fit(..., lag=k) of a model only to record it"
+                "lag to the model (its lag parameter) only to record it"
             )
         x = check_states(data[0], "X", lazy=lazy)
         y = check_states(data[1], "Y", lazy=lazy)
@@ -385,7 +449,8 @@ def pair_segments(data: object, lag: int = 1, lazy: bool = True) -> list[PairSeg
                 )
             if t.shape[0] <= lag:
                 raise ValueError(
-                    f"lag={lag} is not shorter than trajectory {k} (length {t.shape[0]})"
+                    f"lag={lag} is not shorter than trajectory {k} (length {t.shape[0]}: "
+                    f"{t.shape[0]} sample(s)); a pair needs lag + 1 frames"
                 )
         return [PairSegment(t, t, 0, lag, int(t.shape[0]) - lag) for t in trajs]
     if (
@@ -396,7 +461,8 @@ def pair_segments(data: object, lag: int = 1, lazy: bool = True) -> list[PairSeg
         traj = check_states(data, "trajectory", lazy=lazy)
         if traj.shape[0] <= lag:
             raise ValueError(
-                f"lag={lag} is not shorter than the trajectory (length {traj.shape[0]})"
+                f"lag={lag} is not shorter than the trajectory (length {traj.shape[0]}: "
+                f"{traj.shape[0]} sample(s)); a pair needs lag + 1 frames"
             )
         return [PairSegment(traj, traj, 0, lag, int(traj.shape[0]) - lag)]
     raise TypeError(

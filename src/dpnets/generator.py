@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from dpnets.data import PairSegment, check_states, chunks, is_streaming, to_numpy
+from dpnets.data import PairSegment, check_state_shape, check_states, chunks, is_streaming, to_numpy
 from dpnets.exceptions import check_is_fitted
 from dpnets.io import arrays_to_tensors, register, tensors_to_arrays
 from dpnets.linalg import eig_biorthogonal
@@ -76,7 +76,7 @@ class Generator(SpectralModel):
     ----------
     features : DPNet, nn.Module, callable or None
         Feature map ``psi`` as a differentiable torch function (twice, for ``form="ito"``):
-        a fitted :class:`dpnets.DPNet` (e.g. trained with ``score="generator"``), a
+        a fitted :class:`dpnets.DPNet` (e.g. trained with ``objective="generator"``), a
         ``torch.nn.Module``, a callable on torch tensors, or ``None`` for linear features
         (the flattened state). Modules are evaluated in ``dtype`` (a float64 copy).
     sde : dpnets.ito.SDE, optional
@@ -336,10 +336,8 @@ class Generator(SpectralModel):
 
         parts = self._samples(X)
         shape = tuple(parts[0].shape[1:])
-        if not fresh and shape != self.state_shape_:
-            raise ValueError(
-                f"X has state shape {shape}; the pieces already fitted have {self.state_shape_}"
-            )
+        if not fresh:
+            check_state_shape(shape, self.state_shape_, type(self).__name__)
         n = sum(int(p.shape[0]) for p in parts)
         w = self._check_weights(sample_weight, n)
         if fresh:

@@ -17,9 +17,11 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset, SequentialSampler
 
-from dpnets.base import BaseEstimator, clone, is_fitted
+from dpnets.base import BaseEstimator, TransformerMixin, clone, fit_lag, is_fitted
 from dpnets.data import (
     PairSegment,
+    check_lag,
+    check_state_shape,
     check_states,
     is_streaming,
     pair_segments,
@@ -197,7 +199,7 @@ def _as_features(phi: Any, n: int) -> np.ndarray:
     return phi
 
 
-class SpectralModel(BaseEstimator):
+class SpectralModel(TransformerMixin, BaseEstimator):
     """The model contract: every estimator of a transfer operator or generator on a feature map.
 
     Public API (the same for :class:`TransferOperator`, :class:`dpnets.Generator`, the
@@ -322,11 +324,7 @@ class SpectralModel(BaseEstimator):
 
     def _check_X(self, X: Any) -> np.ndarray:
         x = check_states(X, "X")
-        if tuple(x.shape[1:]) != self.state_shape_:
-            raise ValueError(
-                f"X has state shape {tuple(x.shape[1:])}; the model was fitted on "
-                f"{self.state_shape_}"
-            )
+        check_state_shape(x.shape[1:], self.state_shape_, type(self).__name__)
         return x
 
     def eigenfunctions(self, X: Any, side: str = "right") -> np.ndarray:
@@ -452,16 +450,7 @@ class SpectralModel(BaseEstimator):
         eigenvector matrix whose computed left and right eigenvectors are biorthogonal
         (``L^H R = I``; not so for a (nearly) repeated eigenvalue of a non-normal
         estimator, whose eigenvectors round-off alone decides)."""
-        right, left = self.right_eigvecs_, self.left_eigvecs_
-        cached = self.__dict__.get("_modal_check")
-        if cached is not None and cached[0] is right:  # O(r^3): once per spectrum
-            return cached[1]
-        ok = bool(np.linalg.cond(right) < 1e8)
-        if ok:
-            gram = left.conj().T @ right
-            ok = bool(np.abs(gram - np.eye(gram.shape[0])).max() < 1e-6)
-        self.__dict__["_modal_check"] = (right, ok)
-        return ok
+        return _modal_ok(self.left_eigvecs_, self.right_eigvecs_)
 
     def score(self, X: Any, y: Any = None, lag: int | None = None, kind: str = "vamp2") -> float:
         """Score of the model on (held-out) data, higher is better.
@@ -591,8 +580,8 @@ class DiscreteTimeModel(SpectralModel):
         dt = check_real("dt", getattr(self, "dt", 1.0) if dt is None else dt, 0.0, low_open=True)
         if self.lag_ is None:
             raise ValueError(
-                "the lag of the training pairs is unknown: pass it when fitting on pre-paired "
-                "data or a Dataset, fit(data, lag=k), so that timescales are in time units"
+                "the lag of the training pairs is unknown: for pre-paired data or a Dataset, "
+                "give it as the model's parameter (lag=k), so that timescales are in time units"
             )
         return timescales_from_eigvals(self.eigvals_, self.lag_ * dt)
 
@@ -673,6 +662,15 @@ class TransferOperator(DiscreteTimeModel):
     dt : float, default 1.0
         Physical time between consecutive frames of the data; timescales are in its units
         (``lag_ * dt`` is the time of one estimator step).
+    lag : int, optional
+        Lag in frames between the paired states of trajectories. Default (None): the lag
+        the feature map was trained at (a fitted DPNet's ``lag_``, or an unfitted one's
+        ``lag``), else 1. A lag given here trains the copy of an unfitted feature
+        estimator at this lag (so ``set_params(lag=k)`` and grid searches over ``lag``
+        move the whole composite model); a fitted feature map of another lag is used with
+        a warning (intended only when validating across lags). Pre-paired ``(X, Y)`` data
+        and Datasets are used as they are: ``lag`` then records the lag they were paired
+        at, for the timescales (None: unknown).
 
     Attributes
     ----------
@@ -710,12 +708,14 @@ class TransferOperator(DiscreteTimeModel):
         rtol: float | None = None,
         constant: str | bool = "auto",
         dt: float = 1.0,
+        lag: int | None = None,
     ):
         self.features = features
         self.ridge = ridge
         self.rtol = rtol
         self.constant = constant
         self.dt = dt
+        self.lag = lag
 
     # ------------------------------------------------------------------ fitting
     def _fit_features(self, data: Any, lag: int | None) -> Any:
@@ -723,7 +723,17 @@ class TransferOperator(DiscreteTimeModel):
         dpnets estimator (the composite model)."""
         f = self.features
         if isinstance(f, BaseEstimator) and hasattr(f, "transform") and not is_fitted(f):
-            return clone(f).fit(data, lag)
+            f = clone(f)
+            own = getattr(f, "lag", None)
+            if lag is not None and own is not None and check_lag(lag) != own:
+                warnings.warn(
+                    f"the operator's lag={lag} overrides the lag={own} of its unfitted "
+                    f"{type(f).__name__}: the features are trained at lag {lag}",
+                    stacklevel=4,
+                )
+            if lag is not None and "lag" in f.get_params(deep=False):
+                f.set_params(lag=lag)
+            return f.fit(data)
         return f
 
     def _fit_lag(self, features: Any, data: Any, lag: Any) -> tuple[int, int | None]:
@@ -740,8 +750,8 @@ class TransferOperator(DiscreteTimeModel):
             )
         return resolve_lag(data, lag)
 
-    def fit(self, data: Any, lag: int | None = None) -> TransferOperator:
-        """Estimate the operator from ``data`` (same forms as :meth:`dpnets.DPNet.fit`).
+    def fit(self, X: Any, y: Any = None, *, lag: int | None = None) -> TransferOperator:
+        """Estimate the operator from ``X`` (same forms as :meth:`dpnets.DPNet.fit`).
 
         One pass over the pairs in chunks of :data:`dpnets.moments.FIT_CHUNK`: the features
         of each chunk are computed and their counts, means and second moments accumulated
@@ -752,12 +762,13 @@ class TransferOperator(DiscreteTimeModel):
 
         Parameters
         ----------
-        data : array, list of arrays, tuple (X, Y), Dataset or DataLoader
+        X : array, list of arrays, tuple (X, Y), Dataset or DataLoader
             The arrays may be memory-mapped or ``h5py.Dataset`` objects.
+        y : None
+            Ignored (scikit-learn's target; the lag is the parameter ``lag``).
         lag : int, optional
-            Trajectories: lag in frames (default: the lag the feature map was trained at,
-            else 1; a different lag warns). Pre-paired data: the lag of the pairs, recorded
-            for the timescales.
+            Deprecated: the lag is the constructor parameter ``lag``; given here it
+            overrides it for this fit, with a ``FutureWarning``.
 
         Returns
         -------
@@ -770,13 +781,17 @@ class TransferOperator(DiscreteTimeModel):
         them (:meth:`predict`, :meth:`modes`) or for :meth:`stationary_weights`: change
         those arrays after ``fit`` and these use the changed values.
         """
+        self._fit_operator(X, fit_lag(self, lag, y))
+        return self
+
+    def _fit_operator(self, data: Any, lag: int | None) -> None:
+        """:meth:`fit` at a resolved ``lag`` (subclasses build their features first)."""
         self._check_regression_params()
         features = self._fit_features(data, lag)
         pair_lag, lag_ = self._fit_lag(features, data, lag)
         self._accumulate(data, pair_lag, features, lag_, fresh=True)
-        return self
 
-    def partial_fit(self, data: Any, lag: int | None = None) -> TransferOperator:
+    def partial_fit(self, X: Any, y: Any = None, *, lag: int | None = None) -> TransferOperator:
         """Add ``data`` to the statistics of the fit and update the operator.
 
         For data that arrive in pieces: each call accumulates the pairs of one piece (a
@@ -788,11 +803,13 @@ class TransferOperator(DiscreteTimeModel):
 
         Parameters
         ----------
-        data : array, list of arrays, tuple (X, Y), Dataset or DataLoader
+        X : array, list of arrays, tuple (X, Y), Dataset or DataLoader
             One piece.
+        y : None
+            Ignored.
         lag : int, optional
-            As in :meth:`fit`; later pieces default to, and must agree with, the lag of the
-            first (``lag_``).
+            Deprecated, as in :meth:`fit`; every piece is paired at the lag of the first
+            (``lag_``).
 
         Returns
         -------
@@ -808,6 +825,8 @@ class TransferOperator(DiscreteTimeModel):
             next pieces add to it) and a ``ValueError`` asks for more data.
         """
         self._check_regression_params()
+        data = X
+        lag = fit_lag(self, lag, y)
         if getattr(self, "_stats", None) is None:
             if "operator_" in vars(self):
                 raise ValueError(
@@ -867,11 +886,8 @@ class TransferOperator(DiscreteTimeModel):
         self._finish()
 
     def _check_piece_shape(self, shape: tuple[int, ...], fresh: bool) -> None:
-        if not fresh and tuple(shape) != self.state_shape_:
-            raise ValueError(
-                f"the states have state shape {tuple(shape)}; the pieces already fitted have "
-                f"{self.state_shape_}"
-            )
+        if not fresh:
+            check_state_shape(shape, self.state_shape_, type(self).__name__)
 
     @staticmethod
     def _add_chunk(stats: Moments, fmap: FeatureMap, x: np.ndarray, y: np.ndarray) -> None:
@@ -957,6 +973,28 @@ def features_on_demand(model: SpectralModel) -> np.ndarray | None:
     if getattr(model, "_train_inputs", None) is None:
         return None
     return model._training_features()
+
+
+def _modal_ok(left: np.ndarray, right: np.ndarray) -> bool:
+    """See :meth:`SpectralModel._modal_ok` (``O(r^3)``; cached per eigenvector pair, so
+    :meth:`SpectralModel.predict` changes nothing on the estimator)."""
+    key = (id(left), id(right))
+    hit = _MODAL_CACHE.get(key)
+    if hit is not None and hit[0] is left and hit[1] is right:
+        return hit[2]
+    ok = bool(np.linalg.cond(right) < 1e8)
+    if ok:
+        gram = left.conj().T @ right
+        ok = bool(np.abs(gram - np.eye(gram.shape[0])).max() < 1e-6)
+    if len(_MODAL_CACHE) >= 16:
+        _MODAL_CACHE.pop(next(iter(_MODAL_CACHE)))
+    _MODAL_CACHE[key] = (left, right, ok)
+    return ok
+
+
+#: ``(id(L), id(R)) -> (L, R, modal ok)`` for the last few spectra (holding the arrays keeps
+#: their ids unique while cached)
+_MODAL_CACHE: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, bool]] = {}
 
 
 def timescales_from_eigvals(eigvals: np.ndarray, lag_time: float) -> np.ndarray:

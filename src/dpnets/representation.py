@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import os
 import warnings
 from collections.abc import Callable, Iterable, Iterator
@@ -13,13 +12,16 @@ import torch
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset
 
-from dpnets.base import BaseEstimator
+from dpnets.base import BaseEstimator, TransformerMixin, fit_lag
 from dpnets.data import (
     ConvertedLoader,
     DatasetPairs,
     IndexBatcher,
     Pairs,
     batch_to_tensor,
+    check_lag,
+    check_state_shape,
+    check_state_size,
     check_states,
     chunks,
     fetch_pairs,
@@ -33,6 +35,7 @@ from dpnets.distributed import broadcast_int, broadcast_module, world_size
 from dpnets.distributed import is_active as dist_active
 from dpnets.exceptions import check_is_fitted
 from dpnets.io import InvalidModelFile, register, restore_module, save, sub_state
+from dpnets.nn.mlp import default_mlp
 from dpnets.nn.registry import describe
 from dpnets.nn.utils import encode, module_device, module_dtype
 from dpnets.params import check_bool, check_choice, check_int, check_real, check_seed
@@ -42,6 +45,7 @@ from dpnets.training import (
     batch_generator,
     fit_checkpoint,
     full_batch_score,
+    initial_module,
     local_seed,
     resolve_device,
     restore_on_failure,
@@ -55,7 +59,8 @@ __all__ = ["DPNet", "InputScaler", "DEFAULTS", "dump_dpnet", "restore_dpnet"]
 #: The defaults of :class:`DPNet`, chosen on ``benchmarks/bench_out_of_box.py`` (five systems
 #: with reference timescales, raw and rescaled data; see ``benchmarks/results/out_of_box``).
 DEFAULTS: dict[str, Any] = {
-    "score": "projection",
+    "r": 4,
+    "objective": "projection",
     "gamma": 0.1,
     "lr": 1e-3,
     "batch_size": 1024,
@@ -63,6 +68,40 @@ DEFAULTS: dict[str, Any] = {
 }
 
 _STANDARDIZE = ("auto", "coordinate", "global", "none")
+
+
+def _state_shape(data: Any) -> tuple[int, ...] | None:
+    """The state shape of any input ``DPNet.fit`` takes, read without loading the data
+    (None where it cannot be seen before training: an iterable stream); a shape without
+    coordinates is refused."""
+    shape = _first_shape(data)
+    if shape is not None:
+        check_state_size(shape[1:], "X", shape[0])
+        return shape[1:] if len(shape) > 1 else (1,)
+    return None
+
+
+def _first_shape(data: Any) -> tuple[int, ...] | None:
+    """The shape of the (first) array of states in ``data``, or None."""
+    if isinstance(data, (list, tuple)) and data:
+        data = data[0]
+    if isinstance(data, DataLoader):
+        data = data.dataset
+    if isinstance(data, Dataset):
+        try:
+            first = data[0]
+        except (TypeError, IndexError, NotImplementedError):
+            return None
+        x = first[0] if isinstance(first, (tuple, list)) else first
+        return (len(data), *(np.shape(x) or (1,)))  # type: ignore[arg-type]
+    shape = getattr(data, "shape", None)
+    if shape is None:
+        try:
+            shape = np.asarray(data).shape
+        except (TypeError, ValueError):
+            return None
+    shape = tuple(int(d) for d in shape)
+    return shape or None
 
 
 class InputScaler(nn.Module):
@@ -120,11 +159,13 @@ def _plain_loader(loader: DataLoader) -> bool:
     )
 
 
-class DPNet(BaseEstimator):
+class DPNet(TransformerMixin, BaseEstimator):
     """Deep Projection Network: a learned feature map ``psi: X -> R^r``.
 
     Trains ``encoder`` (and optionally a separate ``lagged_encoder`` psi') by mini-batch
     maximisation of a DPNets score (paper Alg. 1):
+
+    The training objective (``objective``):
 
     * ``"relaxed"`` — ``S^gamma`` (Eq. 9), no matrix inversion, the paper's default;
     * ``"projection"`` — ``P^gamma`` (Eq. 7);
@@ -137,20 +178,34 @@ class DPNet(BaseEstimator):
       derivatives only).
 
     After ``fit``, :meth:`transform` evaluates ``psi`` and :class:`dpnets.TransferOperator`
-    regresses the operator on it.
+    regresses the operator on it; :meth:`score` is the held-out VAMP-2 score of ``[1, psi]``
+    (so ``GridSearchCV(DPNet(...), grid)`` selects with its default scoring).
 
     Parameters
     ----------
-    encoder : torch.nn.Module
+    encoder : torch.nn.Module, optional
         Maps a batch of states ``(batch, *state_shape)`` to ``(batch, r)``. It is copied at
-        ``fit``; the trained copy is ``encoder_``.
+        ``fit`` (the module passed is never changed); the trained copy is ``encoder_``.
+        ``None`` (default) builds the library's MLP at ``fit``, sized to the data: the
+        flattened state, two hidden layers of 64 CELU units, ``r`` outputs
+        (``dpnets.nn.MLP(d, (64, 64), r, activation="celu")``).
+    r : int, default 4
+        Number of learned features of the default encoder (``encoder=None``); an encoder
+        you pass sets its own ``r`` (this parameter is then unused).
+    lag : int, optional
+        Lag in frames between the paired states of trajectories (default: 1). For
+        pre-paired ``(X, Y)`` data and Datasets, the lag they were paired at, recorded in
+        ``lag_`` for :class:`dpnets.TransferOperator` and timescales (default: unknown).
+        Ignored by the generator objectives.
     lagged_encoder : torch.nn.Module, optional
         psi' for the evolved states. ``None`` (default) shares psi's weights, which is exact
         for normal (e.g. reversible) operators and halves the cost.
-    score : {"projection", "relaxed", "vamp1", "vamp2", "generator", "dirichlet"}
-        Default "projection" (``P^gamma``), which got the most benchmark systems right at a
-        modest budget; "relaxed" (``S^gamma``) is the better choice when the feature
-        covariances are too ill-conditioned to invert (see :func:`dpnets.scores.relaxed_score`).
+    objective : {"projection", "relaxed", "vamp1", "vamp2", "generator", "dirichlet"}
+        The training score. Default "projection" (``P^gamma``), which got the most benchmark
+        systems right at a modest budget; "relaxed" (``S^gamma``) is the better choice when
+        the feature covariances are too ill-conditioned to invert (see
+        :func:`dpnets.scores.relaxed_score`). (Named ``score`` before version 0.2; the
+        method :meth:`score` is the held-out VAMP-2 score.)
     gamma : float, default 0.1
         Weight of the metric distortion penalty on the paper's scale: the scores subtract
         ``gamma (R(Cx) + R(Cy)) / (2d)`` (``R`` averaged over the eigenvalues, as in the
@@ -195,9 +250,15 @@ class DPNet(BaseEstimator):
     optimizer : str or torch.optim.Optimizer subclass, default "adam"
     optimizer_kwargs : dict, optional
     seed : int, optional
-        Seeds the data split, the batch order and, inside ``fit`` only, torch's RNG
-        (dropout) for reproducible fits; the caller's global RNG state is restored after
-        ``fit``. Weight initialisation is the encoder's as passed in.
+        Makes a fit reproducible bit for bit (on the same device and software), whatever
+        torch's global RNG did before: it seeds the data split, the batch order, torch's
+        RNG inside ``fit`` only (dropout), and the *initial weights*: the copies of
+        ``encoder`` (and ``lagged_encoder``) that ``fit`` trains are re-initialised from
+        the seed (``reset_parameters()`` of every layer that has one), so the weights of the
+        module you passed do not matter, and that module is never changed. The caller's
+        global RNG state is restored after ``fit``. ``None`` (default) keeps your own
+        initialisation (use it to start from pretrained weights) and draws the split and
+        batches from fresh entropy.
     device : str or torch.device, optional
         Default: CUDA if available, else CPU.
     progress : bool, default True
@@ -256,10 +317,12 @@ class DPNet(BaseEstimator):
 
     def __init__(
         self,
-        encoder: nn.Module,
+        encoder: nn.Module | None = None,
         *,
+        r: int = DEFAULTS["r"],
+        lag: int | None = None,
         lagged_encoder: nn.Module | None = None,
-        score: str = DEFAULTS["score"],
+        objective: str = DEFAULTS["objective"],
         gamma: float = DEFAULTS["gamma"],
         lr: float = DEFAULTS["lr"],
         batch_size: int = DEFAULTS["batch_size"],
@@ -280,8 +343,10 @@ class DPNet(BaseEstimator):
         compile: bool = False,
     ) -> None:
         self.encoder = encoder
+        self.r = r
+        self.lag = lag
         self.lagged_encoder = lagged_encoder
-        self.score = score
+        self.objective = objective
         self.gamma = gamma
         self.lr = lr
         self.batch_size = batch_size
@@ -303,11 +368,18 @@ class DPNet(BaseEstimator):
 
     # ------------------------------------------------------------------ validation
     def _check_params(self) -> None:
-        if not isinstance(self.encoder, nn.Module):
-            raise TypeError(f"encoder must be a torch.nn.Module, got {type(self.encoder)}")
+        if self.encoder is not None and not isinstance(self.encoder, nn.Module):
+            raise TypeError(
+                f"encoder must be a torch.nn.Module or None (the default MLP), got "
+                f"{type(self.encoder).__name__}"
+            )
+        if self.encoder is None:
+            check_int("r", self.r, 1)
+        if self.lag is not None:
+            check_lag(self.lag)
         if self.lagged_encoder is not None and not isinstance(self.lagged_encoder, nn.Module):
             raise TypeError("lagged_encoder must be a torch.nn.Module or None")
-        check_choice("score", self.score, SCORES + GENERATOR_SCORES)
+        check_choice("objective", self.objective, SCORES + GENERATOR_SCORES)
         check_real("gamma", self.gamma, 0.0)
         check_real("lr", self.lr, 0.0, low_open=True)
         check_int("batch_size", self.batch_size, 2)
@@ -335,9 +407,10 @@ class DPNet(BaseEstimator):
     # ------------------------------------------------------------------ fitting
     def fit(
         self,
-        data: Any,
-        lag: int | None = None,
+        X: Any,
+        y: Any = None,
         *,
+        lag: int | None = None,
         callback: Callable[[int, DPNet], None] | None = None,
         checkpoint: str | os.PathLike | None = None,
         checkpoint_every: int = 1,
@@ -347,7 +420,7 @@ class DPNet(BaseEstimator):
 
         Parameters
         ----------
-        data : array, list of arrays, tuple (X, Y), Dataset or DataLoader
+        X : array, list of arrays, tuple (X, Y), Dataset or DataLoader
             One trajectory ``(T, *state_shape)``; a list of trajectories (pairs never cross
             a boundary); already-paired ``(X, Y)``; or a torch ``Dataset``/``DataLoader``
             yielding ``(x, y)`` pairs. A map-style Dataset is split and batched exactly as
@@ -359,12 +432,13 @@ class DPNet(BaseEstimator):
             validation (with a warning). Memory-mapped ``.npy`` and HDF5 states larger than
             :data:`dpnets.data.OUT_OF_CORE_BYTES` are read batch by batch, never copied whole.
             Integer and bool states are cast to floats; complex states are refused.
-            Generator scores: samples ``(n, *state_shape)`` of the invariant distribution
-            (or a list of such arrays); ``lag`` is ignored.
+            Generator objectives: samples ``(n, *state_shape)`` of the invariant distribution
+            (or a list of such arrays); the lag is ignored.
+        y : None
+            Ignored (scikit-learn's target; the lag is the parameter ``lag``).
         lag : int, optional
-            Trajectories: the lag in steps between paired states (default 1). Pre-paired
-            data and Datasets: the lag at which the pairs were made, recorded in ``lag_``
-            for :class:`dpnets.TransferOperator` and timescales (default: unknown).
+            Deprecated: the lag is the constructor parameter ``lag``; given here it
+            overrides it for this fit, with a ``FutureWarning``.
         callback : callable, optional
             ``callback(epoch, model)`` after every epoch, with ``model`` usable (e.g.
             ``model.transform``) on the current weights — for learning curves of any metric.
@@ -392,13 +466,16 @@ class DPNet(BaseEstimator):
             after some good epochs restores the best epoch with a warning instead.
         """
         self._check_params()
+        data, lag = X, fit_lag(self, lag, y)
         ckpt = fit_checkpoint(self, checkpoint, checkpoint_every, resume)
         with restore_on_failure(self):
-            samples = self._generator_samples(data) if self.score in GENERATOR_SCORES else None
+            generator_mode = self.objective in GENERATOR_SCORES
+            samples = self._generator_samples(data) if generator_mode else None
             device = resolve_device(self.device)
             with local_seed(self.seed, device):
                 run = (callback, ckpt, self._generator())
-                enc = copy.deepcopy(self.encoder).to(device)
+                shape = samples.shape[1:] if samples is not None else _state_shape(data)
+                enc = self._initial_module(self.encoder, shape).to(device)
                 if self._sharded():
                     self._check_distributed(data)
                     broadcast_module(enc)
@@ -406,21 +483,39 @@ class DPNet(BaseEstimator):
                     return self._fit_samples(samples, enc, run, device)
                 return self._fit_pairs(data, lag, enc, run, device)
 
-    def _lagged_template(self) -> nn.Module | None:
-        """The module psi' starts from (None: shared with psi); VAMPNet overrides it."""
-        return self.lagged_encoder
+    def _initial_module(self, module: nn.Module | None, state_shape: Any) -> nn.Module:
+        """The module training starts from: a copy of ``module`` (re-initialised from
+        ``seed`` when one is given), or the default MLP sized to ``state_shape``. Runs
+        inside :func:`dpnets.training.local_seed`, so the draws are the seed's."""
+        if module is None and state_shape is None:
+            raise ValueError(
+                "the default encoder (encoder=None) is sized from the states, which this "
+                "input does not show before training; pass an encoder"
+            )
+
+        def default() -> nn.Module:
+            return default_mlp(int(np.prod(state_shape)), int(self.r))
+
+        return initial_module(module, self.seed, default)
+
+    def _lagged_template(self, enc: nn.Module) -> nn.Module | None:
+        """The module psi' starts from (None: shared with psi), given psi's initial module
+        ``enc``; VAMPNet overrides it."""
+        if self.lagged_encoder is None:
+            return None
+        return self._initial_module(self.lagged_encoder, None)
 
     def _fit_pairs(
         self, data: Any, lag: int | None, enc: nn.Module, run: tuple, device: torch.device
     ) -> DPNet:
         """Discrete-time mode: maximise the score on lagged pairs (or windows)."""
         gen = run[2]
-        template = self._lagged_template()
-        lag_enc = copy.deepcopy(template).to(device) if template is not None else None
+        template = self._lagged_template(enc)
+        lag_enc = template.to(device) if template is not None else None
         if lag_enc is not None and self._sharded():
             broadcast_module(lag_enc)
         dtype = module_dtype(enc)
-        loss_fn = make_loss(self.score, float(self.gamma), constant=bool(self.constant))
+        loss_fn = make_loss(self.objective, float(self.gamma), constant=bool(self.constant))
         pair_lag, model_lag = resolve_lag(data, lag)
         steps = self._windows_steps(data, lag_enc)
         if steps:
@@ -496,7 +591,7 @@ class DPNet(BaseEstimator):
             batch_loss,
             batches,
             val_score=val_score,
-            desc=f"DPNet[{self.score}]",
+            desc=f"{type(self).__name__}[{self.objective}]",
             callback=callback,
             checkpoint=run_checkpoint(self, ckpt, gen, n_train, state_shape),
             distributed=self._sharded(),
@@ -541,13 +636,15 @@ class DPNet(BaseEstimator):
 
         if not isinstance(self.sde, SDE):
             raise ValueError(
-                f"score={self.score!r} needs sde=dpnets.ito.SDE(...) (e.g. "
+                f"objective={self.objective!r} needs sde=dpnets.ito.SDE(...) (e.g. "
                 "dpnets.ito.overdamped_langevin)"
             )
         if self.lagged_encoder is not None:
             raise ValueError("generator scores use one feature map; lagged_encoder must be None")
-        if self.score == "dirichlet" and not self.sde.reversible:
-            raise ValueError("score='dirichlet' needs a reversible SDE; use score='generator'")
+        if self.objective == "dirichlet" and not self.sde.reversible:
+            raise ValueError(
+                "objective='dirichlet' needs a reversible SDE; use objective='generator'"
+            )
         return check_samples(data)
 
     def _fit_samples(
@@ -558,13 +655,13 @@ class DPNet(BaseEstimator):
         from dpnets.scores import GeneratorLoss
 
         gen = run[2]
-        if self.score == "generator":
+        if self.objective == "generator":
             warn_if_piecewise_linear(enc)
         dtype = module_dtype(enc)
         self._set_scaler([x], enc)
         # derivatives are taken through the standardisation, with respect to the raw states
         fmap = self._compose(enc, device, dtype)
-        form = "ito" if self.score == "generator" else "dirichlet"
+        form = "ito" if self.objective == "generator" else "dirichlet"
         loss_fn = GeneratorLoss(float(self.gamma), form, constant=bool(self.constant))
         sde = self.sde
 
@@ -595,18 +692,14 @@ class DPNet(BaseEstimator):
             (n_train, tuple(x.shape[1:]), r),
         )
 
-    def _evaluate_generator(self, data: Any, score: str) -> float:
+    def _evaluate_generator(self, data: Any, objective: str, gamma: float) -> float:
         from dpnets.ito import SDE, check_samples
         from dpnets.scores import GeneratorLoss
 
         if not isinstance(self.sde, SDE):
-            raise ValueError(f"score={score!r} needs the model's sde (DPNet(..., sde=...))")
+            raise ValueError(f"objective={objective!r} needs the model's sde (DPNet(..., sde=...))")
         x = check_samples(data)
-        if tuple(x.shape[1:]) != self.state_shape_:
-            raise ValueError(
-                f"X has state shape {tuple(x.shape[1:])}; the model was fitted on "
-                f"{self.state_shape_}"
-            )
+        check_state_shape(x.shape[1:], self.state_shape_, type(self).__name__)
         fmap = self.feature_module()
         fmap.eval()
         device, dtype = module_device(self.encoder_), module_dtype(self.encoder_)
@@ -614,14 +707,14 @@ class DPNet(BaseEstimator):
         with torch.no_grad():
             for sl in chunks(x.shape[0], 8192):
                 xb = torch.as_tensor(x[sl]).to(device=device, dtype=dtype)
-                if score == "generator":
+                if objective == "generator":
                     f, d = self.sde.ito_derivative(fmap, xb)
                 else:
                     f, d = self.sde.diffusion_jacobian(fmap, xb)
                 fs.append(f)
                 ds.append(d)
-            form = "ito" if score == "generator" else "dirichlet"
-            loss = GeneratorLoss(float(self.gamma), form, constant=bool(self.constant))
+            form = "ito" if objective == "generator" else "dirichlet"
+            loss = GeneratorLoss(gamma, form, constant=bool(self.constant))
             return -float(loss(torch.cat(fs), torch.cat(ds)))
 
     def _generator(self) -> torch.Generator:
@@ -815,11 +908,7 @@ class DPNet(BaseEstimator):
     def _encode(self, X: Any, lagged: bool, batch_size: int) -> Tensor:
         check_is_fitted(self, "encoder_")
         x = check_states(X, "X")
-        if tuple(x.shape[1:]) != self.state_shape_:
-            raise ValueError(
-                f"X has state shape {tuple(x.shape[1:])}; the model was fitted on "
-                f"{self.state_shape_}"
-            )
+        check_state_shape(x.shape[1:], self.state_shape_, type(self).__name__)
         enc = (
             self.lagged_encoder_ if (lagged and self.lagged_encoder_ is not None) else self.encoder_
         )
@@ -839,23 +928,53 @@ class DPNet(BaseEstimator):
         self,
         data: Any,
         lag: int | None = None,
-        score: str | None = None,
+        objective: str | None = None,
         gamma: float | None = None,
     ) -> float:
-        """A score (default: the training score, with the model's ``gamma``) on ``data``.
+        """A score of the learned features on ``data`` (higher is better).
 
-        For the generator scores ``data`` are samples of the invariant distribution.
+        Parameters
+        ----------
+        data : array, list of arrays or tuple (X, Y)
+            Trajectories, or pre-paired states; for the generator objectives, samples of
+            the invariant distribution.
+        lag : int, optional
+            Lag of the pairs (default: the fitted ``lag_``, else 1).
+        objective : str, optional
+            Any training objective (default: the model's own ``objective``).
+        gamma : float, optional
+            Weight of the metric distortion penalty (default: the model's ``gamma``).
         """
         check_is_fitted(self, "encoder_")
-        if (score or self.score) in GENERATOR_SCORES:
-            return self._evaluate_generator(data, score or self.score)
+        objective = objective or self.objective
+        g = float(self.gamma) if gamma is None else check_real("gamma", gamma, 0.0)
+        if objective in GENERATOR_SCORES:
+            return self._evaluate_generator(data, objective, g)
+        check_choice("objective", objective, SCORES)
+        if lag is None:
+            lag = self.lag_ if self.lag_ is not None else 1
         p = pairs(data, resolve_lag(data, lag)[0])
         fx = self._encode(p.X, False, 8192)
         fy = self._encode(p.Y, True, 8192)
-        g = float(self.gamma) if gamma is None else check_real("gamma", gamma, 0.0)
-        loss = make_loss(score or self.score, g, constant=bool(self.constant))
+        loss = make_loss(objective, g, constant=bool(self.constant))
         with torch.no_grad():
             return -float(loss(fx, fy))
+
+    def score(self, X: Any, y: Any = None) -> float:
+        """The held-out VAMP-2 score of the learned features on ``X`` (higher is better).
+
+        The unpenalised projection score ``P^0`` of ``[1, psi]`` (Eq. 7 with ``gamma = 0``;
+        equal to the VAMP-2 score of ``psi``, Mardt et al.) on the pairs of ``X`` at the
+        fitted lag: comparable across ``gamma``, objectives and learning rates, so
+        scikit-learn's ``GridSearchCV`` and ``cross_validate`` select with it by default.
+        For the generator objectives, ``X`` holds samples of the invariant distribution and
+        the score is the unpenalised generator score (Eq. 14 with ``gamma = 0``). ``y`` is
+        ignored.
+        """
+        check_is_fitted(self, "encoder_")
+        if self.objective in GENERATOR_SCORES:
+            return self.evaluate(X, objective=self.objective, gamma=0.0)
+        return self.evaluate(X, objective="projection", gamma=0.0)
 
     # ------------------------------------------------------------------ persistence
     def save(self, path: str) -> None:
@@ -893,7 +1012,9 @@ def dump_dpnet(model: DPNet, tensors: dict[str, Tensor]) -> dict:
     state, encoder descriptions; weights and the input standardisation go to ``tensors``."""
     check_is_fitted(model, "encoder_")
     cfg = {
-        "score": model.score,
+        "objective": model.objective,
+        "r": int(model.r),
+        "lag": model.lag,
         "gamma": float(model.gamma),
         "lr": float(model.lr),
         "batch_size": int(model.batch_size),
@@ -925,6 +1046,7 @@ def dump_dpnet(model: DPNet, tensors: dict[str, Tensor]) -> dict:
         ),
         "has_lagged_encoder": model.lagged_encoder_ is not None,
         "has_sde": model.sde is not None,
+        "default_encoder": model.encoder is None,
     }
     if model.input_shift_ is not None:
         tensors["input_shift_"] = torch.from_numpy(np.asarray(model.input_shift_))
@@ -967,13 +1089,16 @@ def restore_dpnet(
             "lagged_encoder",
         ).to(device)
     params = dict(cfg["params"])
+    if "score" in params:  # files written before the parameter was renamed objective
+        params["objective"] = params.pop("score")
     params["optimizer"] = _optimizer_from_name(params.get("optimizer", "adam"))
+    enc_param = None if mods.get("default_encoder") else enc
     if cls is None or cls is DPNet:
-        model = DPNet(enc, lagged_encoder=lag_enc, device=device, **params)
+        model = DPNet(enc_param, lagged_encoder=lag_enc, device=device, **params)
         model.sde = None if sde is _NO_SDE else sde
     else:  # a subclass with its own constructor (VAMPNet): its parameters only
         names = set(cls._get_param_names()) - {"encoder", "lagged_encoder", "device"}
-        model = cls(enc, device=device, **{k: v for k, v in params.items() if k in names})
+        model = cls(enc_param, device=device, **{k: v for k, v in params.items() if k in names})
     model.encoder_, model.lagged_encoder_ = enc, lag_enc
     shift = tensors.get("input_shift_")
     model.input_shift_ = None if shift is None else shift.numpy()

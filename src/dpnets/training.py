@@ -26,10 +26,13 @@ from dpnets.data import DatasetBatcher, DatasetPairs, IndexBatcher, Pairs
 from dpnets.distributed import average_gradients, is_main_process, statistics_reduced
 from dpnets.distributed import is_active as dist_active
 from dpnets.io import atomic_write
+from dpnets.nn.registry import build, describe
+from dpnets.nn.utils import module_dtype, reset_parameters
 
 __all__ = [
     "batch_generator",
     "full_batch_score",
+    "initial_module",
     "split_batchers",
     "local_seed",
     "resolve_device",
@@ -67,6 +70,32 @@ def local_seed(seed: int | None, device: torch.device) -> Iterator[None]:
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(int(seed))
         yield
+
+
+def initial_module(
+    module: nn.Module | None, seed: int | None, default: Callable[[], nn.Module]
+) -> nn.Module:
+    """The module a fit trains, never ``module`` itself.
+
+    ``seed=None``: a copy of ``module`` (the user's own initial weights). With a ``seed``,
+    fresh initial weights drawn from torch's RNG: a module of :mod:`dpnets.nn` (any module
+    the registry describes) is rebuilt from its configuration, so its own initialisation
+    runs again; any other module is copied and its layers' ``reset_parameters()`` are
+    called (:func:`dpnets.nn.utils.reset_parameters`). Floating-point parameters keep the
+    dtype of ``module``. ``module=None`` gives ``default()``. Call it inside
+    :func:`local_seed`, so that every draw is the seed's and the fit is reproducible bit for
+    bit whatever the global RNG did before.
+    """
+    if module is None:
+        return default()
+    if seed is None:
+        return copy.deepcopy(module)
+    spec = describe(module)
+    if spec is not None:
+        return build(spec).to(dtype=module_dtype(module))
+    module = copy.deepcopy(module)
+    reset_parameters(module)
+    return module
 
 
 def batch_generator(seed: int | None) -> torch.Generator:

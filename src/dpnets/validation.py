@@ -257,14 +257,24 @@ def _interval(samples: np.ndarray, confidence: float) -> tuple[np.ndarray, np.nd
     return lower, upper
 
 
+def _fit_at(est: Any, trajs: Any, lag: int) -> Any:
+    """``est`` fitted on ``trajs`` at ``lag`` (its parameter ``lag``; a factory's estimator
+    without one is fitted as it is). Fitted features of another lag, and the lag of an
+    unfitted feature estimator, are meant to be overridden here: those notices are muted."""
+    if hasattr(est, "get_params") and "lag" in est.get_params(deep=False):
+        est.set_params(lag=int(lag))
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*validating across lags")
+        warnings.filterwarnings("ignore", message=".*overrides the lag")
+        return est.fit(trajs)
+
+
 def _refit_at(model: Any, trajs: list[np.ndarray], lag: int) -> Any:
     """A copy of a fitted model refitted on ``trajs`` at ``lag``, its feature map kept."""
     refit = clone(model)
     if "features" in model.get_params(deep=False):
         refit.set_params(features=model.features_)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*validating across lags")
-        return refit.fit(trajs, lag=lag)
+    return _fit_at(refit, trajs, lag)
 
 
 @dataclass
@@ -345,10 +355,7 @@ def bootstrap_spectrum(
 
     def statistic(sample: list[np.ndarray]) -> np.ndarray:
         if refit_features:
-            est = build(tau, sample)
-            with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message=".*validating across lags")
-                return leading(est.fit(sample, lag=tau))
+            return leading(_fit_at(build(tau, sample), sample, tau))
         return leading(_refit_at(model, sample, tau))
 
     samples = _bootstrap(trajs, n_bootstrap, n_blocks, rng, statistic)
@@ -467,10 +474,7 @@ def _scan(
         usable = [t for t in trajs if t.shape[0] > lag]
         if lag >= longest or not usable:
             continue
-        est = build(int(lag), usable)
-        with warnings.catch_warnings():  # fixed features at other lags: intended here
-            warnings.filterwarnings("ignore", message=".*validating across lags")
-            est.fit(usable, lag=int(lag))
+        est = _fit_at(build(int(lag), usable), usable, int(lag))
         ts = np.asarray(est.implied_timescales(dt), dtype=np.float64)
         if stationary is not None:
             eig = np.asarray(est.eig())
@@ -521,10 +525,7 @@ def cross_validate(
     scores = np.empty(cv)
     for f in range(cv):
         train = [t for g, fold in enumerate(folds) if g != f for t in fold]
-        est = build(lag, train)
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*validating across lags")
-            est.fit(train, lag=lag)
+        est = _fit_at(build(lag, train), train, lag)
         scores[f] = est.score(folds[f], lag=lag, kind=kind)
     return scores
 

@@ -19,6 +19,9 @@ from typing import Any
 
 import numpy as np
 
+from dpnets.nn.mlp import DEFAULT_WIDTHS
+from dpnets.representation import DEFAULTS
+
 __all__ = [
     "WorkflowError",
     "DEFAULT_CONFIG",
@@ -28,6 +31,7 @@ __all__ = [
     "analyze",
     "transform_files",
     "forecast_file",
+    "demo",
 ]
 
 
@@ -50,17 +54,20 @@ DEFAULT_CONFIG: dict[str, dict[str, Any]] = {
     },
     "model": {
         "lag": 1,
-        "encoder": "mlp:64,64",
-        "dim": 4,
-        "score": "projection",
-        "gamma": 0.1,
-        "lr": 1e-3,
-        "batch_size": 1024,
-        "epochs": 30,
+        "encoder": "mlp:" + ",".join(str(h) for h in DEFAULT_WIDTHS),
+        "dim": DEFAULTS["r"],
+        "objective": DEFAULTS["objective"],
+        "gamma": DEFAULTS["gamma"],
+        "lr": DEFAULTS["lr"],
+        "batch_size": DEFAULTS["batch_size"],
+        "epochs": DEFAULTS["epochs"],
         "seed": 0,
         "device": "",
     },
 }
+
+#: keys renamed since: old name -> new name (old config files still load)
+_RENAMED = {"score": "objective"}
 
 
 # ------------------------------------------------------------------------------ configuration
@@ -109,6 +116,7 @@ def load_config(path: str | os.PathLike) -> dict[str, dict[str, Any]]:
         if table not in config or not isinstance(values, dict):
             raise WorkflowError(f"{path}: unknown table [{table}]; expected [data] and [model]")
         for key, value in values.items():
+            key = _RENAMED.get(key, key) if table == "model" else key
             if key not in config[table]:
                 raise WorkflowError(
                     f"{path}: unknown key {key!r} in [{table}]; expected one of "
@@ -207,10 +215,7 @@ def fit_files(
     report (markdown). Launched with ``torchrun`` (an initialised process group), the
     DPNet trains on all processes (:mod:`dpnets.distributed`) and rank 0 writes the folder.
     """
-    import torch
-
     from dpnets import DPNet, TransferOperator, distributed
-    from dpnets.training import local_seed
 
     out = Path(out)
     _check_out(out, overwrite)
@@ -226,11 +231,12 @@ def fit_files(
         )
     usable = [t for t in trajs.data if t.shape[0] > lag]
     state_shape = tuple(usable[0].shape[1:])
-    with local_seed(int(model["seed"]), torch.device("cpu")):  # reproducible initial weights
-        enc = _encoder(model["encoder"], state_shape, int(model["dim"]), trajs.atomic_numbers)
+    # the DPNet re-draws the encoder's initial weights from its seed inside fit
+    enc = _encoder(model["encoder"], state_shape, int(model["dim"]), trajs.atomic_numbers)
     net = DPNet(
         enc,
-        score=model["score"],
+        lag=lag,
+        objective=model["objective"],
         gamma=float(model["gamma"]),
         lr=float(model["lr"]),
         batch_size=int(model["batch_size"]),
@@ -239,7 +245,7 @@ def fit_files(
         device=model["device"] or None,
         progress=progress,
     )
-    op = TransferOperator(net, dt=dt).fit(usable, lag=lag)
+    op = TransferOperator(net, dt=dt).fit(usable)
     units = _units(data, trajs)
     report = _fit_report(op, trajs, usable, lag, dt, units, time.perf_counter() - t0)
     if distributed.is_main_process():  # one writer under a multi-process launch
@@ -366,7 +372,7 @@ def analyze(
         raise WorkflowError(f"every trajectory is shorter than the model's lag ({lag} frames)")
     # the operator is re-estimated on these data with the fit's learned features (a model
     # file does not keep the training features that observables are regressed on)
-    op = clone(op).set_params(features=op.features_).fit(data, lag=lag)
+    op = clone(op).set_params(features=op.features_, lag=lag).fit(data)
     longest = max(t.shape[0] for t in data)
     if lags is None:
         lags = sorted({max(1, lag // 4), max(1, lag // 2), lag, 2 * lag, 4 * lag})
@@ -463,3 +469,63 @@ def _save_npy(path: str | os.PathLike, array: np.ndarray) -> None:
     if path.suffix != ".npy":
         raise WorkflowError(f"{path}: the output must be a .npy file")
     atomic_write(path, lambda fh: np.save(fh, array, allow_pickle=False))
+
+
+def demo(
+    out: str | Path = "dpnets-demo.pt",
+    n: int = 50_000,
+    epochs: int | None = None,
+    seed: int = 0,
+    progress: bool = True,
+    device: str | None = None,
+) -> str:
+    """Train a DPNet on an Ornstein-Uhlenbeck process and compare with its exact spectrum.
+
+    OU with ``theta = 1``, ``sigma = sqrt(2)`` (stationary N(0, 1)), sampled every
+    ``dt = 0.1``: the transfer operator's eigenvalues are ``exp(-k dt)`` with Hermite
+    eigenfunctions, and the implied timescales are ``1 / k``. This is the README path with
+    the library defaults: a small MLP (64-64, CELU) with ``r = 4`` learned features, then a
+    :class:`~dpnets.TransferOperator` on them, which adds the constant function (``k = 0``,
+    timescale inf). Returns the printed table.
+    """
+    from dpnets import DPNet, TransferOperator
+    from dpnets.representation import DEFAULTS
+    from dpnets.systems import OrnsteinUhlenbeck
+
+    epochs = DEFAULTS["epochs"] if epochs is None else epochs
+    ou = OrnsteinUhlenbeck(theta=1.0, sigma=np.sqrt(2.0), dt=0.1)
+    x = ou.sample(n, seed=seed)
+    t0 = time.perf_counter()
+    net = DPNet(  # the library's defaults: the default MLP (64-64, CELU), r = 4
+        epochs=epochs,
+        seed=seed,
+        progress=progress,
+        device=device,
+    ).fit(x)
+    op = TransferOperator(net, dt=ou.dt).fit(x)
+    elapsed = time.perf_counter() - t0
+    est = op.eig()
+    k_max = len(est)
+    ref = ou.eigvals(k_max)
+    ts_est = op.implied_timescales()
+    with np.errstate(divide="ignore"):
+        ts_ref = 1.0 / (ou.theta * np.arange(k_max))
+    lines = [
+        f"Ornstein-Uhlenbeck (theta=1, dt={ou.dt}), n={n}, DPNet r=4 (+ the constant), "
+        f"{epochs} epochs: {elapsed:.1f} s",
+        "",
+        "| k | eigenvalue (DPNet) | exact exp(-k dt) | rel. error | timescale (DPNet) "
+        "| exact 1/k |",
+        "|---|---|---|---|---|---|",
+    ]
+    for k in range(k_max):
+        lam = est[k]
+        lam_s = f"{lam.real:.4f}" + (f"{lam.imag:+.4f}i" if abs(lam.imag) > 1e-12 else "")
+        rel = abs(abs(lam) - ref[k]) / ref[k]
+        lines.append(
+            f"| {k} | {lam_s} | {ref[k]:.4f} | {100 * rel:.2f}% | {ts_est[k]:.3f} | "
+            f"{ts_ref[k]:.3f} |"
+        )
+    net.save(str(out))
+    lines += ["", f"model saved to {out} (load with dpnets.load)"]
+    return "\n".join(lines)

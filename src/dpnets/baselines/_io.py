@@ -202,6 +202,8 @@ def _restore_vampnet(cfg: dict, tensors: Tensors, **kw: Any) -> VAMPNet:
 
 # ----------------------------------------------------------------------------- autoencoders
 _AE_PARAMS = (
+    "r",
+    "lag",
     "n_steps",
     "lr",
     "batch_size",
@@ -229,7 +231,12 @@ def _dump_autoencoder(model: Any, tensors: Tensors) -> dict:
     tensors["cx_"] = torch.from_numpy(model.cx_)
     return {
         "params": _jsonable(params),
-        "modules": {"encoder": describe(model.encoder_), "decoder": describe(model.decoder_)},
+        "modules": {
+            "encoder": describe(model.encoder_),
+            "decoder": describe(model.decoder_),
+            # the parameters left at None (the default MLPs) stay None after loading
+            "defaults": [n for n in ("encoder", "decoder") if getattr(model, n) is None],
+        },
         "fitted": {
             "history_": model.history_,
             "best_epoch_": model.best_epoch_,
@@ -249,7 +256,12 @@ def _restore_autoencoder(cls: type) -> Any:
             mods[name] = io.restore_module(
                 cfg["modules"][name], kw.get(name), io.sub_state(tensors, name + "."), name
             ).to(device)
-        model = cls(mods["encoder"], mods["decoder"], device=device, **cfg["params"])
+        defaults = cfg["modules"].get("defaults", [])
+        model = cls(
+            *(None if n in defaults else mods[n] for n in ("encoder", "decoder")),
+            device=device,
+            **cfg["params"],
+        )
         f = cfg["fitted"]
         r = int(f["n_features_"])
         dtype = next(mods["encoder"].parameters()).dtype

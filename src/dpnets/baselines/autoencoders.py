@@ -24,7 +24,6 @@ included; both models use a constant ``K`` as in Azencot et al.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 from typing import Any
 
@@ -32,9 +31,11 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from dpnets.base import fit_lag
 from dpnets.data import is_streaming, pairs, resolve_lag, windows
 from dpnets.exceptions import check_is_fitted
 from dpnets.linalg import sym_pinv
+from dpnets.nn.mlp import default_mlp
 from dpnets.nn.utils import encode, module_dtype
 from dpnets.operators import DiscreteTimeModel
 from dpnets.params import check_bool, check_int, check_real, check_seed
@@ -42,6 +43,7 @@ from dpnets.training import (
     Checkpoint,
     batch_generator,
     fit_checkpoint,
+    initial_module,
     local_seed,
     resolve_device,
     restore_on_failure,
@@ -81,8 +83,13 @@ class _KoopmanAutoencoder(DiscreteTimeModel):
         raise NotImplementedError
 
     def _check_params(self) -> None:
-        if not isinstance(self.encoder, nn.Module) or not isinstance(self.decoder, nn.Module):
-            raise TypeError("encoder and decoder must be torch.nn.Module instances")
+        for name in ("encoder", "decoder"):
+            if getattr(self, name) is not None and not isinstance(getattr(self, name), nn.Module):
+                raise TypeError(
+                    f"{name} must be a torch.nn.Module or None (the default MLP), got "
+                    f"{type(getattr(self, name)).__name__}"
+                )
+        check_int("r", self.r, 1)
         check_int("n_steps", self.n_steps, 1)
         for name, w in self._weights().items():
             check_real(name, w, 0.0)
@@ -119,9 +126,10 @@ class _KoopmanAutoencoder(DiscreteTimeModel):
     # ------------------------------------------------------------------ fitting
     def fit(
         self,
-        data: Any,
-        lag: int | None = None,
+        X: Any,
+        y: Any = None,
         *,
+        lag: int | None = None,
         callback: Callable[[int, Any], None] | None = None,
         checkpoint: Any = None,
         checkpoint_every: int = 1,
@@ -131,11 +139,12 @@ class _KoopmanAutoencoder(DiscreteTimeModel):
 
         Parameters
         ----------
-        data : array, list of arrays or tuple (X, Y)
+        X : array, list of arrays or tuple (X, Y)
             Trajectories (windows never cross a boundary) or one-step pairs (``n_steps=1``).
-        lag : int, default 1
-            Steps between consecutive states of a window; ``predict(X, t)`` forecasts ``t``
-            such steps ahead.
+        y : None
+            Ignored.
+        lag : int, optional
+            Deprecated: the lag is the constructor parameter ``lag``.
         callback : callable, optional
             ``callback(epoch, model)`` after each epoch, with ``model`` usable.
         checkpoint, checkpoint_every, resume
@@ -148,6 +157,7 @@ class _KoopmanAutoencoder(DiscreteTimeModel):
         An interrupted or failed fit leaves the estimator as it was before ``fit``.
         """
         self._check_params()
+        data, lag = X, fit_lag(self, lag, y)
         if is_streaming(data):
             raise TypeError("autoencoders need in-memory trajectories (array, list or (X, Y))")
         ckpt = fit_checkpoint(self, checkpoint, checkpoint_every, resume)
@@ -166,8 +176,9 @@ class _KoopmanAutoencoder(DiscreteTimeModel):
         gen = batch_generator(self.seed)
         pair_lag, model_lag = resolve_lag(data, lag)
         w = windows(data, pair_lag, int(self.n_steps))
-        enc = copy.deepcopy(self.encoder).to(device)
-        dec = copy.deepcopy(self.decoder).to(device)
+        d = int(np.prod(w.state_shape))
+        enc = initial_module(self.encoder, self.seed, lambda: default_mlp(d, int(self.r)))
+        enc = enc.to(device)
         dtype = module_dtype(enc)
         batches, val_batches, n_train = split_batchers(
             w,
@@ -181,13 +192,15 @@ class _KoopmanAutoencoder(DiscreteTimeModel):
         with torch.no_grad():
             enc.eval()
             sample = torch.as_tensor(w.x_states[w.i[:2]]).to(device)
-            z = enc(sample.to(dtype) if sample.is_floating_point() else sample)
+            z = enc(sample.to(dtype))  # integer and bool states are cast, as in training
             enc.train()
         if z.ndim != 2 or z.shape[0] != sample.shape[0]:
             raise ValueError(
                 f"encoder must map (batch, *state_shape) to (batch, r); got {tuple(z.shape)}"
             )
         r = int(z.shape[1])
+        dec = initial_module(self.decoder, self.seed, lambda: default_mlp(r, d))
+        dec = dec.to(device=device, dtype=dtype)
         q, rr = torch.linalg.qr(torch.randn(r, r, generator=gen, dtype=torch.float64))
         q = q * torch.sign(torch.diagonal(rr))[None, :]  # a random rotation
         latent = LatentLinear(r).to(device=device, dtype=dtype)
@@ -308,12 +321,21 @@ class _KoopmanAutoencoder(DiscreteTimeModel):
 
 
 _COMMON_DOC = """
-    encoder : torch.nn.Module
+    encoder : torch.nn.Module, optional
         Maps states ``(batch, *state_shape)`` to latents ``(batch, r)``; copied at ``fit``.
-    decoder : torch.nn.Module
+        ``None`` (default): the MLP of :class:`dpnets.DPNet`'s default encoder, sized to
+        the data, with ``r`` outputs.
+    decoder : torch.nn.Module, optional
         Maps latents ``(batch, r)`` to ``(batch, *state_shape)`` (or the flattened states).
+        ``None`` (default): the mirrored MLP (``r`` inputs, two hidden layers of 64 CELU
+        units, the flattened state out).
+    r : int, default 4
+        Latent dimension of the default encoder (unused when you pass one).
     n_steps : int, default 5
         Prediction horizon ``S`` (in lags) of the training windows.
+    lag : int, optional
+        Frames between consecutive states of a window (default 1); ``predict(X, t)``
+        forecasts ``t`` such steps ahead. For pre-paired data, the lag they were paired at.
     lr, batch_size, epochs, val_fraction, optimizer, optimizer_kwargs, seed, device, progress
         As :class:`dpnets.DPNet` (the validation score is minus the loss on held-out
         windows; the best epoch is restored).
@@ -351,10 +373,12 @@ class DynamicAutoencoder(_KoopmanAutoencoder):
 
     def __init__(
         self,
-        encoder: nn.Module,
-        decoder: nn.Module,
+        encoder: nn.Module | None = None,
+        decoder: nn.Module | None = None,
         *,
+        r: int = 4,
         n_steps: int = 5,
+        lag: int | None = None,
         reconstruction_weight: float = 1.0,
         prediction_weight: float = 1.0,
         linearity_weight: float = 1.0,
@@ -436,10 +460,12 @@ class ConsistentAutoencoder(_KoopmanAutoencoder):
 
     def __init__(
         self,
-        encoder: nn.Module,
-        decoder: nn.Module,
+        encoder: nn.Module | None = None,
+        decoder: nn.Module | None = None,
         *,
+        r: int = 4,
         n_steps: int = 5,
+        lag: int | None = None,
         reconstruction_weight: float = 1.0,
         prediction_weight: float = 1.0,
         backward_weight: float = 0.1,

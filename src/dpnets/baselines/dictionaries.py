@@ -11,6 +11,7 @@ then hold every product ``prod_k p_{a_k}(x_k)`` of total degree ``sum_k a_k <= d
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Sequence
 from typing import Any
@@ -37,7 +38,13 @@ def _flat(x: Any) -> np.ndarray:
 
 
 def _multi_indices(dim: int, degree: int) -> np.ndarray:
-    """All exponent tuples of ``dim`` variables with total degree ``<= degree`` (m, dim)."""
+    """All exponent tuples of ``dim`` variables with total degree ``<= degree`` (m, dim),
+    read-only (cached per ``(dim, degree)``, so the dictionaries hold no state)."""
+    return _multi_indices_cached(int(dim), int(degree))
+
+
+@functools.lru_cache(maxsize=64)
+def _multi_indices_cached(dim: int, degree: int) -> np.ndarray:
     idx = [
         a
         for total in range(degree + 1)
@@ -46,7 +53,9 @@ def _multi_indices(dim: int, degree: int) -> np.ndarray:
     ]
     # within one total degree: lexicographically decreasing (x1^2, x1 x2, x2^2, ...)
     idx.sort(key=lambda a: (sum(a), tuple(-v for v in a)))
-    return np.asarray(idx, dtype=np.int64).reshape(len(idx), dim)
+    out = np.asarray(idx, dtype=np.int64).reshape(len(idx), dim)
+    out.setflags(write=False)
+    return out
 
 
 def _check_degree(degree: Any) -> int:
@@ -74,7 +83,6 @@ class Dictionary:
 class _PolynomialFeatures(Dictionary):
     def __init__(self, degree: int) -> None:
         self.degree = _check_degree(degree)
-        self._indices: dict[int, np.ndarray] = {}
 
     def _vander(self, x: np.ndarray) -> np.ndarray:  # (n, d, degree + 1)
         raise NotImplementedError  # pragma: no cover
@@ -82,9 +90,7 @@ class _PolynomialFeatures(Dictionary):
     def __call__(self, x: Any) -> np.ndarray:
         flat = _flat(x)
         d = flat.shape[1]
-        if d not in self._indices:
-            self._indices[d] = _multi_indices(d, self.degree)
-        idx = self._indices[d]
+        idx = _multi_indices(d, self.degree)
         v = self._vander(flat)
         out = np.ones((flat.shape[0], idx.shape[0]))
         for k in range(d):

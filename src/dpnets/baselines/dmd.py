@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import scipy.linalg
 
+from dpnets.base import fit_lag
 from dpnets.data import chunks, is_streaming, pair_segments, resolve_lag
 from dpnets.moments import FIT_CHUNK
 from dpnets.operators import TransferOperator
@@ -49,6 +50,9 @@ class DMD(TransferOperator):
         classical DMD. See :class:`dpnets.TransferOperator`.
     dt : float, default 1.0
         Time between frames (units of the timescales).
+    lag : int, optional
+        Lag in frames between paired states of trajectories (default 1); for pre-paired
+        data, the lag they were paired at (see :class:`dpnets.TransferOperator`).
 
     Attributes
     ----------
@@ -73,19 +77,21 @@ class DMD(TransferOperator):
         rtol: float | None = None,
         constant: str | bool = False,
         dt: float = 1.0,
+        lag: int | None = None,
     ):
         self.rank = rank
         self.ridge = ridge
         self.rtol = rtol
         self.constant = constant
         self.dt = dt
+        self.lag = lag
 
     def _fit_features(self, data: Any, lag: int | None) -> ProjectionFeatures | None:
         """The fitted POD projection, or ``None`` (identity on the full state)."""
         return self.projection_
 
-    def fit(self, data: Any, lag: int | None = None) -> DMD:
-        """Fit on ``data`` (same forms as :meth:`dpnets.TransferOperator.fit`).
+    def fit(self, X: Any, y: Any = None, *, lag: int | None = None) -> DMD:
+        """Fit on ``X`` (same forms as :meth:`dpnets.TransferOperator.fit`; ``y`` ignored).
 
         Raises
         ------
@@ -94,6 +100,7 @@ class DMD(TransferOperator):
         TypeError
             For streamed data (a Dataset/DataLoader) with ``rank`` given.
         """
+        data, lag = X, fit_lag(self, lag, y)
         self.projection_ = None
         self.singular_values_ = None
         if self.rank is not None:
@@ -114,7 +121,7 @@ class DMD(TransferOperator):
             _, s, vt = scipy.linalg.svd(r_factor, full_matrices=False)
             self.singular_values_ = s / np.sqrt(n)
             self.projection_ = ProjectionFeatures(vt[: int(self.rank)].T)
-        super().fit(data, lag)
+        self._fit_operator(data, lag)
         return self
 
     def _partial_features(self) -> None:
@@ -165,6 +172,9 @@ class EDMD(TransferOperator):
         Add the constant function unless the dictionary spans it (the polynomial ones do).
     dt : float, default 1.0
         Time between frames (units of the timescales).
+    lag : int, optional
+        Lag in frames between paired states of trajectories (default 1); for pre-paired
+        data, the lag they were paired at (see :class:`dpnets.TransferOperator`).
 
     Attributes
     ----------
@@ -186,6 +196,7 @@ class EDMD(TransferOperator):
         rtol: float | None = None,
         constant: str | bool = "auto",
         dt: float = 1.0,
+        lag: int | None = None,
     ):
         self.dictionary = dictionary
         self.degree = degree
@@ -194,6 +205,7 @@ class EDMD(TransferOperator):
         self.rtol = rtol
         self.constant = constant
         self.dt = dt
+        self.lag = lag
 
     def _fit_features(self, data: Any, lag: int | None) -> Any:
         """The fitted dictionary (``dictionary_``)."""
@@ -218,10 +230,12 @@ class EDMD(TransferOperator):
             domain = (low - pad, high + pad)
         return ChebyshevFeatures(self.degree, domain)
 
-    def fit(self, data: Any, lag: int | None = None) -> EDMD:
-        """Build the dictionary (and its domain) and fit the operator (Eq. 15)."""
-        self.dictionary_ = self._build_dictionary(data, lag)
-        super().fit(data, lag)
+    def fit(self, X: Any, y: Any = None, *, lag: int | None = None) -> EDMD:
+        """Build the dictionary (and its domain) and fit the operator (Eq. 15); ``y`` is
+        ignored."""
+        lag = fit_lag(self, lag, y)
+        self.dictionary_ = self._build_dictionary(X, lag)
+        self._fit_operator(X, lag)
         return self
 
     def _partial_features(self) -> Any:

@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 import scipy.linalg
 
+from dpnets.base import fit_lag
 from dpnets.data import check_states, chunks, is_streaming, pairs, resolve_lag
 from dpnets.exceptions import check_is_fitted
 from dpnets.linalg import default_rtol
@@ -276,8 +277,9 @@ class _KernelRegression(DiscreteTimeModel):
     def _solve(self, p: Any, x: np.ndarray, y: np.ndarray, kernel: Callable) -> dict:
         raise NotImplementedError  # pragma: no cover
 
-    def fit(self, data: Any, lag: int | None = None) -> _KernelRegression:
-        """Fit the estimator on ``data`` (array, list of trajectories or ``(X, Y)``).
+    def fit(self, X: Any, y: Any = None, *, lag: int | None = None) -> _KernelRegression:
+        """Fit the estimator on ``X`` (array, list of trajectories or ``(X, Y)``), paired at
+        the parameter ``lag`` (``y`` is ignored; ``fit(X, lag=k)`` is deprecated).
 
         Returns
         -------
@@ -292,15 +294,16 @@ class _KernelRegression(DiscreteTimeModel):
             For a torch Dataset/DataLoader (kernel methods need the data in memory).
         """
         self._check_params()
+        data, lag = X, fit_lag(self, lag, y)
         if is_streaming(data):
             raise TypeError("kernel estimators need in-memory data (array, list or (X, Y))")
         p = pairs(data, resolve_lag(data, lag)[0])
         n = len(p)
         if n < 2:
             raise ValueError(f"at least 2 pairs are needed, got {n}")
-        x, y = _flat(p.X), _flat(p.Y)
+        x, y_states = _flat(p.X), _flat(p.Y)
         kernel = self._resolve_kernel(x)
-        sol = self._solve(p, x, y, kernel)
+        sol = self._solve(p, x, y_states, kernel)
         phi_x, phi_y = sol["phi_x"], sol["phi_y"]
         r = phi_x.shape[1]
         self.kernel_ = kernel
@@ -312,7 +315,7 @@ class _KernelRegression(DiscreteTimeModel):
         self.cxy_ = phi_x.T @ phi_y / n
         # phi is whitened by construction: the operator needs no covariance inverse
         self.operator_ = self.cxy_
-        self.state_coef_ = phi_x.T @ y / n
+        self.state_coef_ = phi_x.T @ y_states / n
         self.cx_rank_ = r
         self.n_samples_, self.n_features_ = n, r
         self.state_shape_ = tuple(p.state_shape)
@@ -365,6 +368,9 @@ class KernelDMD(_KernelRegression):
         Offset of the polynomial kernel.
     rtol : float, optional
         Relative cut-off on the eigenvalues of ``K_X`` (default ``max(n eps, 1e-12)``).
+    lag : int, optional
+        Lag in frames between paired states of trajectories (default 1); for pre-paired
+        data, the lag they were paired at (see :class:`dpnets.TransferOperator`).
 
     Attributes
     ----------
@@ -396,6 +402,7 @@ class KernelDMD(_KernelRegression):
         degree: int = 3,
         coef0: float = 1.0,
         rtol: float | None = None,
+        lag: int | None = None,
     ) -> None:
         self.kernel = kernel
         self.rank = rank
@@ -405,6 +412,7 @@ class KernelDMD(_KernelRegression):
         self.degree = degree
         self.coef0 = coef0
         self.rtol = rtol
+        self.lag = lag
 
     def _solve(self, p: Any, x: np.ndarray, y: np.ndarray, kernel: Callable) -> dict:
         n = x.shape[0]
@@ -456,7 +464,7 @@ class NystromKernelDMD(_KernelRegression):
 
     Parameters
     ----------
-    kernel, rank, estimator, ridge, length_scale, degree, coef0, rtol
+    kernel, rank, estimator, ridge, length_scale, degree, coef0, rtol, lag
         As :class:`KernelDMD` (``rtol`` also cuts the eigenvalues of ``K_cc``).
     n_centers : int or None, default 1000
         Number of Nyström centres ``m``.
@@ -482,6 +490,7 @@ class NystromKernelDMD(_KernelRegression):
         coef0: float = 1.0,
         rtol: float | None = None,
         seed: int | None = None,
+        lag: int | None = None,
     ) -> None:
         self.kernel = kernel
         self.n_centers = n_centers
@@ -493,6 +502,7 @@ class NystromKernelDMD(_KernelRegression):
         self.coef0 = coef0
         self.rtol = rtol
         self.seed = seed
+        self.lag = lag
 
     def _check_params(self) -> None:
         super()._check_params()

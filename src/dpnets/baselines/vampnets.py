@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import torch
@@ -17,7 +18,7 @@ _VAMP_SCORES = ("vamp1", "vamp2")
 class VAMPNet(DPNet):
     """VAMPNets: maximise the VAMP score of two lobes ``psi``, ``psi'`` (Mardt et al. 2018).
 
-    This is :class:`dpnets.DPNet` with ``score="vamp2"`` (or ``"vamp1"``) and ``gamma=0``: the
+    This is :class:`dpnets.DPNet` with ``objective="vamp2"`` (or ``"vamp1"``) and ``gamma=0``: the
     VAMP-2 score is the projection score ``P^0`` of Eq. (7) without the metric distortion
     penalty (paper Sec. 3; centred features with the constant added, the ``+1`` convention of
     :func:`dpnets.scores.vamp_score`). As in Mardt et al., the evolved states go through a
@@ -25,15 +26,16 @@ class VAMPNet(DPNet):
 
     Parameters
     ----------
-    encoder : torch.nn.Module
-        The instantaneous lobe ``psi``.
+    encoder : torch.nn.Module, optional
+        The instantaneous lobe ``psi`` (``None``: the default MLP of :class:`dpnets.DPNet`,
+        sized to the data, with ``r`` outputs).
     lagged_encoder : torch.nn.Module, optional
         The time-lagged lobe ``psi'``. ``None`` (default) trains a separate lobe initialised as
-        a deep copy of ``encoder`` (same initial weights, trained independently). To share the
-        weights of the two lobes, use ``DPNet(encoder, score="vamp2", gamma=0)``.
-    score : {"vamp2", "vamp1"}, default "vamp2"
-    lr, batch_size, epochs, val_fraction, standardize, optimizer, optimizer_kwargs, seed,
-    device, progress, distributed, autocast, compile
+        a deep copy of the initial ``psi`` (same initial weights, trained independently). To
+        share the weights of the two lobes, use ``DPNet(encoder, objective="vamp2", gamma=0)``.
+    objective : {"vamp2", "vamp1"}, default "vamp2"
+    r, lag, lr, batch_size, epochs, val_fraction, standardize, optimizer, optimizer_kwargs,
+    seed, device, progress, distributed, autocast, compile
         As :class:`dpnets.DPNet` (``lr``, ``batch_size``, ``epochs`` with its defaults).
     constant : bool, default True
         The VAMP scores hold the constant function implicitly (centred covariances, ``+1``),
@@ -53,16 +55,18 @@ class VAMPNet(DPNet):
     --------
     >>> from dpnets.baselines import VAMPNet
     >>> from dpnets.nn import MLP
-    >>> net = VAMPNet(MLP(1, (32, 32), 4)).fit(trajectory, lag=5)     # doctest: +SKIP
+    >>> net = VAMPNet(MLP(1, (32, 32), 4), lag=5).fit(trajectory)     # doctest: +SKIP
     >>> TransferOperator(net).fit(trajectory).implied_timescales()     # doctest: +SKIP
     """
 
     def __init__(
         self,
-        encoder: nn.Module,
+        encoder: nn.Module | None = None,
         *,
+        r: int = 4,
+        lag: int | None = None,
         lagged_encoder: nn.Module | None = None,
-        score: str = "vamp2",
+        objective: str = "vamp2",
         lr: float = DEFAULTS["lr"],
         batch_size: int = DEFAULTS["batch_size"],
         epochs: int = DEFAULTS["epochs"],
@@ -80,8 +84,10 @@ class VAMPNet(DPNet):
     ) -> None:
         super().__init__(
             encoder,
+            r=r,
+            lag=lag,
             lagged_encoder=lagged_encoder,
-            score=score,
+            objective=objective,
             gamma=0.0,
             lr=lr,
             batch_size=batch_size,
@@ -101,19 +107,22 @@ class VAMPNet(DPNet):
 
     def _check_params(self) -> None:
         super()._check_params()
-        if self.score not in _VAMP_SCORES:
+        if self.objective not in _VAMP_SCORES:
             raise ValueError(
-                f"VAMPNet score must be one of {', '.join(_VAMP_SCORES)}, got {self.score!r}"
+                f"VAMPNet objective must be one of {', '.join(_VAMP_SCORES)}, got "
+                f"{self.objective!r}"
             )
         if self.gamma != 0:
             raise ValueError("VAMPNet has no metric distortion penalty (gamma=0); use DPNet")
 
-    def _lagged_template(self) -> nn.Module:
-        """A separate lobe with the same initial weights (Mardt et al.) unless one is given;
-        ``fit`` copies it, so the parameter ``lagged_encoder`` is never changed."""
-        return self.lagged_encoder if self.lagged_encoder is not None else self.encoder
+    def _lagged_template(self, enc: nn.Module) -> nn.Module:
+        """A separate lobe with the same initial weights as ``psi`` (Mardt et al.) unless one
+        is given (a copy: the parameter ``lagged_encoder`` is never changed)."""
+        if self.lagged_encoder is not None:
+            return super()._lagged_template(enc)
+        return copy.deepcopy(enc)
 
-    def fit(self, data: Any, lag: int | None = None, **kwargs: Any) -> VAMPNet:
-        """Train both lobes on ``data`` (same forms and options as :meth:`dpnets.DPNet.fit`)."""
-        super().fit(data, lag, **kwargs)
+    def fit(self, X: Any, y: Any = None, **kwargs: Any) -> VAMPNet:
+        """Train both lobes on ``X`` (same forms and options as :meth:`dpnets.DPNet.fit`)."""
+        super().fit(X, y, **kwargs)
         return self

@@ -296,11 +296,12 @@ def _train_nn(
         seed=seed,
         device=device,
         progress=progress,
+        lag=cfg["_lag"],  # the lag the pairs are made at
     )
     if kind == "DPNets-relaxed":
-        net = DPNet(enc, score="relaxed", gamma=cfg["gamma"], **common)
+        net = DPNet(enc, objective="relaxed", gamma=cfg["gamma"], **common)
     elif kind == "DPNets (P^γ)":
-        net = DPNet(enc, score="projection", gamma=cfg["gamma"], **common)
+        net = DPNet(enc, objective="projection", gamma=cfg["gamma"], **common)
     elif kind == "VAMPNets":
         net = VAMPNet(enc, **common)
     else:  # pragma: no cover - internal
@@ -308,7 +309,7 @@ def _train_nn(
     rng = np.random.default_rng(1000 + seed)
     X, Y = _ensemble_pairs(positions, train, cfg["_lag"], n_pairs, rng)
     t0 = time.perf_counter()
-    net.fit((X, Y), lag=cfg["_lag"])
+    net.fit((X, Y))
     return net, time.perf_counter() - t0
 
 
@@ -350,7 +351,7 @@ def _evaluate(
     )
     pad = [[float("nan")] * 3] * (len(cfg["_its_lags"]) - len(fit_lags))
     its_curve = scan.timescales.tolist() + pad
-    op = TransferOperator(None, constant=False, dt=dt).fit(feats, lag=lag)
+    op = TransferOperator(None, constant=False, dt=dt, lag=lag).fit(feats)
     model = op if model is None else model
     its = model.implied_timescales(dt)
     ef = eigfun(model)
@@ -451,7 +452,8 @@ def _nystrom(
         estimator=est,
         ridge=cfg["nys_ridge"],
         seed=seed,
-    ).fit((X, Y), lag=cfg["_lag"])
+        lag=cfg["_lag"],
+    ).fit((X, Y))
     # timescales vs lag and weights from the same regression on the fixed kernel features
     # (refitting the sketch at every lag costs O(n m^2) each)
     feats = [_with_constant(model.features_(d)) for d in dist]

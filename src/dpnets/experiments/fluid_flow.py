@@ -189,7 +189,7 @@ def method_builders(cfg: dict, in_dim: int, n_pairs: int, seed: int, device, pro
         def fit(train: np.ndarray) -> Any:
             net = DPNet(
                 _encoder(cfg, in_dim, seed),
-                score=score,
+                objective=score,
                 gamma=cfg["gamma"],
                 lr=cfg["lr"],
                 **common,

@@ -124,7 +124,7 @@ def _train_one(cfg: dict, seed: int, device: str | None, progress: bool, out: Pa
     # selection restored epoch 80 of 500 in a first full run. The last epoch is kept.
     net = DPNet(
         encoder,
-        score="generator",
+        objective="generator",
         sde=sde,
         gamma=cfg["gamma"],
         lr=cfg["lr"],

@@ -22,7 +22,7 @@ Setting (App. F.1 and the authors' code)
     paper's learning rates, App. F Table 5; the authors tuned them per seed with a learning
     rate finder);
   - **DPNets-relaxed**: relaxed score ``S^gamma`` (Eq. 9), lr ``1e-4``, separate ``psi'``;
-  - **VAMPNets** (Mardt et al. 2018): centred VAMP-2 (``score="vamp2"``, ``gamma=0``) with a
+  - **VAMPNets** (Mardt et al. 2018): centred VAMP-2 (``objective="vamp2"``, ``gamma=0``) with a
     separate lagged network, lr ``3e-6`` (paper App. F, Table 5). The authors' code used
     kooplearn's VAMPNet with *uncentred* covariances, i.e. ``P^0`` with two networks; we keep
     the standard centred VAMP-2 of Mardt et al.;
@@ -251,7 +251,7 @@ def _neural(
         net = DPNet(
             enc,
             lagged_encoder=lagged,
-            score=score,
+            objective=score,
             gamma=gamma,
             lr=lr,
             batch_size=setup.batch_size,
@@ -265,7 +265,7 @@ def _neural(
             progress=setup.progress,
         )
         t0 = time.perf_counter()
-        net.fit(setup.train, lag=1, callback=callback)
+        net.fit(setup.train, callback=callback)
         seconds = time.perf_counter() - t0 - eval_time[0]
         return Fitted(net.transform, curve, seconds)
 
@@ -402,7 +402,7 @@ def evaluate(setup: Setup, fitted: Fitted) -> dict[str, Any]:
 
     system = setup.system
     m = system.representation_metrics(fitted.feature_map, n_eigs=N_EIGS)
-    op = TransferOperator(features=fitted.feature_map, constant=False).fit(setup.train, lag=1)
+    op = TransferOperator(features=fitted.feature_map, constant=False, lag=1).fit(setup.train)
     return {
         "spectral_error": m["spectral_error_paper"],
         "optimality_gap_paper": m["optimality_gap_paper"],

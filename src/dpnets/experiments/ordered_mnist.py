@@ -530,7 +530,7 @@ def _fit_dpnet(score: str, name: str) -> Callable[[Setup, int], dict[str, Any]]:
 
         net = DPNet(
             _encoder(setup, seed),
-            score=score,
+            objective=score,
             gamma=setup.cfg["gamma"],
             constant=False,  # the paper's convention (the committed results use it)
             **_neural_kwargs(setup, name, seed),

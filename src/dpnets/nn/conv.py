@@ -106,7 +106,7 @@ class ConvEncoder(nn.Module):
     Examples
     --------
     >>> from dpnets import DPNet
-    >>> net = DPNet(ConvEncoder(5), score="projection", batch_size=128)  # doctest: +SKIP
+    >>> net = DPNet(ConvEncoder(5), objective="projection", batch_size=128)  # doctest: +SKIP
     >>> net.fit(images)  # images: (T, 28, 28)                          # doctest: +SKIP
     """
 

@@ -9,7 +9,12 @@ from torch import nn
 
 from dpnets.nn.registry import register
 
-__all__ = ["MLP", "ACTIVATIONS"]
+__all__ = ["MLP", "ACTIVATIONS", "DEFAULT_WIDTHS", "default_mlp"]
+
+#: Hidden widths of the library's default encoder (``DPNet(encoder=None)``, the autoencoders'
+#: defaults, ``dpnets fit`` and ``dpnets demo``): those of the out-of-the-box benchmark
+#: (``benchmarks/bench_out_of_box.py``).
+DEFAULT_WIDTHS = (64, 64)
 
 #: Activation names accepted by :class:`MLP`.
 ACTIVATIONS: dict[str, type[nn.Module]] = {
@@ -89,3 +94,9 @@ class MLP(nn.Module):
         if x.shape[1] != self.in_dim:
             raise ValueError(f"MLP expects {self.in_dim} input features, got {x.shape[1]}")
         return self.net(x)
+
+
+def default_mlp(in_dim: int, out_dim: int) -> MLP:
+    """The library's default MLP: ``in_dim -> 64 -> 64 -> out_dim`` with CELU activations
+    (smooth, so generator objectives can differentiate it twice)."""
+    return MLP(in_dim, DEFAULT_WIDTHS, out_dim, activation="celu")

@@ -8,7 +8,23 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-__all__ = ["module_dtype", "module_device", "encode"]
+__all__ = ["module_dtype", "module_device", "encode", "reset_parameters"]
+
+
+def reset_parameters(module: nn.Module) -> int:
+    """Re-draw a module's weights from torch's RNG, in place: ``reset_parameters()`` of every
+    submodule that has one (``Linear``, convolutions, norms, torch-geometric layers), in
+    the order of ``module.modules()``. Returns how many submodules were reset.
+
+    Parameters held directly by a module without ``reset_parameters`` keep their values.
+    """
+    count = 0
+    for m in module.modules():
+        reset = getattr(m, "reset_parameters", None)
+        if callable(reset):
+            reset()
+            count += 1
+    return count
 
 
 def module_dtype(module: nn.Module) -> torch.dtype:

@@ -130,7 +130,7 @@ class OverdampedLangevin1D:
         return float(np.sqrt(2.0 * self.kT / self.friction))
 
     def sde(self):
-        """The torch :class:`dpnets.ito.SDE` of this process (for ``DPNet(score="generator")``
+        """The torch :class:`dpnets.ito.SDE` of this process (for ``DPNet(objective="generator")``
         and :class:`dpnets.Generator`)."""
         from dpnets.ito import overdamped_langevin
 
