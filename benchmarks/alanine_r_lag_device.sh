@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Alanine dipeptide, the r x lag sweep of issue 18 on the device machine (one GPU, 16 CPU cores):
-# dpnets.experiments.alanine_dipeptide.sweep with every trained method on the same number of
-# gradient steps (1,680 of batch 512), r in {4, 8, 16, 32}, 2 seeds (SEEDS=3 for three: about
-# 1.5x the time), 30 bootstrap resamples of whole trajectories (the count the cached MSM scan
-# was made with), 12 worker processes sharing the GPU (one torch thread each). Writes
-# table.md, results.json, its_r.png and log.txt into $OUT/alanine_r_lag/ and prints the wall
-# time. Estimated 3-5 minutes on an H100 with 16 cores for 2 seeds (from CPU timings; see the
-# sweep's report).
+# `dpnets reproduce alanine-r-lag` (dpnets.experiments.alanine_sweep) with every trained method
+# on the same number of gradient steps (1,680 of batch 512), r in {4, 8, 16, 32} and 30
+# bootstrap resamples of whole trajectories (its defaults; 30 is the count the cached MSM scan
+# was made with), 2 seeds (SEEDS=3 for three: about 1.5x the time), 12 worker processes sharing
+# the GPU (WORKERS=N; one torch and BLAS thread each). Writes table.md, results.json,
+# its_r.png, fits.jsonl and log.txt into $OUT/alanine_r_lag/ and prints the wall time. Took
+# 418 s on an H100 with 16 cores for 2 seeds and 8 workers (r_lag/README.md).
 #
-# Usage, from the repository root:  [SEEDS=3] bash benchmarks/alanine_r_lag_device.sh CACHE_DIR
+# Usage, from the repository root:  [SEEDS=3] [WORKERS=8] bash benchmarks/alanine_r_lag_device.sh CACHE_DIR
 #
 # CACHE_DIR (becomes DPNETS_CACHE) must hold what the sweep reads, nothing is simulated:
 #   - the 96 trajectories of the full ensemble, alanine-dipeptide-*.npz (about 45 MB), as
@@ -16,7 +16,8 @@
 #   - the MSM scan, alanine-msm-scan-*.npz (2 kB): msm_reference needs deeptime, which the
 #     device image lacks, so compute it once where deeptime is installed (any sweep call on
 #     the full ensemble with the same lags and bootstrap count writes it, e.g.
-#     sweep(methods=("Nyström-RRR",), r_values=(4,), seeds=1)), then copy it along.
+#     dpnets.experiments.alanine_sweep.run(methods=("Nyström-RRR",), r_values=(4,), seeds=1)),
+#     then copy it along.
 #     Without it the sweep still runs and says "no MSM reference".
 # To carry them: copy those files into a git-ignored folder of the checkout (for instance
 # .alanine-cache/, listed in .git/info/exclude) and name it in the device call's carry.
@@ -33,19 +34,8 @@ python3 -c "import deeptime" 2>/dev/null && echo "deeptime: yes" || echo "deepti
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader || true
 start=$(date +%s)
 set +e
-PYTHONPATH=src python3 -c "
-import torch
-torch.set_num_threads(1)
-from dpnets.experiments.alanine_dipeptide import sweep
-sweep(
-    r_values=(4, 8, 16, 32),
-    seeds=${SEEDS:-2},
-    bootstrap=30,
-    out='$out',
-    device='cuda',
-    workers=${WORKERS:-12},
-)
-" 2>&1 | tee "$out/log.txt"
+PYTHONPATH=src python3 -m dpnets reproduce alanine-r-lag --seeds "${SEEDS:-2}" \
+    --workers "${WORKERS:-12}" --device cuda --out "$out" 2>&1 | tee "$out/log.txt"
 rc=${PIPESTATUS[0]}
 echo "wall time: $(($(date +%s) - start)) s (exit $rc)" | tee -a "$out/log.txt"
 exit "$rc"

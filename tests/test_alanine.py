@@ -317,10 +317,10 @@ def test_experiment_runs_end_to_end_on_a_tiny_ensemble(tmp_path, monkeypatch):
 
 def _quick_sweep_simulate() -> bool:
     """Whether the quick sweep must simulate its two trajectories (skip without OpenMM)."""
-    from dpnets.experiments.alanine_dipeptide import QUICK_SWEEP_CONFIG, _sweep_data
+    from dpnets.experiments.alanine_sweep import QUICK_CONFIG, _sweep_data
 
     try:
-        _sweep_data(QUICK_SWEEP_CONFIG, simulate=False)
+        _sweep_data(QUICK_CONFIG, simulate=False)
     except FileNotFoundError:
         pytest.importorskip("openmm")
         return True
@@ -332,17 +332,17 @@ def test_sweep_quick_is_budget_matched_with_msm_and_intervals(tmp_path):
     pytest.importorskip("deeptime")
     import json
 
-    from dpnets.experiments.alanine_dipeptide import (
+    from dpnets.experiments.alanine_sweep import (
         NN_METHODS,
         NYSTROM_METHODS,
-        QUICK_SWEEP_CONFIG,
+        QUICK_CONFIG,
         _msm_scan,
         _sweep_data,
-        sweep,
+        run,
     )
 
     simulate = _quick_sweep_simulate()
-    table = sweep(quick=True, out=tmp_path, workers=1, device="cpu", simulate=simulate)
+    table = run(quick=True, out=tmp_path, workers=1, device="cpu", simulate=simulate)
     for name in ("table.md", "results.json", "its_r.png"):
         assert (tmp_path / name).exists()
     res = json.loads((tmp_path / "results.json").read_text())
@@ -351,7 +351,7 @@ def test_sweep_quick_is_budget_matched_with_msm_and_intervals(tmp_path):
     assert len((tmp_path / "fits.jsonl").read_text().splitlines()) == len(res["fits"]) == 20
     assert res["machine"]["torch"] and res["device_name"] and res["wall_s"] > 0
     methods = list(NN_METHODS + NYSTROM_METHODS)
-    r_values, n_seeds, n_boot = [2, 4], 2, QUICK_SWEEP_CONFIG["bootstrap"]
+    r_values, n_seeds, n_boot = [2, 4], 2, QUICK_CONFIG["bootstrap"]
     fits = res["fits"]
     assert [(f["method"], f["r"], f["seed"]) for f in fits] == [
         (m, r, s) for m in methods for r in r_values for s in range(n_seeds)
@@ -367,7 +367,7 @@ def test_sweep_quick_is_budget_matched_with_msm_and_intervals(tmp_path):
         assert samples.shape == (n_boot, len(lags_ps)) and np.all(samples[np.isfinite(samples)] > 0)
         assert np.isfinite(f["score"]) and f["score"] > 1.0  # VAMP-2 with the constant
     # the MSM row is msm_reference at the same lag; its interval comes from the bootstrap
-    data = _sweep_data(QUICK_SWEEP_CONFIG, simulate=False)
+    data = _sweep_data(QUICK_CONFIG, simulate=False)
     for k, lag_ps in enumerate(lags_ps):
         ref = msm_reference(
             data["phis"], data["psis"], dt_ps=5.0, kT=data["kT"], lags=(int(lag_ps / 5.0),)
@@ -398,7 +398,7 @@ def test_sweep_quick_is_budget_matched_with_msm_and_intervals(tmp_path):
     assert "### Reference" in table and "| MSM 24x24 (φ, ψ) |" in table
     assert all(f"### {m}" in table for m in methods)
     # the MSM scan is cached next to the trajectories (read where deeptime is missing)
-    cfg = {**QUICK_SWEEP_CONFIG, "_its_lags": [2, 4, 10, 20]}
+    cfg = {**QUICK_CONFIG, "_its_lags": [2, 4, 10, 20]}
     again = _msm_scan(data, cfg, n_boot)
     assert again["source"].startswith("alanine-msm-scan-")
     np.testing.assert_allclose(again["timescales_ps"][:, 0], res["msm"]["slowest_ps"])
@@ -409,7 +409,7 @@ def test_sweep_workers_give_the_same_structure(tmp_path):
     pytest.importorskip("deeptime")
     import json
 
-    from dpnets.experiments.alanine_dipeptide import sweep
+    from dpnets.experiments.alanine_sweep import run
 
     simulate = _quick_sweep_simulate()
     kw = dict(
@@ -420,8 +420,8 @@ def test_sweep_workers_give_the_same_structure(tmp_path):
         device="cpu",
         simulate=simulate,
     )
-    sweep(out=tmp_path / "one", workers=1, **kw)
-    sweep(out=tmp_path / "two", workers=2, **kw)
+    run(out=tmp_path / "one", workers=1, **kw)
+    run(out=tmp_path / "two", workers=2, **kw)
     one = json.loads((tmp_path / "one" / "results.json").read_text())
     two = json.loads((tmp_path / "two" / "results.json").read_text())
 

@@ -117,3 +117,36 @@ def test_no_module_imports_another_modules_private_names():
             if f"{mod}._" in text.replace("__", ""):
                 offenders.append(f"{name}: uses {mod}._...")
     assert offenders == []
+
+
+#: the layers of the package, bottom first (ARCHITECTURE.md): a module imports only from its
+#: own layer or the ones below
+LAYERS = [
+    ["exceptions", "distributed", "params", "linalg", "base", "nn.registry", "parallel"],
+    ["io", "data", "moments", "nn", "nn.*", "scores", "ito"],
+    ["training", "spectral"],
+    ["representation", "operators", "generator", "baselines", "baselines.*"],
+    ["validation", "plot", "datasets", "systems", "systems.*"],
+    ["", "workflow", "experiments", "experiments.*", "cli", "__main__"],
+]
+
+
+def _layer(module: str) -> int:
+    name = module.removeprefix("dpnets").removeprefix(".")
+    for k, members in enumerate(LAYERS):
+        for m in members:
+            if name == m or (m.endswith(".*") and name.startswith(m[:-1])):
+                return k
+    raise AssertionError(f"{module} is in no layer: add it to LAYERS and ARCHITECTURE.md")
+
+
+def test_no_import_from_a_lower_layer_to_a_higher_one():
+    graph = _graph()
+    up = [
+        f"{a} (layer {_layer(a)}) imports {b} (layer {_layer(b)})"
+        for a, targets in graph.items()
+        for b in targets
+        if _layer(a) < _layer(b)
+    ]
+    assert up == []
+    assert all(_layer(m) >= 0 for m in _modules())  # every module has a layer

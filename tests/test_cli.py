@@ -19,18 +19,19 @@ def test_demo_runs_and_saves(tmp_path, capsys):
     assert net.transform(np.zeros((3, 1))).shape == (3, 4)
 
 
-def test_reproduce_unknown_experiment_module(monkeypatch, capsys):
-    """A registered name whose module is absent: exit status 2 and one line, no traceback
-    (argparse accepts the name: the choices are read from the registry at each call)."""
-    from dpnets import experiments
+def test_reproduce_experiment_that_fails_to_import(monkeypatch, capsys, tmp_path):
+    """A registered experiment whose module cannot be imported (a missing dependency): exit
+    status 2 and one line naming the experiment, its module and the cause, no traceback."""
+    import sys
 
-    module = "dpnets.experiments._no_such_module"
-    monkeypatch.setitem(experiments.EXPERIMENTS, "not-yet", (module, "placeholder"))
-    assert "not-yet" not in experiments.available()
-    assert main(["reproduce", "not-yet", "--quick", "--no-progress"]) == 2
+    monkeypatch.setitem(sys.modules, "dpnets.experiments.alanine_sweep", None)  # import fails
+    assert main(["reproduce", "alanine-r-lag", "--quick", "--out", str(tmp_path)]) == 2
     captured = capsys.readouterr()
-    assert captured.err == "dpnets: error: experiment 'not-yet' is not implemented yet\n"
-    assert captured.out == ""
+    assert captured.out == "" and captured.err.count("\n") == 1
+    assert captured.err.startswith(
+        "dpnets: error: experiment 'alanine-r-lag' cannot be imported "
+        "(dpnets.experiments.alanine_sweep): "
+    )
 
 
 def test_reproduce_unregistered_name_is_refused_by_argparse(capsys):
@@ -47,3 +48,22 @@ def test_reproduce_workers_only_where_the_experiment_takes_them(capsys):
     assert main(["reproduce", "logistic-map", "--quick", "--workers", "2"]) == 2
     err = capsys.readouterr().err
     assert "does not take workers" in err and "logistic-map" in err
+
+
+def test_reproduce_alanine_r_lag_is_registered_with_the_cli_options(monkeypatch, capsys, tmp_path):
+    """The r x lag sweep is its own experiment; it reads the cache only, and a cache miss is
+    one line naming the run that fills it (nothing is simulated or trained)."""
+    import inspect
+
+    from dpnets.experiments import EXPERIMENTS
+    from dpnets.experiments.alanine_sweep import run
+
+    assert EXPERIMENTS["alanine-r-lag"][0] == "dpnets.experiments.alanine_sweep"
+    options = {"quick", "seeds", "out", "device", "progress", "workers"}
+    assert options <= set(inspect.signature(run).parameters)
+    monkeypatch.setenv("DPNETS_CACHE", str(tmp_path / "empty"))
+    argv = ["reproduce", "alanine-r-lag", "--quick", "--seeds", "1", "--workers", "2"]
+    assert main([*argv, "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not in the cache" in err
+    assert "run `dpnets reproduce alanine-dipeptide --quick` first" in err

@@ -188,3 +188,23 @@ def test_saved_default_encoder_and_lag_round_trip(ou, tmp_path):
         back.encoder is None and back.lag == 3 and back.r == 2 and back.objective == net.objective
     )
     np.testing.assert_array_equal(back.transform(train[:50]), net.transform(train[:50]))
+
+
+def test_init_module_keeps_pretrained_weights_with_a_reproducible_seed(ou):
+    """init="module": a seeded fit starts from the module's own weights (fine-tuning), and two
+    fits are still bit-identical."""
+    train, _ = ou
+    torch.manual_seed(0)
+    pretrained = MLP(1, (16,), 2)
+    kw = dict(lr=1e-12, epochs=1, val_fraction=0.0, seed=3, progress=False)
+    kept = DPNet(pretrained, init="module", **kw).fit(train)
+    redrawn = DPNet(pretrained, **kw).fit(train)
+    x = torch.as_tensor((train[:10] - kept.input_shift_) / kept.input_scale_).float()
+    with torch.no_grad():
+        mine = pretrained(x).numpy()
+    np.testing.assert_allclose(kept.transform(train[:10]), mine, atol=1e-6)
+    assert not np.allclose(redrawn.transform(train[:10]), mine, atol=1e-3)
+    again = DPNet(pretrained, init="module", **kw).fit(train)
+    assert np.array_equal(again.transform(train), kept.transform(train))
+    with pytest.raises(ValueError, match="init must be one of"):
+        DPNet(init="pretrained", **_NET).fit(train)

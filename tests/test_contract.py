@@ -14,8 +14,8 @@ from dpnets import DPNet, TransferOperator, load
 from dpnets.base import clone, is_fitted
 from dpnets.baselines import DynamicAutoencoder, VAMPNet
 from dpnets.nn import MLP
-from dpnets.operators import SpectralModel
 from dpnets.scores import MultistepLoss, ProjectionLoss, multistep_penalty
+from dpnets.spectral import SpectralModel
 
 #: the registry plus the composite model (features trained by the operator's fit)
 CASES = {cls.__name__: make for cls, make in ESTIMATORS.items()}

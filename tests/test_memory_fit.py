@@ -23,7 +23,7 @@ from dpnets.data import OutOfCoreStates, check_states, pair_segments, pairs
 from dpnets.ito import SDE
 from dpnets.linalg import sym_matrix_function
 from dpnets.moments import Moments
-from dpnets.operators import constant_in_span
+from dpnets.spectral import constant_in_span
 
 CHUNK = 37  # rows per chunk in these tests: many chunks, and chunks that straddle nothing
 

@@ -218,3 +218,24 @@ def test_learning_rate_is_selected_blind_then_used_for_every_seed(tmp_path, monk
     om.run(quick=True, methods=["DPNets"], seeds=1, lr=1e-3, out=tmp_path / "fixed", progress=False)
     fixed = json.loads((tmp_path / "fixed" / "results.json").read_text())
     assert fixed["selection"] == {} and fixed["results"]["DPNets"][0]["lr"] == 1e-3
+
+
+def test_worker_processes_give_the_same_results(tmp_path, monkeypatch) -> None:
+    """The fits in two worker processes (each rebuilding the data and loading the oracles,
+    one thread each) give the numbers of the fits in this process."""
+    import json
+
+    monkeypatch.setattr(om, "QUICK_CONFIG", _tiny_config())
+    kw = dict(quick=True, methods=["DPNets", "DMD"], lr=1e-3, progress=False)
+    om.run(out=tmp_path / "one", workers=1, **kw)
+    om.run(out=tmp_path / "two", workers=2, **kw)
+    one, two = (json.loads((tmp_path / d / "results.json").read_text()) for d in ("one", "two"))
+    assert two["workers"] == 2
+    for name in ("DPNets", "DMD"):
+        assert [r["seed"] for r in one["results"][name]] == [
+            r["seed"] for r in two["results"][name]
+        ]
+        for a, b in zip(one["results"][name], two["results"][name], strict=True):
+            np.testing.assert_allclose(a["accuracy"], b["accuracy"], rtol=0, atol=1e-12)
+            ea, eb = (np.hypot(e["real"], e["imag"]) for e in (a["eigvals"], b["eigvals"]))
+            np.testing.assert_allclose(ea, eb, rtol=1e-6)

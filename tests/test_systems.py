@@ -459,3 +459,55 @@ def test_linear_forecast_and_eigvals() -> None:
 def test_linear_validation(A: np.ndarray, kwargs: dict) -> None:
     with pytest.raises(ValueError):
         LinearGaussian(A, **kwargs)
+
+
+# ------------------------------------------------------- worker processes (dpnets.parallel)
+# The one process pool of the package: the alanine ensembles simulate in it, and the
+# experiments run their fits in it. The jobs here are builtins (they pickle by name).
+
+
+def test_run_jobs_orders_limits_threads_and_stays_in_process_for_one_worker() -> None:
+    import time
+    from functools import partial
+
+    import torch
+
+    from dpnets.parallel import run_jobs
+
+    jobs = [partial(pow, 2, k) for k in range(4)]
+    expected = [(k, 2**k) for k in range(4)]
+    assert list(run_jobs(jobs)) == expected  # workers=1: in this process, in order
+    own = torch.get_num_threads()
+    # in this process neither threads nor the initializer apply
+    assert list(run_jobs([torch.get_num_threads], threads=7, initializer=int)) == [(0, own)]
+    # in order, although the first job finishes last
+    slow_first = [partial(time.sleep, 1.0), *jobs]
+    assert list(run_jobs(slow_first, workers=2))[1:] == [(k + 1, r) for k, r in expected]
+    # as completed, with one torch thread in each worker
+    slow_first = [partial(time.sleep, 3.0), torch.get_num_threads, torch.get_num_threads]
+    done = list(run_jobs(slow_first, workers=2, threads=1, ordered=False))
+    assert sorted(i for i, _ in done) == [0, 1, 2] and done[0][0] != 0
+    assert [r for i, r in done if i] == [1, 1] and torch.get_num_threads() == own
+    with pytest.raises(ValueError, match="workers must be >= 1"):
+        list(run_jobs(jobs, workers=0))
+
+
+def test_run_jobs_stops_the_workers_on_an_error_or_an_interrupt() -> None:
+    """A failed job is raised at once (not after the slow ones before it); an error in the
+    caller (KeyboardInterrupt) ends the running jobs: no process is left behind."""
+    import multiprocessing
+    import time
+    from functools import partial
+
+    from dpnets.parallel import run_jobs
+
+    slow = partial(time.sleep, 60.0)
+    t0 = time.perf_counter()
+    with pytest.raises(ValueError, match="invalid literal"):
+        list(run_jobs([slow, partial(int, "x"), slow, slow], workers=2))
+    assert time.perf_counter() - t0 < 40.0 and not multiprocessing.active_children()
+    t0 = time.perf_counter()
+    with pytest.raises(KeyboardInterrupt):
+        for _ in run_jobs([partial(time.sleep, 0.0), slow, slow], workers=2, ordered=False):
+            raise KeyboardInterrupt
+    assert time.perf_counter() - t0 < 40.0 and not multiprocessing.active_children()

@@ -265,7 +265,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _run(args)
     try:
         return _run(args)
-    except (ValueError, OSError, ImportError, NotImplementedError) as err:
+    except (ValueError, OSError, ImportError) as err:
         message = " ".join(str(err).split()) or type(err).__name__
         print(f"dpnets: error: {message}", file=sys.stderr)
         return 2

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import math
 import mmap
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -27,6 +28,10 @@ from torch.utils.data import DataLoader, Dataset
 from dpnets.distributed import shard
 
 __all__ = [
+    "TrainingSource",
+    "training_source",
+    "split_batchers",
+    "state_moments",
     "Pairs",
     "pairs",
     "check_states",
@@ -829,6 +834,205 @@ def states_to_tensor(
         part = transform(np.asarray(a[sl], dtype=np.float64))
         out[sl] = torch.as_tensor(part).to(device=device, dtype=dtype)
     return out
+
+
+def split_batchers(
+    p: Pairs | DatasetPairs,
+    *,
+    val_fraction: float,
+    batch_size: int,
+    generator: torch.Generator,
+    device: torch.device,
+    dtype: torch.dtype,
+    transform: Callable[[Any], Any] | None = None,
+    sharded: bool = False,
+) -> tuple[IndexBatcher, IndexBatcher | None, int]:
+    """A random train/validation split of ``p`` (``val_fraction`` of the pairs or windows
+    held out) as index batchers: ``(train, val or None, n_train)``. ``p`` is in-memory
+    :class:`~dpnets.data.Pairs` or the pairs of a Dataset (:class:`~dpnets.data.DatasetPairs`,
+    batches fetched by :class:`~dpnets.data.DatasetBatcher`, split the same way).
+
+    The validation batcher (batches of 8192, in order) shares the converted states of the
+    training one; ``transform`` (the input standardisation) is applied once, in float64.
+    ``sharded``: distributed training, each process yields its part of every batch.
+    """
+    n = len(p)
+    perm = torch.randperm(n, generator=generator).numpy()
+    n_val = int(round(float(val_fraction) * n))
+    if n - n_val < 1:
+        raise ValueError(f"not enough samples ({n}) for training with val_fraction={val_fraction}")
+    p_train, p_val = p.subset(np.sort(perm[n_val:])), p.subset(np.sort(perm[:n_val]))
+    batcher = IndexBatcher if isinstance(p, Pairs) else DatasetBatcher
+    train = batcher(
+        p_train,
+        batch_size,
+        device=device,
+        dtype=dtype,
+        generator=generator,
+        transform=transform,
+        sharded=sharded,
+    )
+    val = None
+    if n_val > 0:
+        val = batcher(
+            p_val, 8192, device=device, dtype=dtype, shuffle=False, like=train, sharded=sharded
+        )
+    return train, val, len(p_train)
+
+
+def state_moments(
+    parts: Iterable[np.ndarray], axes: tuple[int, ...]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Float64 mean and standard deviation over ``axes`` in one pass over chunks of states.
+
+    Sums are taken around the first chunk's mean, so a large offset (``x + 1e6``) does not
+    cancel the variance away; nothing but the current chunk is held in memory.
+    """
+    total, pilot, s1, s2 = 0, None, 0.0, 0.0
+    for part in parts:
+        part = np.asarray(part, dtype=np.float64)
+        if pilot is None:
+            pilot = part.mean(axis=axes, keepdims=True)
+        d = part - pilot
+        s1 = s1 + d.sum(axis=axes, keepdims=True)
+        s2 = s2 + (d * d).sum(axis=axes, keepdims=True)
+        total += part.size // pilot.size
+    mean = s1 / total
+    std = np.sqrt(np.maximum(s2 / total - mean * mean, 0.0))
+    return (pilot + mean)[0], std[0]
+
+
+def _plain_loader(loader: DataLoader) -> bool:
+    """A DataLoader with a batch size, default collation and no workers over a map-style
+    Dataset: its batches can be fetched whole (:class:`DatasetBatcher`)."""
+    from torch.utils.data import IterableDataset, default_collate
+
+    return (
+        loader.batch_size is not None
+        and loader.num_workers == 0
+        and loader.collate_fn is default_collate
+        and not isinstance(loader.dataset, IterableDataset)
+    )
+
+
+class TrainingSource:
+    """Any input a neural estimator trains on, as one source of batches.
+
+    Built once by :func:`training_source` from what ``fit`` takes: trajectories (arrays,
+    lists, memory-mapped or HDF5 states) paired at a lag or cut into multi-step windows,
+    pre-paired ``(X, Y)``, a map-style ``Dataset`` of pairs, or a ``DataLoader``. It offers
+    the three things training needs, in this order: :meth:`states` (a pass over the
+    training states, for the input standardisation), :meth:`split` (the random
+    train/validation split into batchers) and :meth:`first` (two states, to size and check
+    the encoder).
+
+    Attributes
+    ----------
+    state_shape : tuple
+        Shape of one state.
+    pairs : Pairs, DatasetPairs or None
+        The index pairs (or windows) of in-memory data and Datasets; None for a
+        DataLoader that is used as it is.
+    steps : int
+        Multi-step windows of ``steps`` lags (0: pairs).
+    """
+
+    def __init__(self, data: object, lag: int, steps: int = 0) -> None:
+        self.steps = int(steps)
+        self.loader: DataLoader | None = None
+        self.batch_size: int | None = None  # a plain DataLoader's own batch size
+        if isinstance(data, DataLoader) and _plain_loader(data):
+            # default collation in this process: fetch whole batches instead (the loader's
+            # batch size, no per-sample collation)
+            data, self.batch_size = data.dataset, int(data.batch_size)  # type: ignore[arg-type]
+        if isinstance(data, DataLoader):
+            self.loader, self.pairs = data, None
+        elif isinstance(data, Dataset):
+            self.pairs = DatasetPairs(data)
+        else:
+            self.pairs = windows(data, lag, steps) if steps else pairs(data, lag)
+        self._first: np.ndarray | None = None
+        self.state_shape = tuple(self.first().shape[1:])
+
+    @classmethod
+    def of_samples(cls, x: np.ndarray) -> TrainingSource:
+        """Samples ``x`` of a distribution (no pairs: the generator objectives), as a
+        source whose "pairs" are ``(x_k, x_k)``."""
+        source = cls.__new__(cls)
+        idx = np.arange(x.shape[0], dtype=np.int64)
+        source.loader, source.batch_size, source._first, source.steps = None, None, None, 0
+        source.pairs = Pairs(x, x, idx, idx)
+        source.state_shape = tuple(x.shape[1:])
+        return source
+
+    def first(self) -> np.ndarray:
+        """The initial states of the first two pairs, as given (not standardised)."""
+        if self._first is None:
+            p = self.pairs
+            if isinstance(p, Pairs):
+                self._first = np.asarray(p.x_states[p.i[:2]])
+            elif isinstance(p, DatasetPairs):
+                self._first = np.asarray(fetch_pairs(p.dataset, p.indices[:2])[0])
+            else:
+                first = next(iter(self.loader))  # type: ignore[arg-type]
+                self._first = check_states(torch.as_tensor(first[0])[:2], "X batch")
+        return self._first
+
+    def states(self) -> Iterator[np.ndarray]:
+        """The training states (both sides of the pairs where they differ), in chunks."""
+        p = self.pairs
+        if isinstance(p, Pairs):
+            arrays = [p.x_states] if p.y_states is p.x_states else [p.x_states, p.y_states]
+            for a in arrays:
+                for sl in chunks(a.shape[0], 65536):
+                    yield a[sl]
+            return
+        if isinstance(p, DatasetPairs):  # batched fetches (no per-sample collation)
+            n = len(p.dataset)  # type: ignore[arg-type]
+            idx = np.arange(n, dtype=np.int64)
+            batches: Iterable[Any] = (fetch_pairs(p.dataset, idx[sl]) for sl in chunks(n, 8192))
+        else:
+            batches = self.loader  # type: ignore[assignment]
+        for b in batches:
+            for k in (0, 1):
+                yield check_states(b[k], "batch")
+
+    def split(
+        self,
+        *,
+        val_fraction: float,
+        batch_size: int,
+        generator: torch.Generator,
+        device: torch.device,
+        dtype: torch.dtype,
+        transform: Callable[[Any], Any] | None = None,
+        sharded: bool = False,
+    ) -> tuple[Any, Any, int]:
+        """The random train/validation split as batchers ``(train, val or None, n_train)``
+        (:func:`split_batchers`; a DataLoader is split into two loaders with its own
+        settings, :func:`split_loader`). Batches arrive standardised by ``transform``
+        (in float64) in ``dtype`` on ``device``; a plain DataLoader keeps its batch size."""
+        if self.pairs is None:
+            train, val, n_train = split_loader(self.loader, float(val_fraction), generator)
+            train = ConvertedLoader(train, device, dtype, transform)
+            val = None if val is None else ConvertedLoader(val, device, dtype, transform)
+            return train, val, n_train
+        return split_batchers(
+            self.pairs,
+            val_fraction=val_fraction,
+            batch_size=self.batch_size or batch_size,
+            generator=generator,
+            device=device,
+            dtype=dtype,
+            transform=transform,
+            sharded=sharded,
+        )
+
+
+def training_source(data: object, lag: int, steps: int = 0) -> TrainingSource:
+    """The one entry from any training input to batches: a :class:`TrainingSource` of
+    ``data`` paired at ``lag`` (multi-step windows of ``steps`` lags when ``steps > 0``)."""
+    return TrainingSource(data, lag, steps)
 
 
 def chunks(n: int, size: int) -> Sequence[slice]:

@@ -1,7 +1,7 @@
 """Generator of an SDE on a feature map: continuous-time operator regression (paper Sec. 3
 "Generator learning", App. E).
 
-The estimator shares the downstream API of :class:`dpnets.operators.SpectralModel`
+The estimator shares the downstream API of :class:`dpnets.spectral.SpectralModel`
 (eigenvalues, eigenfunctions, forecasts, timescales); its forecasts hold at any real time.
 """
 
@@ -13,25 +13,35 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch import Tensor, nn
 
-from dpnets.data import PairSegment, check_state_shape, check_states, chunks, is_streaming, to_numpy
+from dpnets.data import (
+    PairSegment,
+    TrainingSource,
+    check_state_shape,
+    check_states,
+    is_streaming,
+    to_numpy,
+)
 from dpnets.exceptions import check_is_fitted
 from dpnets.io import arrays_to_tensors, register, tensors_to_arrays
+from dpnets.ito import SDE, check_samples, derivatives_in_chunks, warn_if_piecewise_linear
 from dpnets.linalg import eig_biorthogonal
 from dpnets.moments import Moments
-from dpnets.nn.utils import module_device
-from dpnets.operators import (
+from dpnets.nn.utils import module_device, module_dtype
+from dpnets.params import check_int
+from dpnets.scores import GeneratorLoss
+from dpnets.spectral import (
     SpectralModel,
     dump_feature_map,
     dump_fitted_scalars,
     features_on_demand,
     restore_feature_map,
-    restore_fitted_operator,
+    restore_fitted_state,
 )
-from dpnets.params import check_int
-from dpnets.representation import DPNet
+from dpnets.training import full_batch_score
 
-__all__ = ["Generator"]
+__all__ = ["Generator", "GeneratorLearning"]
 
 
 def _torch_features(features: Any, dtype: torch.dtype) -> tuple[Callable, torch.device]:
@@ -42,7 +52,7 @@ def _torch_features(features: Any, dtype: torch.dtype) -> tuple[Callable, torch.
     """
     if features is None:
         return (lambda x: x.reshape(x.shape[0], -1)), torch.device("cpu")
-    if isinstance(features, DPNet):  # its standardisation and encoder, on raw states
+    if hasattr(features, "feature_module"):  # a fitted DPNet: standardisation + encoder
         features = features.feature_module()
     if isinstance(features, torch.nn.Module):
         module = copy.deepcopy(features)
@@ -57,6 +67,95 @@ def _torch_features(features: Any, dtype: torch.dtype) -> tuple[Callable, torch.
         "Generator features must be None (identity), a fitted DPNet, a torch.nn.Module or a "
         "torch callable states -> (n, r)"
     )
+
+
+class GeneratorLearning:
+    """The continuous-time training mode of :class:`dpnets.DPNet` (a mixin of it): the
+    generator objectives ``"generator"`` (``P_d^gamma``, paper Thm. 2, Eq. 14, from the Itô
+    derivatives of the features, Eqs. 12-13) and ``"dirichlet"`` (reversible SDEs, first
+    derivatives only), trained on samples of the invariant distribution instead of lagged
+    pairs, and their evaluation. With :class:`Generator` (the least-squares estimator on the
+    learned features, App. E), generator learning lives in this module; the SDE maths is in
+    :mod:`dpnets.ito` and the scores in :mod:`dpnets.scores`.
+    """
+
+    def _generator_source(self, data: Any) -> TrainingSource:
+        """Checked settings, and the samples of pi as a training source (pairs
+        ``(x_k, x_k)``: the generator objectives need no lag)."""
+        if not isinstance(self.sde, SDE):
+            raise ValueError(
+                f"objective={self.objective!r} needs sde=dpnets.ito.SDE(...) (e.g. "
+                "dpnets.ito.overdamped_langevin)"
+            )
+        if self.lagged_encoder is not None:
+            raise ValueError("generator scores use one feature map; lagged_encoder must be None")
+        if self.objective == "dirichlet" and not self.sde.reversible:
+            raise ValueError(
+                "objective='dirichlet' needs a reversible SDE; use objective='generator'"
+            )
+        return TrainingSource.of_samples(check_samples(data))
+
+    def _fit_samples(
+        self, source: TrainingSource, enc: nn.Module, run: tuple, device: torch.device
+    ) -> Any:
+        """Continuous-time mode: maximise ``P_d^gamma`` (Thm. 2, Eq. 14) on samples of pi."""
+        gen = run[2]
+        if self.objective == "generator":
+            warn_if_piecewise_linear(enc)
+        dtype = module_dtype(enc)
+        self._set_scaler(source, enc)
+        # derivatives are taken through the standardisation, with respect to the raw states
+        fmap = self._compose(enc, device, dtype)
+        form = "ito" if self.objective == "generator" else "dirichlet"
+        loss_fn = GeneratorLoss(float(self.gamma), form, constant=bool(self.constant))
+        sde = self.sde
+
+        def derivatives(xb: Tensor) -> tuple[Tensor, Tensor]:
+            xb = xb.to(device, non_blocking=True).to(dtype)
+            if form == "ito":
+                return sde.ito_derivative(fmap, xb)
+            return sde.diffusion_jacobian(fmap, xb)
+
+        settings = {**self._split_settings(gen, device, dtype), "transform": None}
+        train_batches, val_batches, n_train = source.split(**settings)
+        sample = torch.as_tensor(source.first()).to(device=device, dtype=dtype)
+        r = self._feature_dim(fmap, sample, n_train)
+
+        def batch_loss(batch: tuple[Tensor, Tensor]) -> Tensor:
+            return loss_fn(*derivatives(batch[0]))
+
+        val_score = full_batch_score(val_batches, lambda b: derivatives(b[0]), loss_fn)
+        self.lag_ = None
+        return self._train(
+            (enc, None),
+            batch_loss,
+            train_batches,
+            val_score,
+            run,
+            (n_train, source.state_shape, r),
+        )
+
+    def _evaluate_generator(self, data: Any, objective: str, gamma: float) -> float:
+        if not isinstance(self.sde, SDE):
+            raise ValueError(f"objective={objective!r} needs the model's sde (DPNet(..., sde=...))")
+        x = check_samples(data)
+        check_state_shape(x.shape[1:], self.state_shape_, type(self).__name__)
+        fmap = self.feature_module()
+        was_training = fmap.training
+        fmap.eval()  # (evaluation changes nothing on the estimator: the mode is restored)
+        device, dtype = module_device(self.encoder_), module_dtype(self.encoder_)
+        form = "ito" if objective == "generator" else "dirichlet"
+        try:
+            with torch.no_grad():
+                parts = list(
+                    derivatives_in_chunks(
+                        fmap, x, form, self.sde, chunk=8192, device=device, dtype=dtype
+                    )
+                )
+                loss = GeneratorLoss(gamma, form, constant=bool(self.constant))
+                return -float(loss(*(torch.cat(c) for c in zip(*parts, strict=True))))
+        finally:
+            fmap.train(was_training)
 
 
 class Generator(SpectralModel):
@@ -199,7 +298,7 @@ class Generator(SpectralModel):
         ``constant`` the constant function comes first (its derivatives are zero).
         ``torch_features``: the output of :func:`_torch_features` for ``features_``, when
         the caller evaluates many chunks (it copies the module)."""
-        from dpnets.ito import diffusion_jacobian, ito_derivative
+        from dpnets.ito import derivatives_in_chunks
         from dpnets.scores import with_constant
 
         if torch_features is None:
@@ -213,14 +312,10 @@ class Generator(SpectralModel):
 
         outs: list[list[np.ndarray]] = []
         with torch.no_grad():
-            for sl in chunks(x.shape[0], int(self.batch_size)):
-                xb = torch.as_tensor(x[sl]).to(device=device, dtype=self.dtype)
-                if what == "features":
-                    res = (fn(xb),)
-                elif what == "ito":
-                    res = ito_derivative(fn, xb, sde)
-                else:
-                    res = diffusion_jacobian(fn, xb, sde)
+            parts = derivatives_in_chunks(
+                fn, x, what, sde, chunk=int(self.batch_size), device=device, dtype=self.dtype
+            )
+            for res in parts:
                 outs.append([to_numpy(r).astype(np.float64) for r in res])
         arrays = [np.concatenate(parts) for parts in zip(*outs, strict=True)]
         phi = arrays[0]
@@ -529,7 +624,7 @@ def _restore_generator(cfg: dict, tensors: dict, **kw: Any) -> Generator:
     gen = Generator(features, **params)
     gen.features_ = fitted
     tensors_to_arrays(gen, tensors, _GENERATOR_ARRAYS, ("sample_weight_",))
-    restore_fitted_operator(gen, cfg["fitted"], tensors)
+    restore_fitted_state(gen, cfg["fitted"], tensors)
     gen.partial_trace_ = float(cfg["fitted"]["partial_trace_"])
     return gen
 

@@ -39,6 +39,7 @@ from dpnets.distributed import is_main_process
 from dpnets.nn.registry import build
 
 __all__ = [
+    "jsonable",
     "save",
     "load",
     "register",
@@ -142,6 +143,21 @@ def restore_features(cfg: dict, tensors: dict[str, torch.Tensor], **kw: Any) -> 
             "this model was fitted on a custom feature map; pass it as load(path, features=...)"
         )
     return kw["features"]
+
+
+def jsonable(v: Any) -> Any:
+    """``v`` as JSON values for a model config (arrays and numpy scalars converted)."""
+    if v is None or isinstance(v, (str, int, float, bool)):
+        return v
+    if isinstance(v, np.ndarray):
+        return v.tolist()
+    if isinstance(v, (list, tuple)):
+        return [jsonable(u) for u in v]
+    if isinstance(v, dict):
+        return {str(k): jsonable(u) for k, u in v.items()}
+    if isinstance(v, np.generic):
+        return v.item()
+    raise TypeError(f"cannot store {type(v).__name__} in a model config")
 
 
 def sub_state(tensors: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:

@@ -43,12 +43,14 @@ normalisation across the batch in training mode).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor
+
+from dpnets.data import chunks
 
 __all__ = [
     "SDE",
@@ -432,6 +434,33 @@ _PIECEWISE_LINEAR = (
     torch.nn.RReLU,
     torch.nn.Hardtanh,
 )
+
+
+def derivatives_in_chunks(
+    features: FeatureFn,
+    x: Any,
+    what: str,
+    sde: SDE | None,
+    *,
+    chunk: int,
+    device: torch.device,
+    dtype: torch.dtype,
+) -> Iterator[tuple[Tensor, ...]]:
+    """Features (and derivatives) of numpy states ``x``, a chunk of rows at a time, as
+    tensors on ``device``: ``what="features"`` gives ``(psi,)``, ``"ito"``
+    :func:`ito_derivative` and ``"dirichlet"`` :func:`diffusion_jacobian` of ``sde``. The
+    one chunked loop of generator learning (:class:`dpnets.Generator`, the generator
+    objectives of :class:`dpnets.DPNet`); call it under ``torch.no_grad()`` to evaluate."""
+    if what not in ("features", "ito", "dirichlet"):
+        raise ValueError(f"what must be 'features', 'ito' or 'dirichlet', got {what!r}")
+    for sl in chunks(x.shape[0], int(chunk)):
+        xb = torch.as_tensor(x[sl]).to(device=device, dtype=dtype)
+        if what == "features":
+            yield (features(xb),)
+        elif what == "ito":
+            yield ito_derivative(features, xb, sde)  # type: ignore[arg-type]
+        else:
+            yield diffusion_jacobian(features, xb, sde)  # type: ignore[arg-type]
 
 
 def warn_if_piecewise_linear(module: torch.nn.Module) -> bool:

@@ -4,36 +4,30 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor, nn
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader
 
 from dpnets.base import BaseEstimator, TransformerMixin, fit_lag
 from dpnets.data import (
-    ConvertedLoader,
-    DatasetPairs,
-    IndexBatcher,
-    Pairs,
-    batch_to_tensor,
+    TrainingSource,
     check_lag,
     check_state_shape,
-    check_state_size,
     check_states,
-    chunks,
-    fetch_pairs,
     is_streaming,
     pairs,
     resolve_lag,
-    split_loader,
-    windows,
+    state_moments,
+    training_source,
 )
 from dpnets.distributed import broadcast_int, broadcast_module, world_size
 from dpnets.distributed import is_active as dist_active
 from dpnets.exceptions import check_is_fitted
+from dpnets.generator import GeneratorLearning
 from dpnets.io import InvalidModelFile, register, restore_module, save, sub_state
 from dpnets.nn.mlp import default_mlp
 from dpnets.nn.registry import describe
@@ -41,6 +35,7 @@ from dpnets.nn.utils import encode, module_device, module_dtype
 from dpnets.params import check_bool, check_choice, check_int, check_real, check_seed
 from dpnets.scores import GENERATOR_SCORES, SCORES, MultistepLoss, make_loss
 from dpnets.training import (
+    INIT,
     Checkpoint,
     batch_generator,
     fit_checkpoint,
@@ -50,7 +45,6 @@ from dpnets.training import (
     resolve_device,
     restore_on_failure,
     run_checkpoint,
-    split_batchers,
     train_estimator,
 )
 
@@ -70,40 +64,6 @@ DEFAULTS: dict[str, Any] = {
 _STANDARDIZE = ("auto", "coordinate", "global", "none")
 
 
-def _state_shape(data: Any) -> tuple[int, ...] | None:
-    """The state shape of any input ``DPNet.fit`` takes, read without loading the data
-    (None where it cannot be seen before training: an iterable stream); a shape without
-    coordinates is refused."""
-    shape = _first_shape(data)
-    if shape is not None:
-        check_state_size(shape[1:], "X", shape[0])
-        return shape[1:] if len(shape) > 1 else (1,)
-    return None
-
-
-def _first_shape(data: Any) -> tuple[int, ...] | None:
-    """The shape of the (first) array of states in ``data``, or None."""
-    if isinstance(data, (list, tuple)) and data:
-        data = data[0]
-    if isinstance(data, DataLoader):
-        data = data.dataset
-    if isinstance(data, Dataset):
-        try:
-            first = data[0]
-        except (TypeError, IndexError, NotImplementedError):
-            return None
-        x = first[0] if isinstance(first, (tuple, list)) else first
-        return (len(data), *(np.shape(x) or (1,)))  # type: ignore[arg-type]
-    shape = getattr(data, "shape", None)
-    if shape is None:
-        try:
-            shape = np.asarray(data).shape
-        except (TypeError, ValueError):
-            return None
-    shape = tuple(int(d) for d in shape)
-    return shape or None
-
-
 class InputScaler(nn.Module):
     """``x -> (x - shift) / scale`` with buffers broadcast over the batch axis.
 
@@ -120,46 +80,7 @@ class InputScaler(nn.Module):
         return (x - self.shift) / self.scale
 
 
-def _moments(parts: Iterable[np.ndarray], axes: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
-    """Float64 mean and standard deviation over ``axes`` in one pass over chunks of states.
-
-    Sums are taken around the first chunk's mean, so a large offset (``x + 1e6``) does not
-    cancel the variance away; nothing but the current chunk is held in memory.
-    """
-    total, pilot, s1, s2 = 0, None, 0.0, 0.0
-    for part in parts:
-        part = np.asarray(part, dtype=np.float64)
-        if pilot is None:
-            pilot = part.mean(axis=axes, keepdims=True)
-        d = part - pilot
-        s1 = s1 + d.sum(axis=axes, keepdims=True)
-        s2 = s2 + (d * d).sum(axis=axes, keepdims=True)
-        total += part.size // pilot.size
-    mean = s1 / total
-    std = np.sqrt(np.maximum(s2 / total - mean * mean, 0.0))
-    return (pilot + mean)[0], std[0]
-
-
-def _chunked(arrays: list[np.ndarray], size: int = 65536) -> Iterator[np.ndarray]:
-    for a in arrays:
-        for sl in chunks(a.shape[0], size):
-            yield a[sl]
-
-
-def _plain_loader(loader: DataLoader) -> bool:
-    """A DataLoader with a batch size, default collation and no workers over a map-style
-    Dataset: its batches can be fetched whole (:class:`dpnets.data.DatasetBatcher`)."""
-    from torch.utils.data import IterableDataset, default_collate
-
-    return (
-        loader.batch_size is not None
-        and loader.num_workers == 0
-        and loader.collate_fn is default_collate
-        and not isinstance(loader.dataset, IterableDataset)
-    )
-
-
-class DPNet(TransformerMixin, BaseEstimator):
+class DPNet(GeneratorLearning, TransformerMixin, BaseEstimator):
     """Deep Projection Network: a learned feature map ``psi: X -> R^r``.
 
     Trains ``encoder`` (and optionally a separate ``lagged_encoder`` psi') by mini-batch
@@ -257,8 +178,14 @@ class DPNet(TransformerMixin, BaseEstimator):
         the seed (``reset_parameters()`` of every layer that has one), so the weights of the
         module you passed do not matter, and that module is never changed. The caller's
         global RNG state is restored after ``fit``. ``None`` (default) keeps your own
-        initialisation (use it to start from pretrained weights) and draws the split and
-        batches from fresh entropy.
+        initialisation and draws the split and batches from fresh entropy; to start
+        from pretrained weights reproducibly, pass a seed and ``init="module"``.
+    init : {"seed", "module"}, default "seed"
+        Where a seeded fit's initial weights come from: "seed" draws them from ``seed``
+        (see ``seed``); "module" starts from the weights of the module(s) you passed
+        (pretrained weights, or your own seeded initialisation) while ``seed`` still fixes
+        the split, the batch order and dropout. Without a seed the modules' own weights
+        are used either way.
     device : str or torch.device, optional
         Default: CUDA if available, else CPU.
     progress : bool, default True
@@ -308,11 +235,11 @@ class DPNet(TransformerMixin, BaseEstimator):
 
     Examples
     --------
-    >>> from dpnets import DPNet
-    >>> from dpnets.nn import MLP
-    >>> net = DPNet(MLP(1, (32, 32), 4), progress=False)                # doctest: +SKIP
-    >>> net.fit(trajectory, lag=1).transform(trajectory).shape         # doctest: +SKIP
-    (T, 4)
+    >>> from dpnets import DPNet, TransferOperator
+    >>> net = DPNet(lag=5, seed=0).fit(trajectory)                      # doctest: +SKIP
+    >>> net.transform(trajectory).shape, net.score(held_out)           # doctest: +SKIP
+    ((T, 4), 3.6)
+    >>> TransferOperator(net, dt=0.1).fit(trajectory).implied_timescales()  # doctest: +SKIP
     """
 
     def __init__(
@@ -335,6 +262,7 @@ class DPNet(TransformerMixin, BaseEstimator):
         optimizer: str | type[torch.optim.Optimizer] = "adam",
         optimizer_kwargs: dict[str, Any] | None = None,
         seed: int | None = None,
+        init: str = "seed",
         device: str | torch.device | None = None,
         progress: bool = True,
         sde: Any = None,
@@ -359,6 +287,7 @@ class DPNet(TransformerMixin, BaseEstimator):
         self.optimizer = optimizer
         self.optimizer_kwargs = optimizer_kwargs
         self.seed = seed
+        self.init = init
         self.device = device
         self.progress = progress
         self.sde = sde
@@ -392,6 +321,7 @@ class DPNet(TransformerMixin, BaseEstimator):
         check_int("consistency_steps", self.consistency_steps, 2)
         check_bool("progress", self.progress)
         check_seed(self.seed)
+        check_choice("init", self.init, INIT)
         if self.autocast is not None:
             check_choice("autocast", self.autocast, ("bf16", "fp16"))
         check_bool("compile", self.compile)
@@ -469,34 +399,33 @@ class DPNet(TransformerMixin, BaseEstimator):
         data, lag = X, fit_lag(self, lag, y)
         ckpt = fit_checkpoint(self, checkpoint, checkpoint_every, resume)
         with restore_on_failure(self):
-            generator_mode = self.objective in GENERATOR_SCORES
-            samples = self._generator_samples(data) if generator_mode else None
+            if self._sharded():
+                self._check_distributed(data)
             device = resolve_device(self.device)
-            with local_seed(self.seed, device):
+            with local_seed(self.seed, device):  # (a shuffling DataLoader draws from it)
+                if self.objective in GENERATOR_SCORES:  # continuous time: samples of pi
+                    source, model_lag = self._generator_source(data), None
+                else:  # the one entry from any input to batches (pairs, or windows)
+                    steps = self._windows_steps(data)
+                    pair_lag, model_lag = resolve_lag(data, lag)
+                    source = training_source(data, pair_lag, steps)
                 run = (callback, ckpt, self._generator())
-                shape = samples.shape[1:] if samples is not None else _state_shape(data)
-                enc = self._initial_module(self.encoder, shape).to(device)
+                enc = self._initial_module(self.encoder, source.state_shape).to(device)
                 if self._sharded():
-                    self._check_distributed(data)
                     broadcast_module(enc)
-                if samples is not None:
-                    return self._fit_samples(samples, enc, run, device)
-                return self._fit_pairs(data, lag, enc, run, device)
+                if self.objective in GENERATOR_SCORES:
+                    return self._fit_samples(source, enc, run, device)
+                return self._fit_pairs(source, model_lag, enc, run, device)
 
     def _initial_module(self, module: nn.Module | None, state_shape: Any) -> nn.Module:
         """The module training starts from: a copy of ``module`` (re-initialised from
         ``seed`` when one is given), or the default MLP sized to ``state_shape``. Runs
         inside :func:`dpnets.training.local_seed`, so the draws are the seed's."""
-        if module is None and state_shape is None:
-            raise ValueError(
-                "the default encoder (encoder=None) is sized from the states, which this "
-                "input does not show before training; pass an encoder"
-            )
 
         def default() -> nn.Module:
             return default_mlp(int(np.prod(state_shape)), int(self.r))
 
-        return initial_module(module, self.seed, default)
+        return initial_module(module, self.seed, default, self.init)
 
     def _lagged_template(self, enc: nn.Module) -> nn.Module | None:
         """The module psi' starts from (None: shared with psi), given psi's initial module
@@ -506,7 +435,12 @@ class DPNet(TransformerMixin, BaseEstimator):
         return self._initial_module(self.lagged_encoder, None)
 
     def _fit_pairs(
-        self, data: Any, lag: int | None, enc: nn.Module, run: tuple, device: torch.device
+        self,
+        source: TrainingSource,
+        model_lag: int | None,
+        enc: nn.Module,
+        run: tuple,
+        device: torch.device,
     ) -> DPNet:
         """Discrete-time mode: maximise the score on lagged pairs (or windows)."""
         gen = run[2]
@@ -516,22 +450,15 @@ class DPNet(TransformerMixin, BaseEstimator):
             broadcast_module(lag_enc)
         dtype = module_dtype(enc)
         loss_fn = make_loss(self.objective, float(self.gamma), constant=bool(self.constant))
-        pair_lag, model_lag = resolve_lag(data, lag)
-        steps = self._windows_steps(data, lag_enc)
+        steps = source.steps
         if steps:
             loss_fn = MultistepLoss(loss_fn, float(self.consistency), bool(self.constant))
 
-        if is_streaming(data):
-            self._set_scaler_streaming(data, enc)
-            train_batches, val_batches, n_train, sample = self._streaming(data, gen, device, dtype)
-            state_shape = tuple(sample.shape[1:])
-        else:
-            p = windows(data, pair_lag, steps) if steps else pairs(data, pair_lag)
-            state_shape = p.state_shape
-            states = [p.x_states] if p.y_states is p.x_states else [p.x_states, p.y_states]
-            self._set_scaler(states, enc)
-            train_batches, val_batches, n_train = self._batchers(p, gen, device, dtype)
-            sample = torch.as_tensor(self._scaled(p.x_states[p.i[:2]]))
+        state_shape = source.state_shape
+        self._set_scaler(source, enc)
+        split = self._split_settings(gen, device, dtype)
+        train_batches, val_batches, n_train = source.split(**split)
+        sample = torch.as_tensor(self._scaled(source.first()))
 
         def to_dev(t: Tensor) -> Tensor:  # batches are standardised at conversion
             return t.to(device, non_blocking=True).to(dtype)
@@ -617,7 +544,10 @@ class DPNet(TransformerMixin, BaseEstimator):
 
         return run
 
-    def _windows_steps(self, data: Any, lag_enc: nn.Module | None) -> int:
+    #: whether psi' shares psi's weights when ``lagged_encoder`` is None (VAMPNet: separate)
+    _shares_lobes = True
+
+    def _windows_steps(self, data: Any) -> int:
         """``consistency_steps`` when the consistency penalty is on (checked), else 0."""
         if not self.consistency:
             return 0
@@ -626,96 +556,9 @@ class DPNet(TransformerMixin, BaseEstimator):
                 "consistency > 0 needs trajectories (an array or a list of arrays) to draw "
                 "multi-step windows from; pre-paired (X, Y) data and Datasets hold one step"
             )
-        if lag_enc is not None:
+        if self.lagged_encoder is not None or not self._shares_lobes:
             raise ValueError("consistency > 0 needs a shared encoder (lagged_encoder=None)")
         return int(self.consistency_steps)
-
-    def _generator_samples(self, data: Any) -> np.ndarray:
-        """Checked settings and samples of pi for the generator scores."""
-        from dpnets.ito import SDE, check_samples
-
-        if not isinstance(self.sde, SDE):
-            raise ValueError(
-                f"objective={self.objective!r} needs sde=dpnets.ito.SDE(...) (e.g. "
-                "dpnets.ito.overdamped_langevin)"
-            )
-        if self.lagged_encoder is not None:
-            raise ValueError("generator scores use one feature map; lagged_encoder must be None")
-        if self.objective == "dirichlet" and not self.sde.reversible:
-            raise ValueError(
-                "objective='dirichlet' needs a reversible SDE; use objective='generator'"
-            )
-        return check_samples(data)
-
-    def _fit_samples(
-        self, x: np.ndarray, enc: nn.Module, run: tuple, device: torch.device
-    ) -> DPNet:
-        """Continuous-time mode: maximise ``P_d^gamma`` (Thm. 2, Eq. 14) on samples of pi."""
-        from dpnets.ito import warn_if_piecewise_linear
-        from dpnets.scores import GeneratorLoss
-
-        gen = run[2]
-        if self.objective == "generator":
-            warn_if_piecewise_linear(enc)
-        dtype = module_dtype(enc)
-        self._set_scaler([x], enc)
-        # derivatives are taken through the standardisation, with respect to the raw states
-        fmap = self._compose(enc, device, dtype)
-        form = "ito" if self.objective == "generator" else "dirichlet"
-        loss_fn = GeneratorLoss(float(self.gamma), form, constant=bool(self.constant))
-        sde = self.sde
-
-        def derivatives(xb: Tensor) -> tuple[Tensor, Tensor]:
-            xb = xb.to(device, non_blocking=True).to(dtype)
-            if form == "ito":
-                return sde.ito_derivative(fmap, xb)
-            return sde.diffusion_jacobian(fmap, xb)
-
-        idx = np.arange(x.shape[0], dtype=np.int64)
-        train_batches, val_batches, n_train = self._batchers(
-            Pairs(x, x, idx, idx), gen, device, dtype, scale=False
-        )
-        sample = torch.as_tensor(x[:2]).to(device=device, dtype=dtype)
-        r = self._feature_dim(fmap, sample, n_train)
-
-        def batch_loss(batch: tuple[Tensor, Tensor]) -> Tensor:
-            return loss_fn(*derivatives(batch[0]))
-
-        val_score = full_batch_score(val_batches, lambda b: derivatives(b[0]), loss_fn)
-        self.lag_ = None
-        return self._train(
-            (enc, None),
-            batch_loss,
-            train_batches,
-            val_score,
-            run,
-            (n_train, tuple(x.shape[1:]), r),
-        )
-
-    def _evaluate_generator(self, data: Any, objective: str, gamma: float) -> float:
-        from dpnets.ito import SDE, check_samples
-        from dpnets.scores import GeneratorLoss
-
-        if not isinstance(self.sde, SDE):
-            raise ValueError(f"objective={objective!r} needs the model's sde (DPNet(..., sde=...))")
-        x = check_samples(data)
-        check_state_shape(x.shape[1:], self.state_shape_, type(self).__name__)
-        fmap = self.feature_module()
-        fmap.eval()
-        device, dtype = module_device(self.encoder_), module_dtype(self.encoder_)
-        fs, ds = [], []
-        with torch.no_grad():
-            for sl in chunks(x.shape[0], 8192):
-                xb = torch.as_tensor(x[sl]).to(device=device, dtype=dtype)
-                if objective == "generator":
-                    f, d = self.sde.ito_derivative(fmap, xb)
-                else:
-                    f, d = self.sde.diffusion_jacobian(fmap, xb)
-                fs.append(f)
-                ds.append(d)
-            form = "ito" if objective == "generator" else "dirichlet"
-            loss = GeneratorLoss(gamma, form, constant=bool(self.constant))
-            return -float(loss(torch.cat(fs), torch.cat(ds)))
 
     def _generator(self) -> torch.Generator:
         """RNG for the split and batch order (seeded with ``seed``; in distributed training
@@ -757,39 +600,16 @@ class DPNet(TransformerMixin, BaseEstimator):
             return "none"
         return mode
 
-    def _set_scaler(self, states: list[np.ndarray], enc: nn.Module) -> None:
+    def _set_scaler(self, source: TrainingSource, enc: nn.Module) -> None:
         """Fit ``input_shift_`` / ``input_scale_`` on the training states (float64)."""
-        mode = self._standardize_mode(enc, states[0].ndim - 1)
+        mode = self._standardize_mode(enc, len(source.state_shape))
         if mode == "none":
             self.input_shift_ = self.input_scale_ = None
             return
-        self._store_moments(_chunked(states), mode, states[0].ndim)
-
-    def _store_moments(self, parts: Iterable[np.ndarray], mode: str, ndim: int) -> None:
-        axes = tuple(range(ndim)) if mode == "global" else (0,)
-        mean, std = _moments(parts, axes)
+        axes = tuple(range(len(source.state_shape) + 1)) if mode == "global" else (0,)
+        mean, std = state_moments(source.states(), axes)
         self.input_shift_ = mean
         self.input_scale_ = np.where(np.isfinite(std) & (std > 0), std, 1.0)
-
-    def _set_scaler_streaming(self, data: Dataset | DataLoader, enc: nn.Module) -> None:
-        """As :meth:`_set_scaler`, from one pass over the (x, y) pairs of a Dataset/Loader."""
-        if isinstance(data, DataLoader) and _plain_loader(data):
-            data = data.dataset  # fetched in whole batches, as for training
-        if isinstance(data, DataLoader):
-            batches: Iterable[Any] = data
-        else:  # a map-style Dataset: batched fetches (no per-sample collation)
-            n = len(data)  # type: ignore[arg-type]
-            idx = np.arange(n, dtype=np.int64)
-            batches = (fetch_pairs(data, idx[sl]) for sl in chunks(n, 8192))
-        first = check_states(next(iter(batches))[0], "X batch")
-        mode = self._standardize_mode(enc, first.ndim - 1)
-        if mode == "none":
-            self.input_shift_ = self.input_scale_ = None
-            return
-        if not isinstance(data, DataLoader):  # a fresh pass
-            batches = (fetch_pairs(data, idx[sl]) for sl in chunks(n, 8192))
-        parts = (check_states(b[k], "batch") for b in batches for k in (0, 1))
-        self._store_moments(parts, mode, first.ndim)
 
     def _scaled(self, x: np.ndarray) -> np.ndarray:
         """Standardised states (float64), or ``x`` itself without standardisation."""
@@ -823,27 +643,20 @@ class DPNet(TransformerMixin, BaseEstimator):
         )
         return self._compose(enc, module_device(enc), module_dtype(enc))
 
-    def _batchers(
-        self,
-        p: Pairs | DatasetPairs,
-        gen: torch.Generator,
-        device: torch.device,
-        dtype: torch.dtype,
-        scale: bool = True,
-        batch_size: int | None = None,
-    ) -> tuple[IndexBatcher, IndexBatcher | None, int]:
-        """Random train/validation split of ``p`` (``val_fraction``) into index batchers
-        (of ``batch_size``, default the estimator's)."""
-        return split_batchers(
-            p,
-            val_fraction=self.val_fraction,
-            batch_size=self.batch_size if batch_size is None else batch_size,
-            generator=gen,
-            device=device,
-            dtype=dtype,
-            transform=self._scaled if (scale and self.input_shift_ is not None) else None,
-            sharded=self._sharded(),
-        )
+    def _split_settings(
+        self, gen: torch.Generator, device: torch.device, dtype: torch.dtype
+    ) -> dict[str, Any]:
+        """The settings of :meth:`dpnets.data.TrainingSource.split` for this fit: the
+        validation fraction, batch size, standardisation and sharding."""
+        return {
+            "val_fraction": self.val_fraction,
+            "batch_size": self.batch_size,
+            "generator": gen,
+            "device": device,
+            "dtype": dtype,
+            "transform": self._scaled if self.input_shift_ is not None else None,
+            "sharded": self._sharded(),
+        }
 
     def _feature_dim(self, enc: nn.Module, sample: Tensor, n_train: int) -> int:
         """``r`` from a forward pass on a couple of states; checks ``n_train >= r``."""
@@ -875,34 +688,6 @@ class DPNet(TransformerMixin, BaseEstimator):
                 stacklevel=3,
             )
         return r
-
-    def _streaming(
-        self, data: Dataset | DataLoader, gen: torch.Generator, device: torch.device, dtype
-    ) -> tuple[Any, Any, int, Tensor]:
-        """Training and validation batches of a Dataset or DataLoader of pairs:
-        ``(train, val or None, n_train, two standardised states)``.
-
-        A map-style Dataset is split and batched like arrays (:class:`DatasetBatcher`: one
-        fetch per batch); a DataLoader is split into two loaders with its own settings
-        (:func:`split_loader`). Batches arrive standardised (in float64, as for arrays).
-        """
-        transform = self._scaled if self.input_shift_ is not None else None
-        batch_size = int(self.batch_size)
-        if isinstance(data, DataLoader) and _plain_loader(data):
-            # default collation in this process: fetch whole batches instead (same batches'
-            # size, no per-sample collation)
-            data, batch_size = data.dataset, int(data.batch_size)  # type: ignore[arg-type]
-        if isinstance(data, DataLoader):
-            train, val, n_train = split_loader(data, float(self.val_fraction), gen)
-            first = next(iter(train))
-            train = ConvertedLoader(train, device, dtype, transform)
-            val = None if val is None else ConvertedLoader(val, device, dtype, transform)
-            x0 = batch_to_tensor(torch.as_tensor(first[0])[:2], device, dtype, transform)
-            return train, val, n_train, x0
-        pairs_ = DatasetPairs(data)
-        x0 = batch_to_tensor(fetch_pairs(data, pairs_.indices[:2])[0], device, dtype, transform)
-        train, val, n_train = self._batchers(pairs_, gen, device, dtype, batch_size=batch_size)
-        return train, val, n_train, x0
 
     # ------------------------------------------------------------------ inference
     def _encode(self, X: Any, lagged: bool, batch_size: int) -> Tensor:
@@ -1027,6 +812,7 @@ def dump_dpnet(model: DPNet, tensors: dict[str, Tensor]) -> dict:
         "optimizer": _optimizer_name(model.optimizer),
         "optimizer_kwargs": model.optimizer_kwargs,
         "seed": model.seed,
+        "init": model.init,
         "progress": bool(model.progress),
         "autocast": model.autocast,
         "compile": bool(model.compile),

@@ -18,11 +18,9 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import torch
 from torch import Tensor, nn
 
-from dpnets.data import DatasetBatcher, DatasetPairs, IndexBatcher, Pairs
 from dpnets.distributed import average_gradients, is_main_process, statistics_reduced
 from dpnets.distributed import is_active as dist_active
 from dpnets.io import atomic_write
@@ -33,7 +31,6 @@ __all__ = [
     "batch_generator",
     "full_batch_score",
     "initial_module",
-    "split_batchers",
     "local_seed",
     "resolve_device",
     "make_optimizer",
@@ -72,12 +69,20 @@ def local_seed(seed: int | None, device: torch.device) -> Iterator[None]:
         yield
 
 
+#: where the initial weights of a seeded fit come from (``init`` of the neural estimators)
+INIT = ("seed", "module")
+
+
 def initial_module(
-    module: nn.Module | None, seed: int | None, default: Callable[[], nn.Module]
+    module: nn.Module | None,
+    seed: int | None,
+    default: Callable[[], nn.Module],
+    init: str = "seed",
 ) -> nn.Module:
     """The module a fit trains, never ``module`` itself.
 
-    ``seed=None``: a copy of ``module`` (the user's own initial weights). With a ``seed``,
+    ``seed=None`` or ``init="module"``: a copy of ``module`` (its own initial weights:
+    pretrained, or initialised by the caller). With a ``seed`` and ``init="seed"``,
     fresh initial weights drawn from torch's RNG: a module of :mod:`dpnets.nn` (any module
     the registry describes) is rebuilt from its configuration, so its own initialisation
     runs again; any other module is copied and its layers' ``reset_parameters()`` are
@@ -86,9 +91,11 @@ def initial_module(
     :func:`local_seed`, so that every draw is the seed's and the fit is reproducible bit for
     bit whatever the global RNG did before.
     """
+    if init not in INIT:
+        raise ValueError(f"init must be one of {', '.join(map(repr, INIT))}, got {init!r}")
     if module is None:
         return default()
-    if seed is None:
+    if seed is None or init == "module":
         return copy.deepcopy(module)
     spec = describe(module)
     if spec is not None:
@@ -107,50 +114,6 @@ def batch_generator(seed: int | None) -> torch.Generator:
     else:
         gen.seed()
     return gen
-
-
-def split_batchers(
-    p: Pairs | DatasetPairs,
-    *,
-    val_fraction: float,
-    batch_size: int,
-    generator: torch.Generator,
-    device: torch.device,
-    dtype: torch.dtype,
-    transform: Callable[[Any], Any] | None = None,
-    sharded: bool = False,
-) -> tuple[IndexBatcher, IndexBatcher | None, int]:
-    """A random train/validation split of ``p`` (``val_fraction`` of the pairs or windows
-    held out) as index batchers: ``(train, val or None, n_train)``. ``p`` is in-memory
-    :class:`~dpnets.data.Pairs` or the pairs of a Dataset (:class:`~dpnets.data.DatasetPairs`,
-    batches fetched by :class:`~dpnets.data.DatasetBatcher`, split the same way).
-
-    The validation batcher (batches of 8192, in order) shares the converted states of the
-    training one; ``transform`` (the input standardisation) is applied once, in float64.
-    ``sharded``: distributed training, each process yields its part of every batch.
-    """
-    n = len(p)
-    perm = torch.randperm(n, generator=generator).numpy()
-    n_val = int(round(float(val_fraction) * n))
-    if n - n_val < 1:
-        raise ValueError(f"not enough samples ({n}) for training with val_fraction={val_fraction}")
-    p_train, p_val = p.subset(np.sort(perm[n_val:])), p.subset(np.sort(perm[:n_val]))
-    batcher = IndexBatcher if isinstance(p, Pairs) else DatasetBatcher
-    train = batcher(
-        p_train,
-        batch_size,
-        device=device,
-        dtype=dtype,
-        generator=generator,
-        transform=transform,
-        sharded=sharded,
-    )
-    val = None
-    if n_val > 0:
-        val = batcher(
-            p_val, 8192, device=device, dtype=dtype, shuffle=False, like=train, sharded=sharded
-        )
-    return train, val, len(p_train)
 
 
 def full_batch_score(

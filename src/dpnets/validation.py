@@ -360,7 +360,7 @@ def bootstrap_spectrum(
 
     samples = _bootstrap(trajs, n_bootstrap, n_blocks, rng, statistic)
     vals = leading(model)
-    from dpnets.operators import timescales_from_eigvals
+    from dpnets.spectral import timescales_from_eigvals
 
     step = tau * (
         getattr(model, "dt", 1.0) if dt is None else check_real("dt", dt, 0.0, low_open=True)

@@ -14,16 +14,16 @@ import numpy as np
 import torch
 
 from dpnets import io
-from dpnets.nn.registry import describe
-from dpnets.operators import (
-    dump_fitted_scalars,
-    dump_operator,
-    restore_fitted_operator,
-    restore_operator,
-)
+from dpnets.operators import dump_operator, restore_operator
 from dpnets.representation import dump_dpnet, restore_dpnet
+from dpnets.spectral import dump_fitted_scalars, restore_fitted_state
 
-from .autoencoders import ConsistentAutoencoder, DynamicAutoencoder, LatentLinear
+from .autoencoders import (
+    ConsistentAutoencoder,
+    DynamicAutoencoder,
+    dump_autoencoder,
+    restore_autoencoder,
+)
 from .dictionaries import ChebyshevFeatures, MonomialFeatures, ProjectionFeatures
 from .dmd import DMD, EDMD
 from .kernels import Kernel, KernelDMD, KernelFeatures, NystromKernelDMD
@@ -103,7 +103,7 @@ def _dump_edmd(model: EDMD, tensors: Tensors) -> dict:
         {
             "dictionary": model.dictionary if named else None,
             "degree": model.degree,
-            "domain": _jsonable(model.domain),
+            "domain": io.jsonable(model.domain),
         }
     )
     cfg["dictionary"] = _dump_dictionary(model.dictionary_, tensors)
@@ -119,20 +119,6 @@ def _restore_edmd(cfg: dict, tensors: Tensors, **kw: Any) -> EDMD:
     model.dictionary_ = dictionary
     op = restore_operator(_operator_cfg(cfg), tensors, **{**kw, "features": dictionary})
     return _transplant(model, op, skip=("features",))
-
-
-def _jsonable(v: Any) -> Any:
-    if v is None or isinstance(v, (str, int, float, bool)):
-        return v
-    if isinstance(v, np.ndarray):
-        return v.tolist()
-    if isinstance(v, (list, tuple)):
-        return [_jsonable(u) for u in v]
-    if isinstance(v, dict):
-        return {str(k): _jsonable(u) for k, u in v.items()}
-    if isinstance(v, np.generic):
-        return v.item()
-    raise TypeError(f"cannot store {type(v).__name__} in a model config")
 
 
 # ----------------------------------------------------------------------------- kernels
@@ -157,7 +143,7 @@ def _dump_kernel_model(model: Any, tensors: Tensors) -> dict:
     named = isinstance(model.kernel_, Kernel)
     params["kernel"] = model.kernel if isinstance(model.kernel, str) else None
     return {
-        "params": _jsonable(params),
+        "params": io.jsonable(params),
         "kernel": model.kernel_.get_config() if named else None,
         "fitted": dump_fitted_scalars(model),
     }
@@ -189,7 +175,7 @@ def _restore_kernel_model(cls: type) -> Any:
         )
         if isinstance(model, NystromKernelDMD):
             model.centres_ = model.features_.centres
-        restore_fitted_operator(model, cfg["fitted"], tensors)
+        restore_fitted_state(model, cfg["fitted"], tensors)
         return model
 
     return restore
@@ -198,96 +184,6 @@ def _restore_kernel_model(cls: type) -> Any:
 # ----------------------------------------------------------------------------- VAMPNets
 def _restore_vampnet(cfg: dict, tensors: Tensors, **kw: Any) -> VAMPNet:
     return restore_dpnet(cfg, tensors, **{**kw, "cls": VAMPNet})
-
-
-# ----------------------------------------------------------------------------- autoencoders
-_AE_PARAMS = (
-    "r",
-    "lag",
-    "n_steps",
-    "lr",
-    "batch_size",
-    "epochs",
-    "val_fraction",
-    "optimizer_kwargs",
-    "seed",
-    "progress",
-)
-
-
-def _dump_autoencoder(model: Any, tensors: Tensors) -> dict:
-    from dpnets.exceptions import check_is_fitted
-
-    check_is_fitted(model, "operator_")
-    params = {k: getattr(model, k) for k in _AE_PARAMS}
-    params.update(model._weights())
-    params["optimizer"] = model.optimizer if isinstance(model.optimizer, str) else "adam"
-    for name in ("encoder", "decoder"):
-        for k, v in getattr(model, name + "_").state_dict().items():
-            tensors[f"{name}.{k}"] = v.detach().cpu()
-    tensors["K_"] = torch.from_numpy(model.K_)
-    if model.backward_latent_ is not None:
-        tensors["D_"] = torch.from_numpy(model.D_)
-    tensors["cx_"] = torch.from_numpy(model.cx_)
-    return {
-        "params": _jsonable(params),
-        "modules": {
-            "encoder": describe(model.encoder_),
-            "decoder": describe(model.decoder_),
-            # the parameters left at None (the default MLPs) stay None after loading
-            "defaults": [n for n in ("encoder", "decoder") if getattr(model, n) is None],
-        },
-        "fitted": {
-            "history_": model.history_,
-            "best_epoch_": model.best_epoch_,
-            "state_shape_": list(model.state_shape_),
-            "n_features_": int(model.n_features_),
-            "n_samples_": int(model.n_samples_),
-            "lag_": model.lag_,
-        },
-    }
-
-
-def _restore_autoencoder(cls: type) -> Any:
-    def restore(cfg: dict, tensors: Tensors, **kw: Any) -> Any:
-        device = kw.get("device", "cpu")
-        mods = {}
-        for name in ("encoder", "decoder"):
-            mods[name] = io.restore_module(
-                cfg["modules"][name], kw.get(name), io.sub_state(tensors, name + "."), name
-            ).to(device)
-        defaults = cfg["modules"].get("defaults", [])
-        model = cls(
-            *(None if n in defaults else mods[n] for n in ("encoder", "decoder")),
-            device=device,
-            **cfg["params"],
-        )
-        f = cfg["fitted"]
-        r = int(f["n_features_"])
-        dtype = next(mods["encoder"].parameters()).dtype
-
-        def latent(key: str) -> LatentLinear:
-            m = LatentLinear(r).to(device=device, dtype=dtype)
-            with torch.no_grad():
-                m.weight.copy_(tensors[key].to(dtype))
-            return m.eval()
-
-        model.encoder_, model.decoder_ = mods["encoder"], mods["decoder"]
-        model.features_, model.features_x_ = mods["encoder"], None
-        model.latent_ = latent("K_")
-        model.backward_latent_ = latent("D_") if "D_" in tensors else None
-        model.K_ = tensors["K_"].numpy()
-        if "D_" in tensors:
-            model.D_ = tensors["D_"].numpy()
-        model.history_ = f["history_"]
-        model.best_epoch_ = f["best_epoch_"]
-        model.state_shape_ = tuple(f["state_shape_"])
-        model.n_features_ = r
-        model.lag_ = f["lag_"]
-        model._set_latent_state(tensors["cx_"].numpy(), int(f["n_samples_"]))
-        return model
-
-    return restore
 
 
 def register_baselines() -> None:
@@ -305,14 +201,14 @@ def register_baselines() -> None:
     io.register(
         "DynamicAutoencoder",
         DynamicAutoencoder,
-        _dump_autoencoder,
-        _restore_autoencoder(DynamicAutoencoder),
+        dump_autoencoder,
+        restore_autoencoder(DynamicAutoencoder),
     )
     io.register(
         "ConsistentAutoencoder",
         ConsistentAutoencoder,
-        _dump_autoencoder,
-        _restore_autoencoder(ConsistentAutoencoder),
+        dump_autoencoder,
+        restore_autoencoder(ConsistentAutoencoder),
     )
 
 

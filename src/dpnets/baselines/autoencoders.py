@@ -32,14 +32,17 @@ import torch
 from torch import Tensor, nn
 
 from dpnets.base import fit_lag
-from dpnets.data import is_streaming, pairs, resolve_lag, windows
+from dpnets.data import is_streaming, pairs, resolve_lag, training_source
 from dpnets.exceptions import check_is_fitted
+from dpnets.io import jsonable, restore_module, sub_state
 from dpnets.linalg import sym_pinv
 from dpnets.nn.mlp import default_mlp
+from dpnets.nn.registry import describe
 from dpnets.nn.utils import encode, module_dtype
-from dpnets.operators import DiscreteTimeModel
-from dpnets.params import check_bool, check_int, check_real, check_seed
+from dpnets.params import check_bool, check_choice, check_int, check_real, check_seed
+from dpnets.spectral import DiscreteTimeModel
 from dpnets.training import (
+    INIT,
     Checkpoint,
     batch_generator,
     fit_checkpoint,
@@ -48,11 +51,16 @@ from dpnets.training import (
     resolve_device,
     restore_on_failure,
     run_checkpoint,
-    split_batchers,
     train_estimator,
 )
 
-__all__ = ["DynamicAutoencoder", "ConsistentAutoencoder", "LatentLinear"]
+__all__ = [
+    "DynamicAutoencoder",
+    "ConsistentAutoencoder",
+    "LatentLinear",
+    "dump_autoencoder",
+    "restore_autoencoder",
+]
 
 
 class LatentLinear(nn.Module):
@@ -99,6 +107,7 @@ class _KoopmanAutoencoder(DiscreteTimeModel):
         check_real("val_fraction", self.val_fraction, 0.0, 1.0, high_open=True)
         check_bool("progress", self.progress)
         check_seed(self.seed)
+        check_choice("init", self.init, INIT)
 
     # ------------------------------------------------------------------ losses
     def _loss(self, x0: Tensor, ys: Tensor) -> Tensor:  # pragma: no cover - abstract
@@ -175,23 +184,24 @@ class _KoopmanAutoencoder(DiscreteTimeModel):
     ) -> _KoopmanAutoencoder:
         gen = batch_generator(self.seed)
         pair_lag, model_lag = resolve_lag(data, lag)
-        w = windows(data, pair_lag, int(self.n_steps))
-        d = int(np.prod(w.state_shape))
-        enc = initial_module(self.encoder, self.seed, lambda: default_mlp(d, int(self.r)))
+        source = training_source(data, pair_lag, int(self.n_steps))  # windows
+        d = int(np.prod(source.state_shape))
+        enc = initial_module(
+            self.encoder, self.seed, lambda: default_mlp(d, int(self.r)), self.init
+        )
         enc = enc.to(device)
         dtype = module_dtype(enc)
-        batches, val_batches, n_train = split_batchers(
-            w,
+        batches, val_batches, n_train = source.split(
             val_fraction=self.val_fraction,
             batch_size=self.batch_size,
             generator=gen,
             device=device,
             dtype=dtype,
         )
-        state_shape = tuple(w.state_shape)
+        state_shape = tuple(source.state_shape)
         with torch.no_grad():
             enc.eval()
-            sample = torch.as_tensor(w.x_states[w.i[:2]]).to(device)
+            sample = torch.as_tensor(source.first()).to(device)
             z = enc(sample.to(dtype))  # integer and bool states are cast, as in training
             enc.train()
         if z.ndim != 2 or z.shape[0] != sample.shape[0]:
@@ -199,7 +209,7 @@ class _KoopmanAutoencoder(DiscreteTimeModel):
                 f"encoder must map (batch, *state_shape) to (batch, r); got {tuple(z.shape)}"
             )
         r = int(z.shape[1])
-        dec = initial_module(self.decoder, self.seed, lambda: default_mlp(r, d))
+        dec = initial_module(self.decoder, self.seed, lambda: default_mlp(r, d), self.init)
         dec = dec.to(device=device, dtype=dtype)
         q, rr = torch.linalg.qr(torch.randn(r, r, generator=gen, dtype=torch.float64))
         q = q * torch.sign(torch.diagonal(rr))[None, :]  # a random rotation
@@ -336,7 +346,8 @@ _COMMON_DOC = """
     lag : int, optional
         Frames between consecutive states of a window (default 1); ``predict(X, t)``
         forecasts ``t`` such steps ahead. For pre-paired data, the lag they were paired at.
-    lr, batch_size, epochs, val_fraction, optimizer, optimizer_kwargs, seed, device, progress
+    lr, batch_size, epochs, val_fraction, optimizer, optimizer_kwargs, seed, init, device,
+    progress
         As :class:`dpnets.DPNet` (the validation score is minus the loss on held-out
         windows; the best epoch is restored).
 """
@@ -389,6 +400,7 @@ class DynamicAutoencoder(_KoopmanAutoencoder):
         optimizer: str | type[torch.optim.Optimizer] = "adam",
         optimizer_kwargs: dict[str, Any] | None = None,
         seed: int | None = None,
+        init: str = "seed",
         device: str | torch.device | None = None,
         progress: bool = True,
     ) -> None:
@@ -477,6 +489,7 @@ class ConsistentAutoencoder(_KoopmanAutoencoder):
         optimizer: str | type[torch.optim.Optimizer] = "adam",
         optimizer_kwargs: dict[str, Any] | None = None,
         seed: int | None = None,
+        init: str = "seed",
         device: str | torch.device | None = None,
         progress: bool = True,
     ) -> None:
@@ -508,3 +521,98 @@ class ConsistentAutoencoder(_KoopmanAutoencoder):
                 self.latent_.weight, self.backward_latent_.weight
             )
         return loss
+
+
+# ----------------------------------------------------------------------------- autoencoders
+_AE_PARAMS = (
+    "r",
+    "lag",
+    "n_steps",
+    "lr",
+    "batch_size",
+    "epochs",
+    "val_fraction",
+    "optimizer_kwargs",
+    "seed",
+    "init",
+    "progress",
+)
+
+
+def dump_autoencoder(model: Any, tensors: dict[str, Tensor]) -> dict:
+    """The saved form of a fitted Koopman autoencoder (for :func:`dpnets.io.save`):
+    parameters, module descriptions, fitted state; weights and matrices go to ``tensors``."""
+    from dpnets.exceptions import check_is_fitted
+
+    check_is_fitted(model, "operator_")
+    params = {k: getattr(model, k) for k in _AE_PARAMS}
+    params.update(model._weights())
+    params["optimizer"] = model.optimizer if isinstance(model.optimizer, str) else "adam"
+    for name in ("encoder", "decoder"):
+        for k, v in getattr(model, name + "_").state_dict().items():
+            tensors[f"{name}.{k}"] = v.detach().cpu()
+    tensors["K_"] = torch.from_numpy(model.K_)
+    if model.backward_latent_ is not None:
+        tensors["D_"] = torch.from_numpy(model.D_)
+    tensors["cx_"] = torch.from_numpy(model.cx_)
+    return {
+        "params": jsonable(params),
+        "modules": {
+            "encoder": describe(model.encoder_),
+            "decoder": describe(model.decoder_),
+            # the parameters left at None (the default MLPs) stay None after loading
+            "defaults": [n for n in ("encoder", "decoder") if getattr(model, n) is None],
+        },
+        "fitted": {
+            "history_": model.history_,
+            "best_epoch_": model.best_epoch_,
+            "state_shape_": list(model.state_shape_),
+            "n_features_": int(model.n_features_),
+            "n_samples_": int(model.n_samples_),
+            "lag_": model.lag_,
+        },
+    }
+
+
+def restore_autoencoder(cls: type) -> Any:
+    """The inverse of :func:`dump_autoencoder` for the autoencoder class ``cls``."""
+
+    def restore(cfg: dict, tensors: dict[str, Tensor], **kw: Any) -> Any:
+        device = kw.get("device", "cpu")
+        mods = {}
+        for name in ("encoder", "decoder"):
+            mods[name] = restore_module(
+                cfg["modules"][name], kw.get(name), sub_state(tensors, name + "."), name
+            ).to(device)
+        defaults = cfg["modules"].get("defaults", [])
+        model = cls(
+            *(None if n in defaults else mods[n] for n in ("encoder", "decoder")),
+            device=device,
+            **cfg["params"],
+        )
+        f = cfg["fitted"]
+        r = int(f["n_features_"])
+        dtype = next(mods["encoder"].parameters()).dtype
+
+        def latent(key: str) -> LatentLinear:
+            m = LatentLinear(r).to(device=device, dtype=dtype)
+            with torch.no_grad():
+                m.weight.copy_(tensors[key].to(dtype))
+            return m.eval()
+
+        model.encoder_, model.decoder_ = mods["encoder"], mods["decoder"]
+        model.features_, model.features_x_ = mods["encoder"], None
+        model.latent_ = latent("K_")
+        model.backward_latent_ = latent("D_") if "D_" in tensors else None
+        model.K_ = tensors["K_"].numpy()
+        if "D_" in tensors:
+            model.D_ = tensors["D_"].numpy()
+        model.history_ = f["history_"]
+        model.best_epoch_ = f["best_epoch_"]
+        model.state_shape_ = tuple(f["state_shape_"])
+        model.n_features_ = r
+        model.lag_ = f["lag_"]
+        model._set_latent_state(tensors["cx_"].numpy(), int(f["n_samples_"]))
+        return model
+
+    return restore

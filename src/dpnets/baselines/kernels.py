@@ -51,7 +51,7 @@ from dpnets.base import fit_lag
 from dpnets.data import check_states, chunks, is_streaming, pairs, resolve_lag
 from dpnets.exceptions import check_is_fitted
 from dpnets.linalg import default_rtol
-from dpnets.operators import DiscreteTimeModel
+from dpnets.spectral import DiscreteTimeModel
 
 __all__ = ["Kernel", "KernelFeatures", "KernelDMD", "NystromKernelDMD", "KERNELS", "ESTIMATORS"]
 

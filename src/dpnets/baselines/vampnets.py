@@ -35,7 +35,7 @@ class VAMPNet(DPNet):
         share the weights of the two lobes, use ``DPNet(encoder, objective="vamp2", gamma=0)``.
     objective : {"vamp2", "vamp1"}, default "vamp2"
     r, lag, lr, batch_size, epochs, val_fraction, standardize, optimizer, optimizer_kwargs,
-    seed, device, progress, distributed, autocast, compile
+    seed, init, device, progress, distributed, autocast, compile
         As :class:`dpnets.DPNet` (``lr``, ``batch_size``, ``epochs`` with its defaults).
     constant : bool, default True
         The VAMP scores hold the constant function implicitly (centred covariances, ``+1``),
@@ -76,6 +76,7 @@ class VAMPNet(DPNet):
         optimizer: str | type[torch.optim.Optimizer] = "adam",
         optimizer_kwargs: dict[str, Any] | None = None,
         seed: int | None = None,
+        init: str = "seed",
         device: str | torch.device | None = None,
         progress: bool = True,
         distributed: str | bool = "auto",
@@ -98,6 +99,7 @@ class VAMPNet(DPNet):
             optimizer=optimizer,
             optimizer_kwargs=optimizer_kwargs,
             seed=seed,
+            init=init,
             device=device,
             progress=progress,
             distributed=distributed,
@@ -114,6 +116,8 @@ class VAMPNet(DPNet):
             )
         if self.gamma != 0:
             raise ValueError("VAMPNet has no metric distortion penalty (gamma=0); use DPNet")
+
+    _shares_lobes = False
 
     def _lagged_template(self, enc: nn.Module) -> nn.Module:
         """A separate lobe with the same initial weights as ``psi`` (Mardt et al.) unless one

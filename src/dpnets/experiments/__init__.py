@@ -13,12 +13,11 @@ dependencies of one experiment never affect the others.
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import inspect
 from pathlib import Path
 from typing import Any
 
-__all__ = ["EXPERIMENTS", "available", "run_experiment"]
+__all__ = ["EXPERIMENTS", "run_experiment"]
 
 #: name -> (module, one-line description)
 EXPERIMENTS: dict[str, tuple[str, str]] = {
@@ -46,16 +45,11 @@ EXPERIMENTS: dict[str, tuple[str, str]] = {
         "dpnets.experiments.alanine_dipeptide",
         "Alanine dipeptide with a SchNet encoder: timescales and free energy (paper Table 2)",
     ),
+    "alanine-r-lag": (
+        "dpnets.experiments.alanine_sweep",
+        "Alanine dipeptide: slowest timescale vs lag and r, equal gradient steps (issue 18)",
+    ),
 }
-
-
-def available() -> dict[str, str]:
-    """Names of the experiments whose module is present, with their description."""
-    out = {}
-    for name, (module, desc) in EXPERIMENTS.items():
-        if importlib.util.find_spec(module) is not None:
-            out[name] = desc
-    return out
 
 
 def run_experiment(name: str, **kwargs: Any) -> str:
@@ -63,9 +57,10 @@ def run_experiment(name: str, **kwargs: Any) -> str:
     if name not in EXPERIMENTS:
         raise ValueError(f"unknown experiment {name!r}; expected one of {', '.join(EXPERIMENTS)}")
     module_name = EXPERIMENTS[name][0]
-    if importlib.util.find_spec(module_name) is None:
-        raise NotImplementedError(f"experiment {name!r} is not implemented yet")
-    module = importlib.import_module(module_name)
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as err:  # a missing dependency of that module: one line, its name
+        raise ImportError(f"experiment {name!r} cannot be imported ({module_name}): {err}") from err
     kwargs.setdefault("out", Path("dpnets-out") / name)
     accepted = inspect.signature(module.run).parameters
     unsupported = sorted(k for k in kwargs if k not in accepted)

@@ -210,6 +210,7 @@ def method_builders(cfg: dict, in_dim: int, n_pairs: int, seed: int, device, pro
                 _decoder(cfg, in_dim, seed),
                 n_steps=cfg["ae_steps"],
                 lr=cfg["lr_ae"],
+                init="module",  # the encoder and decoder seeded above (committed results)
                 **{**common, "batch_size": max(n_pairs - cfg["ae_steps"] + 1, 1)},
             )
             return ae.fit(train)

@@ -29,12 +29,14 @@ from __future__ import annotations
 
 import json
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from dpnets.experiments._common import provenance, pyplot, torch_threads
+from dpnets.parallel import run_jobs
 
 __all__ = ["run", "CONFIG", "QUICK_CONFIG"]
 
@@ -155,12 +157,9 @@ def _train_one(cfg: dict, seed: int, device: str | None, progress: bool, out: Pa
     }
 
 
-def _train_one_threads(
-    threads: int | None, cfg: dict, seed: int, device: str | None, out: Path
-) -> dict:
-    """:func:`_train_one` in a worker process, with ``threads`` torch threads."""
-    with torch_threads(threads):
-        run = _train_one(cfg, seed, device, False, out)
+def _train_in_worker(cfg: dict, seed: int, device: str | None, out: Path) -> dict:
+    """:func:`_train_one` in a worker process: no progress bar, one line when done."""
+    run = _train_one(cfg, seed, device, False, out)
     print(
         f"[langevin] seed {seed}: eigenvalues (train) {np.round(run['eig_train'], 3)}", flush=True
     )
@@ -231,10 +230,12 @@ def run(
     progress : bool, default True
         Progress bar during training (off with ``workers > 1``).
     workers : int, default 1
-        Processes that train the seeds in parallel (``spawn``; each seed is independent:
-        its own samples, split and initialisation), so the results do not depend on it.
+        Processes that train the seeds in parallel (:func:`dpnets.parallel.run_jobs`:
+        ``spawn``; each seed is independent: its own samples, split and initialisation), so
+        the results do not depend on it.
     threads : int or None, default None
-        Torch CPU threads per process (``None`` keeps torch's default).
+        Torch CPU threads of this process and, with BLAS threads, of each worker process
+        (``None`` keeps the defaults).
 
     Returns
     -------
@@ -255,21 +256,12 @@ def run(
     t0 = time.perf_counter()
     if int(workers) < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
-    if int(workers) == 1:
-        with torch_threads(threads):
-            runs = [_train_one(cfg, seed, device, progress, out) for seed in range(n_seeds)]
+    if int(workers) == 1:  # in this process, with its progress bar
+        jobs = [partial(_train_one, cfg, seed, device, progress, out) for seed in range(n_seeds)]
     else:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
-
-        with ProcessPoolExecutor(
-            max_workers=int(workers), mp_context=multiprocessing.get_context("spawn")
-        ) as pool:
-            futures = [
-                pool.submit(_train_one_threads, threads, cfg, seed, device, out)
-                for seed in range(n_seeds)
-            ]
-            runs = [f.result() for f in futures]
+        jobs = [partial(_train_in_worker, cfg, seed, device, out) for seed in range(n_seeds)]
+    with torch_threads(threads):  # this process's threads; run_jobs sets the workers'
+        runs = [run for _, run in run_jobs(jobs, workers=int(workers), threads=threads)]
     wall = time.perf_counter() - t0
 
     est_train = np.array([run["eig_train"] for run in runs])

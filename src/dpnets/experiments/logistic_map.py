@@ -226,7 +226,7 @@ def _neural(
         import torch
 
         from dpnets import DPNet
-        from dpnets.operators import as_feature_map
+        from dpnets.spectral import as_feature_map
 
         torch.manual_seed(seed)
         enc = _encoder(setup.rank)

@@ -83,6 +83,7 @@ import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -97,6 +98,7 @@ from dpnets.experiments._common import (
     torch_threads,
     write_results,
 )
+from dpnets.parallel import run_jobs
 
 __all__ = [
     "CONFIG",
@@ -564,7 +566,8 @@ def _fit_autoencoder(consistent: bool) -> Callable[[Setup, int], dict[str, Any]]
         torch.manual_seed(int(seed) + 10_000)
         dec = ConvDecoder(in_dim=setup.cfg["r"])
         cls = ConsistentAutoencoder if consistent else DynamicAutoencoder
-        ae = cls(enc, dec, n_steps=1, **_neural_kwargs(setup, name, seed))
+        # init="module": the encoder and decoder seeded above (the committed results)
+        ae = cls(enc, dec, n_steps=1, init="module", **_neural_kwargs(setup, name, seed))
         t0 = time.perf_counter()
         ae.fit(setup.X)
         train_s = time.perf_counter() - t0
@@ -906,39 +909,46 @@ def run_job(setup: Setup, job: Job) -> dict[str, Any]:
 _WORKER: dict[str, Any] = {}
 
 
-def _init_worker(
-    cfg: dict[str, Any], device: str | None, states: dict[str, Any], threads: int | None
-) -> None:
-    import torch
-
-    if threads is not None:
-        torch.set_num_threads(int(threads))
+def _init_worker(cfg: dict[str, Any], device: str | None, states: dict[str, Any]) -> None:
+    """The data and the oracles of a worker process, rebuilt once (:func:`run_jobs`)."""
     _WORKER["setup"] = make_setup(cfg, device=device, oracle_states=states)
 
 
-def _worker_job(job: Job) -> tuple[Job, dict[str, Any]]:
-    return job, run_job(_WORKER["setup"], job)
+def _worker_job(job: Job) -> dict[str, Any]:
+    return run_job(_WORKER["setup"], job)
+
+
+@dataclass(frozen=True)
+class _Workers:
+    """Where :func:`_execute` runs the fits: ``n`` worker processes (1: this process), each
+    with ``threads`` torch and BLAS threads and the setup rebuilt by
+    ``_init_worker(*initargs)``."""
+
+    n: int = 1
+    threads: int | None = None
+    initargs: tuple[Any, ...] = ()
 
 
 def _execute(
-    setup: Setup, jobs: list[Job], pool: Any, report: Callable[[Job, dict[str, Any]], None]
+    setup: Setup, jobs: list[Job], workers: _Workers, report: Callable[[Job, dict[str, Any]], None]
 ) -> list[tuple[Job, dict[str, Any]]]:
-    """Run ``jobs`` in this process (``pool`` None) or in the worker pool, in completion
-    order; ``report`` is called as each finishes."""
+    """Run ``jobs`` in this process or in worker processes (:func:`dpnets.parallel.run_jobs`),
+    in completion order; ``report`` is called as each finishes."""
+    if workers.n == 1:
+        calls = [partial(run_job, setup, job) for job in jobs]
+    else:
+        calls = [partial(_worker_job, job) for job in jobs]
     done: list[tuple[Job, dict[str, Any]]] = []
-    if pool is None:
-        for job in jobs:
-            res = run_job(setup, job)
-            report(job, res)
-            done.append((job, res))
-        return done
-    from concurrent.futures import as_completed
-
-    futures = [pool.submit(_worker_job, job) for job in jobs]
-    for fut in as_completed(futures):
-        job, res = fut.result()
-        report(job, res)
-        done.append((job, res))
+    for index, res in run_jobs(
+        calls,
+        workers=workers.n,
+        threads=workers.threads,
+        ordered=False,
+        initializer=_init_worker,
+        initargs=workers.initargs,
+    ):
+        report(jobs[index], res)
+        done.append((jobs[index], res))
     return done
 
 
@@ -1017,11 +1027,13 @@ def run(
     lr : float, optional
         One learning rate for every network, without selection (the paper: ``9e-4``).
     workers : int, default 1
-        Processes that run the fits in parallel (``spawn``; each rebuilds the data and
-        loads the oracles). Several can share one GPU: the networks are small.
+        Processes that run the fits in parallel (:func:`dpnets.parallel.run_jobs`:
+        ``spawn``; each rebuilds the data and loads the oracles, once for the learning-rate
+        selection and once for the test fits). Several can share one GPU: the networks are
+        small.
     threads : int or None, default 1
-        Torch CPU threads per process during the run (restored afterwards); ``None`` keeps
-        torch's.
+        Torch CPU threads of this process during the run (restored afterwards) and torch and
+        BLAS threads of each worker process; ``None`` keeps the defaults.
 
     Returns
     -------
@@ -1074,24 +1086,10 @@ def _run(
         + f", oracle accuracy {setup.oracle_accuracy}",
         flush=True,
     )
-    pool = None
-    if workers > 1:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
-
-        pool = ProcessPoolExecutor(
-            max_workers=workers,
-            mp_context=multiprocessing.get_context("spawn"),
-            initializer=_init_worker,
-            initargs=(cfg, device, oracle_states(setup), threads),
-        )
-    try:
-        selection, results, failures = _fit_all(
-            setup, chosen, n_seeds, pool, _reporter(out / "jobs.jsonl")
-        )
-    finally:
-        if pool is not None:
-            pool.shutdown()
+    pool = _Workers(workers, threads, (cfg, device, oracle_states(setup)) if workers > 1 else ())
+    selection, results, failures = _fit_all(
+        setup, chosen, n_seeds, pool, _reporter(out / "jobs.jsonl")
+    )
     wall = time.perf_counter() - t0
     table = _tables(setup, results, selection, wall, quick, workers)
     if failures:
@@ -1145,7 +1143,7 @@ def _fit_all(
     setup: Setup,
     chosen: list[Method],
     n_seeds: int,
-    pool: Any,
+    pool: _Workers,
     report: Callable[[Job, dict[str, Any]], None] = _report,
 ) -> tuple[dict[str, dict[str, Any]], dict[str, list[dict]], dict[str, list[str]]]:
     """Selection of each network's learning rate, then the test fits of every method."""

@@ -8,7 +8,7 @@ The molecule's atomic numbers are held as a buffer, so a trajectory array
 ``(T, n_atoms, 3)`` is directly a :meth:`dpnets.DPNet.fit` input::
 
     enc = SchNetEncoder(atomic_numbers=[6, 6, 8, 7, 6, 6, 6, 8, 7, 6], out_dim=16)
-    model = DPNet(enc, objective="relaxed").fit(positions, lag=10)   # positions: (T, 10, 3)
+    model = DPNet(enc, objective="relaxed", lag=10).fit(positions)   # positions: (T, 10, 3)
 
 Units: the ``cutoff`` (and the Gaussian grid ``[0, cutoff]``) is in the unit of the positions;
 the defaults assume **Ångström** (5 Å, paper App. F). Features are invariant to rotations,

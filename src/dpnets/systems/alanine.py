@@ -414,10 +414,6 @@ def simulate_alanine_dipeptide(
     )
 
 
-def _simulate_one(kwargs: dict[str, Any]) -> AlanineDipeptideTrajectory:
-    return simulate_alanine_dipeptide(**kwargs)
-
-
 def simulate_alanine_ensemble(
     runs: list[dict[str, Any]], *, workers: int = 1, **common: Any
 ) -> list[AlanineDipeptideTrajectory]:
@@ -429,7 +425,8 @@ def simulate_alanine_ensemble(
         Per-trajectory keyword arguments of :func:`simulate_alanine_dipeptide` (for instance
         ``{"n_frames": 4000, "seed": 3, "initial_phi": 70.0}``).
     workers : int, default 1
-        Processes simulating at once (one ``Reference``-platform trajectory each; cached
+        Processes simulating at once (:func:`dpnets.parallel.run_jobs`; one
+        ``Reference``-platform trajectory each, one torch and BLAS thread per process; cached
         trajectories are loaded, not re-run). On the CPU, one process per core is fastest.
     **common
         Keyword arguments shared by all runs (a run's own value wins).
@@ -443,13 +440,12 @@ def simulate_alanine_ensemble(
     if not isinstance(runs, (list, tuple)) or not runs:
         raise ValueError("runs must be a non-empty list of dicts of keyword arguments.")
     kwargs = [{**common, **dict(r)} for r in runs]
-    if workers == 1 or len(kwargs) == 1:
-        return [simulate_alanine_dipeptide(**kw) for kw in kwargs]
-    import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor
+    from functools import partial
 
-    with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
-        return list(pool.map(_simulate_one, kwargs))
+    from dpnets.parallel import run_jobs
+
+    jobs = [partial(simulate_alanine_dipeptide, **kw) for kw in kwargs]
+    return [traj for _, traj in run_jobs(jobs, workers=min(workers, len(jobs)), threads=1)]
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,0 +1,781 @@
+"""The model contract: what every estimator of a transfer operator or generator offers.
+
+:class:`SpectralModel` is the contract (paper Sec. 4, App. D-E): a feature map, the
+least-squares operator on it and its eigen-decomposition (Eq. 16), eigenfunctions,
+forecasts through the modal decomposition (Eq. 17), scores, persistence; the fitted state
+it names and the hooks its implementations override are declared on it.
+:class:`DiscreteTimeModel` adds what a transfer operator at a lag has (modes, implied
+timescales, equilibrium reweighting). The implementations are
+:class:`dpnets.TransferOperator` (:mod:`dpnets.operators`), :class:`dpnets.Generator`
+(:mod:`dpnets.generator`) and the baselines (:mod:`dpnets.baselines`). This module also
+holds what they share: feature maps (:func:`as_feature_map`), the constant function
+(:func:`constant_in_span`, :func:`prepend_ones`), timescales and the saved form of the
+contract's fitted state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import IterableDataset, SequentialSampler
+
+from dpnets.base import BaseEstimator, TransformerMixin, clone
+from dpnets.data import (
+    PairSegment,
+    check_state_shape,
+    check_states,
+    pairs,
+    resolve_lag,
+    to_numpy,
+)
+from dpnets.exceptions import check_is_fitted
+from dpnets.io import (
+    InvalidModelFile,
+    dump_features,
+    restore_features,
+    save,
+    tensors_to_arrays,
+)
+from dpnets.linalg import eig_biorthogonal, sym_matrix_function
+from dpnets.moments import FIT_CHUNK
+from dpnets.nn.utils import encode
+from dpnets.params import check_choice, check_real
+
+__all__ = [
+    "SpectralModel",
+    "DiscreteTimeModel",
+    "FeatureMap",
+    "as_feature_map",
+    "constant_in_span",
+    "constant_in_span_moments",
+    "prepend_ones",
+    "timescales_from_eigvals",
+    "STATIONARY_TOL",
+    "features_on_demand",
+    "dump_fitted_scalars",
+    "dump_feature_map",
+    "restore_feature_map",
+    "restore_fitted_state",
+    "check_fitted_arrays",
+    "OPTIONAL_ARRAYS",
+]
+
+FeatureMap = Callable[[np.ndarray], np.ndarray]
+
+
+def as_feature_map(features: Any) -> FeatureMap:
+    """Normalise ``features`` to a function ``states -> float64 array (n, r)``.
+
+    ``None`` is the identity on flattened states (linear features: DMD). A fitted
+    :class:`dpnets.DPNet`, a ``torch.nn.Module`` or any callable returning numpy or torch
+    arrays is accepted.
+    """
+    if features is None:
+        return lambda x: np.asarray(x, dtype=np.float64).reshape(x.shape[0], -1)
+    if isinstance(features, torch.nn.Module):
+        module = features
+        # read-only states (memory-mapped files) are copied a chunk at a time for torch
+        return lambda x: _as_features(encode(module, _writeable(x)).numpy(), x.shape[0])
+    if hasattr(features, "transform") and callable(features.transform):
+        return lambda x: _as_features(features.transform(x), x.shape[0])
+    if callable(features):
+        return lambda x: _as_features(features(x), x.shape[0])
+    raise TypeError(
+        "features must be None, a fitted DPNet, a torch.nn.Module or a callable states -> (n, r)"
+    )
+
+
+#: ``1 - |lambda|`` below which an eigenvalue counts as stationary (implied timescale inf)
+STATIONARY_TOL = 1e-10
+
+
+def constant_in_span(phi: np.ndarray, tol: float = 1e-8) -> bool:
+    """Whether the constant function lies in the span of features ``phi`` (n, r) on the data.
+
+    It does when some combination ``c^T phi`` of the features is constant and non-zero on
+    the data: ``c`` in the null space of the (centred) feature covariance with
+    ``c^T mu != 0``, ``mu`` the feature mean. The test runs on the correlation matrix (the
+    covariance of the standardised features), so features of any offset and scale give
+    the same answer: raw coordinates far from the origin do not span it (the constant is
+    then added and the regression stays well conditioned), indicator features of a
+    partition and dictionaries holding the constant do. See
+    :func:`constant_in_span_moments`, which takes the moments instead of the features.
+    """
+    phi = np.asarray(phi, dtype=np.float64)
+    mean = phi.mean(0)
+    centred = phi - mean
+    return constant_in_span_moments(mean, centred.T @ centred / phi.shape[0], tol)
+
+
+def constant_in_span_moments(mean: np.ndarray, cov: np.ndarray, tol: float = 1e-8) -> bool:
+    """:func:`constant_in_span` from the feature mean and covariance.
+
+    A feature whose spread is below the round-off of its values is a constant (in the span
+    when non-zero). On the others, with ``R = V diag(s) V^T`` the correlation matrix and
+    ``m = mu / std`` the standardised means, the squared distance of ``1`` to the span of
+    the combinations of (numerically) zero variance is ``1 / (1 + sum_i (v_i^T m)^2 / s_i)``
+    over the eigenvalues ``s_i <= tol * max(s)``; the constant is in the span when that
+    distance is at most ``tol``.
+
+    Parameters
+    ----------
+    mean : ndarray (r,)
+        ``E[phi]`` on the data.
+    cov : ndarray (r, r)
+        The centred covariance ``E[(phi - mean)(phi - mean)^T]`` on the data (from
+        :meth:`dpnets.moments.Moments.cov`, accurate whatever the offset of the features).
+    tol : float, default 1e-8
+        Relative variance below which a combination of features counts as constant, and
+        largest squared distance of the constant function to the span counted as zero.
+
+    Returns
+    -------
+    bool
+    """
+    mean = np.asarray(mean, dtype=np.float64)
+    cov = np.asarray(cov, dtype=np.float64)
+    eps = np.finfo(np.float64).eps
+    sd = np.sqrt(np.maximum(np.diag(cov), 0.0))
+    flat = sd <= 64.0 * eps * np.abs(mean)  # constant up to the round-off of its values
+    if np.any(flat & (mean != 0)):
+        return True
+    keep = ~flat
+    if not keep.any():  # every feature vanishes on the data
+        return False
+    sdk = sd[keep]
+    corr = cov[np.ix_(keep, keep)] / np.outer(sdk, sdk)
+    s, v = np.linalg.eigh(0.5 * (corr + corr.T))
+    top = max(float(s.max()), 0.0)
+    null = s <= tol * top
+    if not null.any():
+        return False
+    proj = v[:, null].T @ (mean[keep] / sdk)
+    ratio = float(np.sum(proj**2 / np.maximum(s[null], eps * top)))
+    return bool(1.0 / (1.0 + ratio) <= tol)
+
+
+def _input_chunks(sources: list, size: int = FIT_CHUNK) -> Iterator[np.ndarray]:
+    """The training inputs ``X`` of a chunked fit, in order: ``PairSegment`` rows, or the
+    ``x`` of every batch of a (replayable) DataLoader."""
+    for src in sources:
+        if isinstance(src, PairSegment):
+            yield from src.x_chunks(size)
+            continue
+        sampler = getattr(src, "sampler", None)
+        if not (isinstance(sampler, SequentialSampler) or isinstance(src.dataset, IterableDataset)):
+            raise ValueError(
+                "the model was fitted on a DataLoader that draws its samples at random, whose "
+                "order cannot be replayed: fit on arrays, a Dataset or a DataLoader with "
+                "shuffle=False to use observables given on the training samples"
+            )
+        for batch in src:
+            yield check_states(batch[0], "X batch")
+
+
+def _writeable(x: Any) -> Any:
+    """``x``, or a copy of it when it is a read-only numpy array (torch warns on those)."""
+    if isinstance(x, np.ndarray) and not x.flags.writeable:
+        return np.array(x)
+    return x
+
+
+def prepend_ones(phi: np.ndarray) -> np.ndarray:
+    """``[1, phi]``: the constant function as the first column of features ``phi`` (n, r),
+    float64."""
+    phi = np.asarray(phi, dtype=np.float64)
+    return np.concatenate([np.ones((phi.shape[0], 1)), phi], axis=1)
+
+
+def _as_features(phi: Any, n: int) -> np.ndarray:
+    phi = np.asarray(to_numpy(phi), dtype=np.float64)
+    if phi.ndim == 1:
+        phi = phi[:, None]
+    if phi.ndim != 2 or phi.shape[0] != n:
+        raise ValueError(f"feature map must return shape (n, r) = ({n}, r); got {phi.shape}")
+    if not np.all(np.isfinite(phi)):
+        raise ValueError("feature map returned NaN or inf values")
+    return phi
+
+
+class SpectralModel(TransformerMixin, BaseEstimator):
+    """The model contract: every estimator of a transfer operator or generator on a feature map.
+
+    Public API (the same for :class:`TransferOperator`, :class:`dpnets.Generator`, the
+    baselines and the Koopman autoencoders): :meth:`eig`, :meth:`transform`,
+    :meth:`eigenfunctions`, :meth:`predict` (with ``observable=``), :meth:`modes`,
+    :meth:`implied_timescales`, :meth:`score` and :meth:`save`.
+
+    Fitted state that every subclass sets in ``fit`` (public, documented):
+
+    * ``features_``: the feature map in use (the fitted one when ``fit`` trained it);
+    * ``operator_`` (r, r): the matrix acting on coefficient vectors in the basis of
+      :meth:`transform`; ``cx_`` (r, r): the covariance of that basis on the training inputs;
+    * ``eigvals_``, ``left_eigvecs_``, ``right_eigvecs_``: from :meth:`_set_spectrum`;
+    * ``state_coef_`` (r, d): least-squares coefficients of the (flattened) state observable;
+    * ``n_samples_``, ``n_features_``, ``state_shape_``, ``lag_`` (None where unknown);
+    * ``features_x_`` (n, r): the training inputs' features, for observables given on the
+      training samples (not saved to files). :class:`TransferOperator` and
+      :class:`dpnets.Generator` do not store it: they keep a reference to the training
+      inputs (no copy) and compute the features chunk by chunk when needed.
+
+    Least squares: the coefficients of an observable are ``(Cx + ridge I)^+ Phi_X^T F / n``,
+    computed by :meth:`_lstsq` from ``cx_pinv_`` (set by :meth:`_regress`). An estimator
+    whose basis is orthonormal by construction (kernel regression, whitened features)
+    overrides :meth:`_lstsq` instead. Subclasses implement :meth:`_time_factor` (the
+    eigenvalue weight of a forecast ``t`` steps or time units ahead), :meth:`_power` (its
+    matrix counterpart, used when the eigenvector matrix is ill-conditioned) and
+    :meth:`implied_timescales`.
+    """
+
+    # -- parameters every implementation has (constructor arguments)
+    features: Any
+    ridge: float
+    rtol: float | None
+
+    # -- the fitted state named above (set by ``fit`` or restored from a file)
+    features_: Any
+    operator_: np.ndarray
+    cx_: np.ndarray
+    cx_pinv_: np.ndarray
+    cx_rank_: int
+    eigvals_: np.ndarray
+    left_eigvecs_: np.ndarray
+    right_eigvecs_: np.ndarray
+    state_coef_: np.ndarray
+    n_samples_: int
+    n_features_: int
+    state_shape_: tuple[int, ...]
+    lag_: int | None
+    constant_: bool
+
+    # -- private state of the chunked fits (TransferOperator, Generator): the accumulated
+    # statistics that partial_fit adds to, and references to the training inputs from which
+    # features_x_ is computed on demand; None for a model loaded from a file
+    _stats: Any = None
+    _train_inputs: list | None = None
+
+    def _set_spectrum(self) -> None:
+        self.eigvals_, self.left_eigvecs_, self.right_eigvecs_ = eig_biorthogonal(
+            self.operator_, metric=self.cx_
+        )
+
+    def _check_regression_params(self) -> None:
+        check_real("ridge", self.ridge, 0.0)
+        if self.rtol is not None:
+            check_real("rtol", self.rtol, 0.0, 1.0, low_open=True, high_open=True)
+        if getattr(self, "dt", 1.0) is not None:
+            check_real("dt", getattr(self, "dt", 1.0), 0.0, low_open=True)
+        if hasattr(self, "constant") and not isinstance(self.constant, bool):
+            check_choice("constant", self.constant, ("auto", True, False))
+
+    def _regress(self, cx: np.ndarray, c: np.ndarray) -> None:
+        """Least squares ``operator_ = (Cx + ridge I)^+ C`` (App. D.2 / App. E) and its state."""
+        r = cx.shape[0]
+        if not np.any(cx):
+            raise ValueError(
+                "the feature covariance is zero: the features vanish on the data (a collapsed "
+                "or untrained feature map)"
+            )
+        cx_pinv, rank = sym_matrix_function(cx + float(self.ridge) * np.eye(r), -1.0, self.rtol)
+        self.operator_ = cx_pinv @ c
+        self.cx_ = cx
+        self.cx_pinv_ = cx_pinv
+        self.cx_rank_ = rank
+
+    def _lstsq(self, rhs: np.ndarray) -> np.ndarray:
+        """``(Cx + ridge I)^+ rhs``: least-squares coefficients from ``rhs = Phi_X^T F`` (/ n)."""
+        return self.cx_pinv_ @ rhs
+
+    def _use_constant(self, phi: np.ndarray) -> bool:
+        """``constant="auto"``: add the constant unless the features already span it."""
+        if self.constant == "auto":
+            return not constant_in_span(phi)
+        return bool(self.constant)
+
+    def _use_constant_moments(self, mean: np.ndarray, cov: np.ndarray) -> bool:
+        """:meth:`_use_constant` from the features' mean and (centred) covariance."""
+        if self.constant == "auto":
+            return not constant_in_span_moments(mean, cov)
+        return bool(self.constant)
+
+    # -- hooks the implementations override
+    def _time_factor(self, t: float) -> np.ndarray:  # pragma: no cover - abstract
+        """The eigenvalue weights of a forecast ``t`` ahead (``lambda^(t-1)`` or
+        ``exp(lambda t)``)."""
+        raise NotImplementedError
+
+    def _power(self, t: float) -> np.ndarray:  # pragma: no cover - abstract
+        """The matrix counterpart of :meth:`_time_factor` (defective estimators)."""
+        raise NotImplementedError
+
+    def implied_timescales(self, dt: float | None = None) -> np.ndarray:  # pragma: no cover
+        """Implied timescales of the eigenvalues, in time units."""
+        raise NotImplementedError
+
+    def _check_time(self, t: Any) -> float:
+        if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or t < 1:
+            raise ValueError(f"t must be an integer >= 1, got {t!r}")
+        return int(t)
+
+    # -- shared
+    def eig(self, vectors: bool = False) -> np.ndarray | tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Eigenvalues of the estimator (decreasing modulus; Eq. 16).
+
+        Parameters
+        ----------
+        vectors : bool, default False
+            Also return the biorthogonal left and right eigenvectors ``(vals, L, R)`` with
+            ``T R = R diag(vals)``, ``L^H T = diag(vals) L^H``, ``L^H R = I``.
+        """
+        check_is_fitted(self, "operator_")
+        if vectors:
+            return self.eigvals_, self.left_eigvecs_, self.right_eigvecs_
+        return self.eigvals_
+
+    def transform(self, X: Any) -> np.ndarray:
+        """Features used by the estimator at ``X``, float64 (n, n_features_).
+
+        ``psi(X)``; when the estimator added the constant function (``constant_``), the
+        basis ``[1, (psi(X) - feature_shift_) / feature_scale_]`` (see
+        :meth:`TransferOperator.fit`).
+        """
+        check_is_fitted(self, "operator_")
+        x = self._check_X(X)
+        return self._basis(as_feature_map(self.features_)(x))
+
+    def _basis(self, phi: np.ndarray) -> np.ndarray:
+        """The regression basis from raw features: ``[1, (phi - shift) / scale]`` or ``phi``."""
+        if not getattr(self, "constant_", False):
+            return phi
+        shift = getattr(self, "feature_shift_", None)
+        if shift is not None:
+            phi = (phi - shift) / self.feature_scale_
+        return prepend_ones(phi)
+
+    def _check_X(self, X: Any) -> np.ndarray:
+        x = check_states(X, "X")
+        check_state_shape(x.shape[1:], self.state_shape_, type(self).__name__)
+        return x
+
+    def eigenfunctions(self, X: Any, side: str = "right") -> np.ndarray:
+        """Eigenfunctions evaluated at states ``X`` (Eq. 16), complex (n, r).
+
+        ``side="right"``: ``phi_i(x) = psi(x)^T r_i`` (normalised to unit empirical norm);
+        ``side="left"``: ``xi_i(x) = l_i^H psi(x)``.
+        """
+        check_is_fitted(self, "operator_")
+        if side not in ("right", "left"):
+            raise ValueError(f"side must be 'right' or 'left', got {side!r}")
+        phi = self.transform(X)
+        if side == "right":
+            return phi @ self.right_eigvecs_
+        return phi @ self.left_eigvecs_.conj()
+
+    def _observable_coef(self, observable: Any) -> tuple[np.ndarray, tuple[int, ...]]:
+        """LS coefficients ``(Cx + ridge)^+ Phi_X^T F / n`` of an observable (r, l)."""
+        if observable is None:
+            return self.state_coef_, self.state_shape_
+        f = check_states(observable, "observable")
+        if f.shape[0] != self.n_samples_:
+            raise ValueError(
+                f"observable must hold one value per training sample ({self.n_samples_}), "
+                f"got {f.shape[0]} rows"
+            )
+        f_flat = self._weigh(np.asarray(f, dtype=np.float64).reshape(f.shape[0], -1))
+        coef = self._lstsq(self._training_product(f_flat)) / self.n_samples_
+        # a 1-D observable (one scalar per sample) gives 1-D forecasts
+        return coef, (() if np.ndim(observable) == 1 else tuple(f.shape[1:]))
+
+    def _weigh(self, f: np.ndarray) -> np.ndarray:
+        """Observable values times the sample weights of the fit (none here)."""
+        return f
+
+    def _training_feature_chunks(self) -> Iterator[np.ndarray]:
+        """The training inputs' features (the basis of :meth:`transform`), chunk by chunk,
+        in the order of the training samples.
+
+        Estimators that store ``features_x_`` yield it; chunked fits (which keep a reference
+        to their training inputs in ``_train_inputs``) compute it from the inputs. Model
+        files hold neither, as their size must not grow with the data.
+        """
+        stored = vars(self).get("features_x_")
+        sources = getattr(self, "_train_inputs", None)
+        if stored is None and sources is None:
+            raise ValueError(
+                "this model was loaded from a file, which does not store the training features "
+                "(n x r): refit it to use observables given on the training samples, or pass "
+                "the states X explicitly; forecasts of the state itself work as they are"
+            )
+        if stored is not None:
+            yield stored
+            return
+        for x in _input_chunks(sources):
+            yield self.transform(x)
+
+    def _training_features(self) -> np.ndarray:
+        """The training inputs' features (n, r), all at once (see
+        :meth:`_training_feature_chunks`)."""
+        return np.concatenate(list(self._training_feature_chunks()))
+
+    def _training_product(self, f: np.ndarray) -> np.ndarray:
+        """``Phi_X^T f`` over the training inputs, chunk by chunk (``f``: (n_samples_, l))."""
+        out, start = None, 0
+        for phi in self._training_feature_chunks():
+            part = phi.T @ f[start : start + phi.shape[0]]
+            out = part if out is None else out + part
+            start += phi.shape[0]
+        if start != self.n_samples_ or out is None:
+            raise ValueError(
+                f"the training inputs now hold {start} samples, the model was fitted on "
+                f"{self.n_samples_}: they changed since fit; refit the model"
+            )
+        return out
+
+    def predict(self, X: Any, t: Any = 1, observable: Any = None) -> np.ndarray:
+        """Forecast ``E[f(X_t) | X_0 = x]`` through the modal decomposition.
+
+        ``sum_i w_i(t) (psi(x)^T r_i) (l_i^H D_f)`` with ``D_f`` the least-squares
+        coefficients of the observable and ``w_i(t)`` the eigenvalue weight
+        (``lambda_i^{t-1}`` for a transfer operator, Eq. 17; ``exp(lambda_i t)`` for a
+        generator, App. E). If the eigenvector matrix is ill-conditioned (a defective
+        estimator) or its computed left and right eigenvectors are not biorthogonal (a
+        repeated eigenvalue), the matrix function is used instead.
+
+        Parameters
+        ----------
+        X : array (m, *state_shape)
+            Initial states.
+        t : scalar or sequence
+            Forecast horizon(s).
+        observable : array (n_samples_, ...), optional
+            Observable values on the training samples (see the class docstring). Default:
+            the state itself.
+
+        Returns
+        -------
+        ndarray
+            ``(m, *obs_shape)`` for a scalar ``t``; ``(len(t), m, *obs_shape)`` otherwise.
+        """
+        check_is_fitted(self, "operator_")
+        scalar = np.ndim(t) == 0
+        ts = [self._check_time(s) for s in ([t] if scalar else list(t))]
+        if not ts:
+            raise ValueError("t is empty: give a horizon or a non-empty sequence of horizons")
+        coef, obs_shape = self._observable_coef(observable)
+        phi = self.transform(X)
+        out = []
+        if self._modal_ok():
+            phi_r = phi @ self.right_eigvecs_  # (m, r)
+            lc = self.left_eigvecs_.conj().T @ coef  # (r, l)
+            for s in ts:
+                out.append(((phi_r * self._time_factor(s)) @ lc).real)
+        else:  # defective estimator: fall back to the matrix function
+            for s in ts:
+                out.append(phi @ self._power(s) @ coef)
+        shaped = [o.reshape(o.shape[0], *obs_shape) for o in out]
+        return shaped[0] if scalar else np.stack(shaped)
+
+    def _modal_ok(self) -> bool:
+        """Whether forecasts may go through the eigen-decomposition: a well-conditioned
+        eigenvector matrix whose computed left and right eigenvectors are biorthogonal
+        (``L^H R = I``; not so for a (nearly) repeated eigenvalue of a non-normal
+        estimator, whose eigenvectors round-off alone decides)."""
+        return _modal_ok(self.left_eigvecs_, self.right_eigvecs_)
+
+    def score(self, X: Any, y: Any = None, lag: int | None = None, kind: str = "vamp2") -> float:
+        """Score of the model on (held-out) data, higher is better.
+
+        ``X`` holds trajectories, paired at ``lag`` (default: the fitted ``lag_``); ``y`` is
+        ignored (scikit-learn's ``GridSearchCV`` calls ``score(X_test)``).
+
+        * ``"vamp2"`` (default): ``1 + ||K||_F^2`` and ``"vamp1"``: ``1 + ||K||_*``, with
+          ``K = Cx^{-1/2} Cxy Cy^{-1/2}`` of the *centred* features on ``X`` (the constant
+          counted as the 1; Mardt et al., :func:`dpnets.scores.vamp_score`): how much of the
+          dynamics the model's *features* capture on ``X``; the operator itself is not used.
+          ``"vamp2"`` equals the projection score ``P^0`` of ``[1, psi]`` (Eq. 7).
+        * ``"vampE"`` (Wu and Noé 2020, Eq. 30): the Koopman model *fitted on the training
+          data* (its singular functions and values, from the training covariances) scored
+          against the covariances of ``X``: ``1 + tr(2 S U^T C0t V - S U^T C00 U S V^T Ctt
+          V)``. It penalises a model that overfits its training data, so it is the one to
+          compare models by on held-out data. Needs ``cy_`` (models fitted since it was
+          added).
+        * ``"projection"``: ``P^0`` of the model's basis (:meth:`transform`) on ``X``,
+          uncentred (Eq. 7); equal to ``"vamp2"`` when the model added the constant.
+
+        All equal deeptime's ``VAMP(...).score(r, test_model=...)`` with all dimensions kept
+        (tested to 1e-8). VAMP-1/2 scores are comparable only between models with the same
+        number of features (more features never lower them); VAMP-E is comparable across
+        dimensions.
+        """
+        from dpnets.scores import projection_score, vamp_score
+
+        check_is_fitted(self, "operator_")
+        check_choice("kind", kind, ("vamp1", "vamp2", "vampE", "projection"))
+        lag = self.lag_ if lag is None else lag
+        if lag is None:
+            raise ValueError("the model's lag is unknown: pass score(X, lag=k)")
+        p = pairs(X, resolve_lag(X, lag)[0])
+        fx, fy = self.transform(p.X), self.transform(p.Y)
+        if kind == "projection":
+            with torch.no_grad():
+                return float(projection_score(torch.as_tensor(fx), torch.as_tensor(fy)))
+        if getattr(self, "constant_", False):  # the constant is the "+1" of the VAMP scores
+            fx, fy = fx[:, 1:], fy[:, 1:]
+        if kind == "vampE":
+            return self._vamp_e(fx, fy)
+        with torch.no_grad():
+            return float(vamp_score(torch.as_tensor(fx), torch.as_tensor(fy), p=int(kind[-1])))
+
+    def _vamp_e(self, fx: np.ndarray, fy: np.ndarray) -> float:
+        """VAMP-E of the training Koopman model against test features (see :meth:`score`)."""
+        cy, my = getattr(self, "cy_", None), getattr(self, "features_mean_y_", None)
+        if cy is None or my is None or getattr(self, "features_mean_", None) is None:
+            raise ValueError(
+                "VAMP-E needs the training covariances of the lagged features (cy_), which "
+                f"this {type(self).__name__} does not hold: refit it"
+            )
+        k = 1 if getattr(self, "constant_", False) else 0  # drop the constant column
+        mx, my = self.features_mean_[k:], my[k:]
+
+        def centred(c: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+            return c[k:, k:] - np.outer(a, b)
+
+        l0, _ = sym_matrix_function(centred(self.cx_, mx, mx), -0.5, self.rtol)
+        lt, _ = sym_matrix_function(centred(cy, my, my), -0.5, self.rtol)
+        a, s, bt = np.linalg.svd(l0 @ centred(self.cxy_, mx, my) @ lt)
+        u, v = l0 @ a, lt @ bt.T
+        n = fx.shape[0]
+        x0, y0 = fx - fx.mean(0), fy - fy.mean(0)
+        t00, t0t, ttt = x0.T @ x0 / n, x0.T @ y0 / n, y0.T @ y0 / n
+        su = u * s
+        return float(1.0 + np.trace(2.0 * su.T @ t0t @ v - su.T @ t00 @ su @ v.T @ ttt @ v))
+
+    def save(self, path: str) -> None:
+        """Save to ``path`` atomically (see :func:`dpnets.load`)."""
+        save(self, path)
+
+
+class DiscreteTimeModel(SpectralModel):
+    """A :class:`SpectralModel` of a transfer operator at the lag ``lag_``: forecasts in whole
+    lag steps (Eq. 17), Koopman modes, implied timescales and equilibrium reweighting.
+
+    Subclasses regress ``operator_`` so that the state's coefficients ``state_coef_`` are
+    those of ``X_{t + lag}`` on ``psi(X_t)`` (so ``t`` steps use ``T^{t-1}``); observables
+    passed to :meth:`predict` hold values at the lagged states of the training pairs.
+    """
+
+    def _time_factor(self, t: float) -> np.ndarray:
+        return self.eigvals_ ** (int(t) - 1)
+
+    def _power(self, t: float) -> np.ndarray:
+        return np.linalg.matrix_power(self.operator_, int(t) - 1)
+
+    def modes(self, observable: Any = None) -> np.ndarray:
+        """Koopman modes ``m_i = l_i^H D_f / lambda_i`` (App. D.3), complex ``(r, *obs_shape)``.
+
+        With them ``E[f(X_t) | X_0 = x] ~ sum_i lambda_i^t phi_i(x) m_i`` where ``phi_i`` are the
+        right eigenfunctions. Modes of (numerically) zero eigenvalues are set to 0.
+        """
+        check_is_fitted(self, "operator_")
+        coef, obs_shape = self._observable_coef(observable)
+        lam = self.eigvals_
+        proj = self.left_eigvecs_.conj().T @ coef
+        small = np.abs(lam) <= np.finfo(np.float64).eps * max(1.0, np.abs(lam).max())
+        safe = np.where(small, 1.0, lam)
+        m = np.where(small[:, None], 0.0, proj / safe[:, None])
+        return m.reshape(m.shape[0], *obs_shape)
+
+    def implied_timescales(self, dt: float | None = None) -> np.ndarray:
+        """Implied timescales ``-lag_ * dt / ln|lambda_i|`` from the eigenvalues.
+
+        Parameters
+        ----------
+        dt : float, optional
+            Physical time between consecutive frames; default: the estimator's ``dt``
+            (1: timescales in frames). The lag is the one of ``fit`` (``lag_``).
+
+        Returns
+        -------
+        ndarray (r,)
+            In the order of :meth:`eig`: ``inf`` for the stationary eigenvalue (and any
+            ``|lambda| >= 1 - 1e-10``), ``0`` for ``lambda = 0``.
+
+        Raises
+        ------
+        ValueError
+            If the lag is unknown (pre-paired data fitted without ``lag=``) or ``dt`` is not
+            a finite positive number.
+        """
+        check_is_fitted(self, "operator_")
+        dt = check_real("dt", getattr(self, "dt", 1.0) if dt is None else dt, 0.0, low_open=True)
+        if self.lag_ is None:
+            raise ValueError(
+                "the lag of the training pairs is unknown: for pre-paired data or a Dataset, "
+                "give it as the model's parameter (lag=k), so that timescales are in time units"
+            )
+        return timescales_from_eigvals(self.eigvals_, self.lag_ * dt)
+
+    def stationary_weights(self, X: Any = None) -> np.ndarray:
+        r"""Equilibrium weights of states relative to the training data (Koopman reweighting).
+
+        For data that do not sample the invariant distribution ``pi`` (short trajectories
+        started in chosen states), ``w = dpi / d rho_0`` with ``rho_0`` the distribution of the
+        training inputs ``X_t`` is estimated in the span of the features: ``w(x) = psi(x)^T u``
+        with ``Cxy^T u = Cx u`` (the weighted input and output distributions agree on every
+        feature), i.e. ``u = Cx^+ v`` for the eigenvector ``T^T v = v`` of the eigenvalue
+        closest to 1 (Wu et al., J. Chem. Phys. 146, 154104, 2017). Reweighted averages
+        ``sum_t w(x_t) f(x_t) / sum_t w(x_t)`` then estimate equilibrium expectations. The
+        estimate is exact for indicator features of a finite partition (the Markov state
+        model's stationary vector) and needs the constant function in the span of the
+        features; individual weights can be slightly negative where the span is poor.
+
+        Parameters
+        ----------
+        X : array, optional
+            States to weigh (default: the training inputs).
+
+        Returns
+        -------
+        ndarray (n,)
+            Weights, normalised to mean 1 over the training inputs.
+        """
+        check_is_fitted(self, "operator_")
+        k = int(np.argmin(np.abs(self.eigvals_ - 1.0)))
+        u = np.real(self._lstsq(np.conj(self.left_eigvecs_[:, k])))
+        mean = getattr(self, "features_mean_", None)
+        if mean is None:
+            mean = self._training_product(np.ones((self.n_samples_, 1)))[:, 0] / self.n_samples_
+        norm = float(mean @ u)
+        if not abs(norm) > 0:
+            raise ValueError(
+                "the stationary eigenvector has zero mean weight on the training data; add the "
+                "constant function to the features"
+            )
+        if X is not None:
+            return (self.transform(X) @ u) / norm
+        return np.concatenate([phi @ u for phi in self._training_feature_chunks()]) / norm
+
+
+def features_on_demand(model: SpectralModel) -> np.ndarray | None:
+    """``features_x_`` of a chunked fit (:class:`TransferOperator`, :class:`dpnets.Generator`):
+    the training inputs' features computed from the reference to those inputs the fit
+    keeps, or None (a model loaded from a file)."""
+    if getattr(model, "_train_inputs", None) is None:
+        return None
+    return model._training_features()
+
+
+def _modal_ok(left: np.ndarray, right: np.ndarray) -> bool:
+    """See :meth:`SpectralModel._modal_ok` (``O(r^3)``; cached per eigenvector pair, so
+    :meth:`SpectralModel.predict` changes nothing on the estimator)."""
+    key = (id(left), id(right))
+    hit = _MODAL_CACHE.get(key)
+    if hit is not None and hit[0] is left and hit[1] is right:
+        return hit[2]
+    ok = bool(np.linalg.cond(right) < 1e8)
+    if ok:
+        gram = left.conj().T @ right
+        ok = bool(np.abs(gram - np.eye(gram.shape[0])).max() < 1e-6)
+    if len(_MODAL_CACHE) >= 16:
+        _MODAL_CACHE.pop(next(iter(_MODAL_CACHE)))
+    _MODAL_CACHE[key] = (left, right, ok)
+    return ok
+
+
+#: ``(id(L), id(R)) -> (L, R, modal ok)`` for the last few spectra (holding the arrays keeps
+#: their ids unique while cached)
+_MODAL_CACHE: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, bool]] = {}
+
+
+def timescales_from_eigvals(eigvals: np.ndarray, lag_time: float) -> np.ndarray:
+    """``-lag_time / ln|lambda|``; ``inf`` where ``1 - |lambda| <= STATIONARY_TOL``."""
+    mod = np.abs(np.asarray(eigvals))
+    out = np.full(mod.shape, np.inf)
+    ok = mod < 1.0 - STATIONARY_TOL
+    with np.errstate(divide="ignore"):
+        out[ok] = -float(lag_time) / np.log(mod[ok])
+    return out
+
+
+#: arrays that only some models (or files written since they were added) hold
+OPTIONAL_ARRAYS = (
+    "features_mean_",
+    "feature_shift_",
+    "feature_scale_",
+    "cy_",
+    "features_mean_y_",
+)
+
+
+def dump_fitted_scalars(model: Any) -> dict:
+    """The fitted scalars every :class:`SpectralModel` file holds."""
+    return {
+        "constant_": bool(getattr(model, "constant_", False)),
+        "lag_": model.lag_,
+        "cx_rank_": int(model.cx_rank_),
+        "n_samples_": int(model.n_samples_),
+        "n_features_": int(model.n_features_),
+        "state_shape_": list(model.state_shape_),
+    }
+
+
+def dump_feature_map(model: Any, tensors: dict[str, torch.Tensor]) -> dict:
+    """The fitted feature map ``features_``, and whether ``fit`` trained it from an unfitted
+    ``features`` (the composite model), so that both are restored."""
+    return {
+        "features": dump_features(model.features_, tensors),
+        "features_trained": model.features_ is not getattr(model, "features", model.features_),
+    }
+
+
+def restore_feature_map(cfg: dict, tensors: dict[str, torch.Tensor], **kw: Any) -> tuple:
+    """``(features, features_)`` from :func:`dump_feature_map`'s output."""
+    fitted = restore_features(cfg["features"], tensors, **kw)
+    return (clone(fitted) if cfg.get("features_trained") else fitted), fitted
+
+
+def restore_fitted_state(model: Any, fitted: dict, tensors: dict[str, torch.Tensor]) -> None:
+    """Set the fitted scalars of :func:`dump_fitted_scalars` and the optional arrays, check
+    them against the arrays and recompute the spectrum."""
+    tensors_to_arrays(model, tensors, (), OPTIONAL_ARRAYS)
+    # the training features and inputs are not in files (their size must not grow with the
+    # data); chunked fits compute ``features_x_`` (a property) from their inputs instead
+    if not isinstance(getattr(type(model), "features_x_", None), property):
+        model.features_x_ = None
+    model._train_inputs = model._stats = None
+    model.constant_ = bool(fitted.get("constant_", False))
+    model.lag_ = fitted.get("lag_")
+    model.cx_rank_ = fitted.get("cx_rank_", fitted.get("rank_"))
+    model.n_samples_ = fitted["n_samples_"]
+    model.n_features_ = fitted["n_features_"]
+    model.state_shape_ = tuple(fitted["state_shape_"])
+    check_fitted_arrays(model)
+    model._set_spectrum()
+
+
+def check_fitted_arrays(model: Any) -> None:
+    """The restored operator's scalars and arrays must agree (``InvalidModelFile`` if not)."""
+    r, n = model.n_features_, model.n_samples_
+    if not (isinstance(r, int) and isinstance(n, int) and 1 <= r <= n):
+        raise InvalidModelFile(f"invalid n_features_={r!r} / n_samples_={n!r}")
+    rank = getattr(model, "cx_rank_", None)
+    if rank is not None and not (isinstance(rank, int) and 0 <= rank <= r):
+        raise InvalidModelFile(f"invalid cx_rank_={rank!r} for {r} features")
+    if model.lag_ is not None and not (isinstance(model.lag_, int) and model.lag_ >= 1):
+        raise InvalidModelFile(f"invalid lag_={model.lag_!r}")
+    if not all(isinstance(d, int) and d >= 1 for d in model.state_shape_):
+        raise InvalidModelFile(f"invalid state_shape_={model.state_shape_!r}")
+    d = int(np.prod(model.state_shape_))
+    shapes = {"operator_": (r, r), "cx_": (r, r), "cx_pinv_": (r, r), "features_x_": (n, r)}
+    shapes.update({"cy_": (r, r), "features_mean_": (r,), "features_mean_y_": (r,)})
+    shapes["state_coef_"] = (r, d)
+    for name, shape in shapes.items():
+        value = vars(model).get(name)  # stored arrays only (no on-demand features_x_)
+        if value is not None and tuple(np.shape(value)) != shape:
+            raise InvalidModelFile(
+                f"{name} has shape {tuple(np.shape(value))}, expected {shape} for "
+                f"n_features_={r}, n_samples_={n}"
+            )
