@@ -181,7 +181,7 @@ def test_clone_and_fit_transform(ou):
 
 def test_saved_default_encoder_and_lag_round_trip(ou, tmp_path):
     train, _ = ou
-    net = DPNet(lag=3, r=2, seed=0, **_NET).fit(train)
+    net = DPNet(lag=3, r=2, seed=0, device="cpu", **_NET).fit(train)  # load() maps to CPU
     net.save(tmp_path / "net.pt")
     back = dpnets.load(tmp_path / "net.pt")
     assert (

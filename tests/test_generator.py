@@ -449,6 +449,7 @@ def test_dpnet_generator_mode_dirichlet_validation_and_io(tmp_path):
         batch_size=200,
         seed=0,
         progress=False,
+        device="cpu",  # load() maps to the CPU: compare on one device
     ).fit(x)
     assert net.lag_ is None and net.n_features_ == 3 and len(net.history_["val_score"]) == 3
     assert np.isfinite(net.evaluate(x))
