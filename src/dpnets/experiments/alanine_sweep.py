@@ -82,9 +82,11 @@ def _sweep_data(cfg: dict[str, Any], simulate: bool) -> dict[str, Any]:
     trajectory missing from the cache raises ``FileNotFoundError`` instead of being
     simulated (the full ensemble takes 2 CPU-core-hours)."""
     import dpnets.systems.alanine as alanine
+    from dpnets.systems._utils import cache_dir
 
     runs, common = ala.ensemble_runs(cfg)
-    key = json.dumps([runs, common, int(cfg["heldout_every"])], sort_keys=True)
+    # memoised per cache folder: another $DPNETS_CACHE is another cache
+    key = json.dumps([runs, common, int(cfg["heldout_every"]), str(cache_dir())], sort_keys=True)
     if key in _SWEEP_DATA:
         return _SWEEP_DATA[key]
     cache = True if simulate else "only"
