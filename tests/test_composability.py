@@ -177,6 +177,8 @@ def test_clone_and_fit_transform(ou):
     np.testing.assert_array_equal(net.fit_transform(train), twin.fit(train).transform(train))
     parts = TransferOperator(lag=1).fit_transform([train[:2000], train[2000:]])
     assert isinstance(parts, list) and [p.shape[0] for p in parts] == [2000, 2000]
+    paired = TransferOperator().fit_transform((train[:-1], train[1:]))
+    assert paired.shape == (train.shape[0] - 1, 2)  # [1, x] of the initial states
 
 
 def test_saved_default_encoder_and_lag_round_trip(ou, tmp_path):
