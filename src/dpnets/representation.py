@@ -64,6 +64,40 @@ DEFAULTS: dict[str, Any] = {
 _STANDARDIZE = ("auto", "coordinate", "global", "none")
 
 
+def _affine_first(module: nn.Module) -> bool:
+    """Whether a module's first operation on its input is affine (standardising the input
+    then only reparametrises it): its own ``standardize_inputs`` declaration, else a
+    ``Linear`` layer or a ``Sequential`` whose first child is affine."""
+    declared = getattr(module, "standardize_inputs", None)
+    if declared is not None:
+        return bool(declared)
+    if isinstance(module, nn.Linear):
+        return True
+    if isinstance(module, nn.Sequential) and len(module) > 0:
+        return _affine_first(module[0])
+    return False
+
+
+def _warn_extreme_scale(states: np.ndarray, low: float = 1e-3, high: float = 1e3) -> None:
+    """Warn when inputs left as given have coordinates of extreme scale or offset."""
+    x = np.asarray(states, dtype=np.float64).reshape(len(states), -1)
+    if x.shape[0] < 2:
+        return
+    spread = np.abs(x).max(axis=0)
+    sd = x.std(axis=0)
+    if np.any(spread > high) or np.any((sd > 0) & (sd < low)):
+        warnings.warn(
+            f"the inputs are left as given (standardize='auto': the encoder's first "
+            f"operation is not affine, so standardising would change its function), and "
+            f"their coordinates have extreme scales (|x| up to {spread.max():.3g}, standard "
+            f"deviations down to {sd[sd > 0].min() if np.any(sd > 0) else 0.0:.3g}); if the "
+            "encoder expects standardised inputs pass standardize='coordinate', or declare "
+            "standardize_inputs = True on it",
+            RuntimeWarning,
+            stacklevel=5,
+        )
+
+
 class InputScaler(nn.Module):
     """``x -> (x - shift) / scale`` with buffers broadcast over the batch axis.
 
@@ -146,10 +180,15 @@ class DPNet(GeneratorLearning, TransformerMixin, BaseEstimator):
         Input standardisation fitted on the training states and stored with the model, so
         that raw data in any units gives the same result as z-scored data. "coordinate":
         each state coordinate to zero mean and unit variance; "global": one shift and scale
-        for all coordinates; "none": inputs as given. "auto" is "coordinate" for vector
-        states ``(T, d)`` and "none" for states with more axes (images, molecular positions)
-        and for encoders that declare ``standardize_inputs = False`` (periodic embeddings,
-        :class:`~dpnets.nn.ConvEncoder`, :class:`~dpnets.nn.SchNetEncoder`).
+        for all coordinates; "none": inputs as given. "auto" standardises ("coordinate")
+        only where that is a reparametrisation of the same function class: vector states
+        ``(T, d)`` and an encoder whose first operation is affine (a ``Linear`` layer, our
+        :class:`~dpnets.nn.MLP` and the default encoder, a ``Sequential`` starting with
+        one, or a module declaring ``standardize_inputs = True``). Any other first
+        operation (periodic embeddings, :class:`~dpnets.nn.ConvEncoder`,
+        :class:`~dpnets.nn.SchNetEncoder`, your own module) gets the inputs as given, since
+        standardising would change the function you wrote; with inputs of extreme scale it
+        then warns and names the fix.
     constant : bool, default True
         Complement the ``r`` learned features with the constant function: the score is that
         of ``[1, psi]`` (see :mod:`dpnets.scores`), so ``r`` learned features describe ``r``
@@ -595,9 +634,7 @@ class DPNet(GeneratorLearning, TransformerMixin, BaseEstimator):
         if mode is False:
             return "none"
         if mode == "auto":
-            if state_ndim == 1 and getattr(enc, "standardize_inputs", True):
-                return "coordinate"
-            return "none"
+            return "coordinate" if state_ndim == 1 and _affine_first(enc) else "none"
         return mode
 
     def _set_scaler(self, source: TrainingSource, enc: nn.Module) -> None:
@@ -605,6 +642,8 @@ class DPNet(GeneratorLearning, TransformerMixin, BaseEstimator):
         mode = self._standardize_mode(enc, len(source.state_shape))
         if mode == "none":
             self.input_shift_ = self.input_scale_ = None
+            if self.standardize == "auto":
+                _warn_extreme_scale(next(iter(source.states())))
             return
         axes = tuple(range(len(source.state_shape) + 1)) if mode == "global" else (0,)
         mean, std = state_moments(source.states(), axes)

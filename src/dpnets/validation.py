@@ -33,6 +33,8 @@ __all__ = [
     "percentile_interval",
     "MetastableSets",
     "pcca",
+    "check_lags",
+    "resamples_needed",
     "clone",
 ]
 
@@ -64,6 +66,23 @@ class ImpliedTimescales:
     upper: np.ndarray | None = None
     samples: np.ndarray | None = None
     confidence: float = 0.95
+
+    def __repr__(self) -> str:
+        """A summary: one row per lag, ``timescale [lower, upper]`` per process."""
+        head = f"ImpliedTimescales({self.timescales.shape[1]} processes, {self.lags.size} lags"
+        if self.samples is not None:
+            head += f", {100 * self.confidence:g}% intervals from {len(self.samples)} resamples"
+        rows = [
+            head + ")",
+            "  lag time | " + " | ".join(f"t{i + 1}" for i in range(self.timescales.shape[1])),
+        ]
+        for j, t in enumerate(self.lag_times):
+            cells = [
+                _cell(self.timescales[j, i], self.lower, self.upper, (j, i))
+                for i in range(self.timescales.shape[1])
+            ]
+            rows.append(f"  {t:8.4g} | " + " | ".join(cells))
+        return "\n".join(rows)
 
     def plot(self, ax: Any = None, units: str = "", log: bool = True) -> Any:
         """Timescales against lag time with interval bands and the ``timescale = lag`` line
@@ -130,15 +149,13 @@ def implied_timescales(
         nearly constant along each trajectory, whose eigenvalue does not decay with the lag:
         its timescale then grows in proportion to the lag).
     """
-    lags = np.array([check_lag(int(lag)) for lag in lags], dtype=np.int64)
-    if lags.size == 0:
-        raise ValueError("lags is empty")
     k = check_int("k", k, 1)
     dt = check_real("dt", dt, 0.0, low_open=True)
     n_bootstrap, confidence, n_blocks, rng = _bootstrap_settings(
         n_bootstrap, confidence, n_blocks, seed
     )
     trajs = _trajectories(data)
+    lags = check_lags(lags, "lags", max(t.shape[0] for t in trajs))
     factory = _factory(estimator, refit_features)
     stationary: list[tuple[float, int]] = []
     ts = _scan(factory, trajs, lags, k, dt, stationary)
@@ -160,18 +177,66 @@ def implied_timescales(
             trajs, n_bootstrap, n_blocks, rng, lambda t: _scan(factory, t, lags, k, dt)
         )
         out.lower, out.upper = _interval(out.samples, confidence)
+        _warn_outside(out.timescales, out.lower, out.upper, "timescales", confidence)
     return out
+
+
+def _cell(value: float, lower: Any, upper: Any, index: tuple) -> str:
+    """``value [lower, upper]`` (or ``value`` without an interval), 4 significant digits."""
+    if lower is None or upper is None:
+        return f"{value:.4g}"
+    return f"{value:.4g} [{lower[index]:.4g}, {upper[index]:.4g}]"
 
 
 def _bootstrap_settings(
     n_bootstrap: Any, confidence: Any, n_blocks: Any, seed: Any, minimum: int = 0
 ) -> tuple[int, float, int, np.random.Generator]:
-    """Checked bootstrap parameters and the random generator of the draws."""
+    """Checked bootstrap parameters and the random generator of the draws; warns when
+    ``n_bootstrap`` is too few for ``confidence`` (:func:`resamples_needed`)."""
+    n = check_int("n_bootstrap", n_bootstrap, minimum)
+    confidence = check_real("confidence", confidence, 0.0, 1.0, low_open=True, high_open=True)
+    needed = resamples_needed(confidence)
+    if 0 < n < needed:
+        warnings.warn(
+            f"n_bootstrap={n} is too few for {100 * confidence:g}% intervals: a percentile "
+            f"interval needs at least {needed} resamples for each tail to hold one, so these "
+            f"bounds are just the extreme resamples; use n_bootstrap >= {needed}",
+            RuntimeWarning,
+            stacklevel=3,
+        )
     return (
-        check_int("n_bootstrap", n_bootstrap, minimum),
-        check_real("confidence", confidence, 0.0, 1.0, low_open=True, high_open=True),
+        n,
+        confidence,
         check_int("n_blocks", n_blocks, 2),
         np.random.default_rng(check_seed(seed)),
+    )
+
+
+def resamples_needed(confidence: float) -> int:
+    """Fewest bootstrap resamples whose percentile interval at ``confidence`` has at least
+    one resample in each tail: ``ceil(2 / (1 - confidence))`` (40 for 95%)."""
+    return int(np.ceil(2.0 / (1.0 - float(confidence)) - 1e-9))
+
+
+def _warn_outside(estimate: Any, lower: Any, upper: Any, what: str, confidence: float) -> None:
+    """Flag estimates that lie outside their own bootstrap interval (the resampled fits are
+    then biased against the full fit, and the interval is no error bar for it)."""
+    est, lo, hi = (np.asarray(a, dtype=np.float64) for a in (estimate, lower, upper))
+    tol = 1e-9 * np.maximum(1.0, np.abs(est))  # round-off (the stationary eigenvalue 1)
+    with np.errstate(invalid="ignore"):
+        beyond = (est < lo - tol) | (est > hi + tol)
+        out = np.isfinite(est) & np.isfinite(lo) & np.isfinite(hi) & beyond
+    if not out.any():
+        return
+    i = tuple(np.argwhere(out)[0])
+    warnings.warn(
+        f"{int(out.sum())} {what} lie outside their own {100 * confidence:g}% bootstrap "
+        f"interval (e.g. {est[i]:.4g} [{lo[i]:.4g}, {hi[i]:.4g}]): the refits on resamples are "
+        "biased against the fit on all the data (few trajectories or blocks, or few "
+        "resamples), so these intervals are no error bars for the estimates; use more "
+        "trajectories (or n_blocks) and resamples",
+        RuntimeWarning,
+        stacklevel=3,
     )
 
 
@@ -305,6 +370,19 @@ class Spectrum:
     samples: np.ndarray
     confidence: float = 0.95
 
+    def __repr__(self) -> str:
+        """A summary: one row per eigenvalue, ``|lambda| [interval]`` and timescale."""
+        rows = [
+            f"Spectrum({self.eigvals.size} eigenvalues, {100 * self.confidence:g}% intervals "
+            f"from {len(self.samples)} resamples)",
+            "  k | eigenvalue | |eigenvalue| [interval] | timescale [interval]",
+        ]
+        for i, lam in enumerate(self.eigvals):
+            mod = _cell(abs(lam), self.modulus_lower, self.modulus_upper, (i,))
+            ts = _cell(self.timescales[i], self.lower, self.upper, (i,))
+            rows.append(f"  {i} | {lam:.4g} | {mod} | {ts}")
+        return "\n".join(rows)
+
 
 def bootstrap_spectrum(
     model: Any,
@@ -340,6 +418,12 @@ def bootstrap_spectrum(
     if getattr(model, "operator_", None) is None or getattr(model, "lag_", None) is None:
         raise ValueError("bootstrap_spectrum needs a model fitted on trajectories (lag_ set)")
     k = check_int("k", k, 1)
+    n_eig = int(np.asarray(model.eig()).size)
+    if k > n_eig:
+        raise ValueError(
+            f"k={k} exceeds the model's {n_eig} eigenvalues (the stationary one included); "
+            f"use k <= {n_eig}"
+        )
     n_bootstrap, confidence, n_blocks, rng = _bootstrap_settings(
         n_bootstrap, confidence, n_blocks, seed, minimum=1
     )
@@ -369,6 +453,7 @@ def bootstrap_spectrum(
     ts_samples = timescales_from_eigvals(np.nan_to_num(np.abs(samples), nan=0.0), step)
     ts_samples[np.isnan(samples.real)] = np.nan
     ts_lo, ts_hi = _interval(ts_samples, confidence)
+    _warn_outside(np.abs(vals), mod_lo, mod_hi, "eigenvalue moduli", confidence)
     return Spectrum(
         vals,
         timescales_from_eigvals(vals, step),
@@ -379,6 +464,28 @@ def bootstrap_spectrum(
         samples,
         confidence,
     )
+
+
+def check_lags(values: Any, name: str, longest: int, unit: int = 1) -> np.ndarray:
+    """Validate a sequence of lags (or CK steps of ``unit`` frames each): positive integers,
+    never rounded, each ``value * unit`` shorter than the ``longest`` trajectory (else no
+    pair exists). Returns them as an int64 array; a clear ``ValueError`` names ``name``."""
+    if values is None or isinstance(values, (str, bytes)) or np.ndim(values) != 1:
+        raise ValueError(f"{name} must be a sequence of positive integers, got {values!r}")
+    out = []
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise ValueError(f"{name} must be positive integers, got {v!r} (nothing is rounded)")
+        if int(v) * unit >= longest:
+            what = f"{name[:-1]} {int(v)}" + (f" ({int(v) * unit} frames)" if unit > 1 else "")
+            raise ValueError(
+                f"{what} is not shorter than the longest trajectory ({longest} frames): no "
+                "pair of frames that far apart exists"
+            )
+        out.append(int(v))
+    if not out:
+        raise ValueError(f"{name} is empty: give at least one")
+    return np.asarray(out, dtype=np.int64)
 
 
 def _trajectories(data: Any) -> list[np.ndarray]:
@@ -609,13 +716,13 @@ def ck_test(
     """
     if getattr(model, "operator_", None) is None or getattr(model, "lag_", None) is None:
         raise ValueError("ck_test needs a transfer-operator model fitted on trajectories")
-    steps = np.array([check_lag(int(k)) for k in steps], dtype=np.int64)
     dt = check_real("dt", dt, 0.0, low_open=True)
     n_bootstrap, confidence, n_blocks, rng = _bootstrap_settings(
         n_bootstrap, confidence, n_blocks, seed
     )
     trajs = _trajectories(data)
     tau = int(model.lag_)
+    steps = check_lags(steps, "steps", max(t.shape[0] for t in trajs), unit=tau)
     pred, est = _ck_curves(model, trajs, steps, memberships)
     out = ChapmanKolmogorov(steps, steps * tau * dt, pred, est, confidence=confidence)
     if n_bootstrap:

@@ -360,7 +360,7 @@ def analyze(
     test, eigenfunctions. Writes PNG files, ``report.md`` and ``results.json``."""
     from dpnets import plot
     from dpnets.base import clone
-    from dpnets.validation import bootstrap_spectrum, ck_test, implied_timescales, pcca
+    from dpnets.validation import bootstrap_spectrum, check_lags, ck_test, implied_timescales, pcca
 
     op, config = _load_fit(folder)
     out = Path(folder) / "analysis" if out is None else Path(out)
@@ -374,9 +374,11 @@ def analyze(
     # file does not keep the training features that observables are regressed on)
     op = clone(op).set_params(features=op.features_, lag=lag).fit(data)
     longest = max(t.shape[0] for t in data)
-    if lags is None:
-        lags = sorted({max(1, lag // 4), max(1, lag // 2), lag, 2 * lag, 4 * lag})
-    lags = [int(k) for k in lags if 0 < int(k) < longest]
+    if lags is None:  # the default scan: the lags the data can hold
+        scan = {max(1, lag // 4), max(1, lag // 2), lag, 2 * lag, 4 * lag}
+        lags = sorted(k for k in scan if k < longest)
+    else:  # the user's lags: all of them, or a clear error (none is dropped or rounded)
+        lags = check_lags(list(lags), "--lags", longest).tolist()
     units = _units(config["data"], trajs)
     plt = plot.pyplot()
     step = _steps(progress, 5)
@@ -384,13 +386,15 @@ def analyze(
     its = implied_timescales(op, data, lags, k=3, dt=dt, n_bootstrap=n_bootstrap, seed=0)
     its.plot(units=units).figure.savefig(out / "timescales.png", dpi=100)
     step("eigenvalues with bootstrap intervals")
-    spec = bootstrap_spectrum(op, data, k=4, n_bootstrap=max(n_bootstrap, 2), seed=0)
-    plot.eigenvalues(op, k=4).figure.savefig(out / "eigenvalues.png", dpi=100)
+    k_eig = min(4, int(np.asarray(op.eig()).size))  # the model's eigenvalues, no more
+    spec = bootstrap_spectrum(op, data, k=k_eig, n_bootstrap=max(n_bootstrap, 2), seed=0)
+    plot.eigenvalues(op, k=k_eig).figure.savefig(out / "eigenvalues.png", dpi=100)
     frames = np.concatenate(data)
     step("PCCA+ metastable sets")
     sets = pcca(op, frames, n_sets)
     step("Chapman–Kolmogorov test (bootstrap)")
-    ck = ck_test(op, data, [1, 2, 4], sets.memberships_of, dt=dt, n_bootstrap=n_bootstrap, seed=0)
+    ck_steps = [k for k in (1, 2, 4) if k * lag < longest]  # the multiples the data hold
+    ck = ck_test(op, data, ck_steps, sets.memberships_of, dt=dt, n_bootstrap=n_bootstrap, seed=0)
     ck.plot(units=units).savefig(out / "ck_test.png", dpi=100)
     step("eigenfunctions")
     every = max(1, frames.shape[0] // 20000)

@@ -52,6 +52,8 @@ class MLP(nn.Module):
         Insert a LayerNorm after each hidden linear layer.
     """
 
+    standardize_inputs = True  # its first operation is a Linear layer
+
     def __init__(
         self,
         in_dim: int,

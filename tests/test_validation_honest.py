@@ -1,0 +1,95 @@
+"""Validation that cannot mislead (issue 25, part): requested lags and steps are used as
+given or refused, k within the model's eigenvalues, too few resamples and intervals that
+exclude their estimate are flagged, results print as a summary."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+from dpnets.baselines import EDMD
+from dpnets.systems import OrnsteinUhlenbeck
+from dpnets.validation import (
+    bootstrap_spectrum,
+    ck_test,
+    implied_timescales,
+    resamples_needed,
+)
+
+
+@pytest.fixture(scope="module")
+def ou():
+    trajs = [OrnsteinUhlenbeck(dt=0.1).sample(1500, seed=s) for s in range(4)]
+    return trajs, EDMD("monomial", degree=3, dt=0.1, lag=2).fit(trajs)
+
+
+def _one_set(x):
+    return np.ones((len(x), 1))
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda m, x: implied_timescales(m, x, [1.5]), r"lags must be positive integers, got 1\.5"),
+        (lambda m, x: implied_timescales(m, x, None), "lags must be a sequence"),
+        (lambda m, x: implied_timescales(m, x, []), "lags is empty"),
+        (lambda m, x: implied_timescales(m, x, [0]), "got 0"),
+        (lambda m, x: implied_timescales(m, x, [1500]), "lag 1500 is not shorter than the"),
+        (lambda m, x: ck_test(m, x, steps=[1.5], memberships=_one_set), "steps must be positive"),
+        (lambda m, x: ck_test(m, x, steps=[], memberships=_one_set), "steps is empty"),
+        (lambda m, x: ck_test(m, x, steps=[750], memberships=_one_set), r"\(1500 frames\)"),
+        (lambda m, x: bootstrap_spectrum(m, x, k=5), "k=5 exceeds the model's 4 eigenvalues"),
+    ],
+)
+def test_requested_values_are_used_as_given_or_refused(ou, call, match):
+    trajs, model = ou
+    with pytest.raises(ValueError, match=match):
+        call(model, trajs)
+
+
+def test_too_few_resamples_warn_with_the_number_needed(ou):
+    trajs, model = ou
+    assert resamples_needed(0.95) == 40 and resamples_needed(0.9) == 20
+    with pytest.warns(RuntimeWarning, match="n_bootstrap=5 is too few.*n_bootstrap >= 40"):
+        implied_timescales(model, trajs, [1, 2], k=1, dt=0.1, n_bootstrap=5, seed=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # enough resamples: no warning at all
+        spec = bootstrap_spectrum(model, trajs, k=3, n_bootstrap=40, seed=0)
+    # the exact OU eigenvalues at lag 2 (dt 0.1) lie in the intervals
+    exact = np.exp(-0.2 * np.arange(3))
+    assert np.all(spec.modulus_lower <= exact + 1e-12) and np.all(exact <= spec.modulus_upper)
+
+
+def test_an_interval_that_excludes_its_estimate_is_flagged(ou):
+    """Three resamples (too few, and said so): the second eigenvalue's modulus of the full
+    fit, 0.6686, lies above all three refits; round-off of the stationary eigenvalue 1 is
+    never flagged."""
+    trajs, model = ou
+    with pytest.warns(RuntimeWarning) as record:
+        spec = bootstrap_spectrum(model, trajs, k=3, n_bootstrap=3, seed=4)
+    flagged = [str(w.message) for w in record if "outside their own" in str(w.message)]
+    assert len(flagged) == 1 and flagged[0].startswith("1 eigenvalue moduli lie outside")
+    assert abs(spec.eigvals[2]) > spec.modulus_upper[2]
+    for seed in (7,):  # resamples whose stationary eigenvalue differs by round-off only
+        with warnings.catch_warnings(record=True) as record:
+            warnings.simplefilter("always")
+            bootstrap_spectrum(model, trajs, k=3, n_bootstrap=3, seed=seed)
+        assert not [w for w in record if "outside their own" in str(w.message)]
+
+
+def test_results_print_as_a_summary(ou):
+    trajs, model = ou
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        its = implied_timescales(model, trajs, [1, 2], k=2, dt=0.1, n_bootstrap=3, seed=0)
+    text = repr(its)
+    assert (
+        text.splitlines()[0]
+        == "ImpliedTimescales(2 processes, 2 lags, 95% intervals from 3 resamples)"
+    )
+    assert len(text.splitlines()) == 4 and "[" in text.splitlines()[2]
+    spec = bootstrap_spectrum(model, trajs, k=2, n_bootstrap=40, seed=0)
+    assert repr(spec).splitlines()[0].startswith("Spectrum(2 eigenvalues, 95% intervals")
+    assert len(repr(spec)) < 400  # a summary, not every resample
