@@ -93,3 +93,41 @@ def test_results_print_as_a_summary(ou):
     spec = bootstrap_spectrum(model, trajs, k=2, n_bootstrap=40, seed=0)
     assert repr(spec).splitlines()[0].startswith("Spectrum(2 eigenvalues, 95% intervals")
     assert len(repr(spec)) < 400  # a summary, not every resample
+
+
+def test_one_behaviour_at_every_entry_point(tmp_path):
+    """Lists of trajectories and loaded models go everywhere fit goes; dt comes from the
+    model. A 3-state chain observed through noisy one-hot vectors, dt = 0.5."""
+    import dpnets
+    from dpnets import TransferOperator
+    from dpnets.systems import MarkovChain
+    from dpnets.validation import pcca
+
+    P = np.array([[0.98, 0.02, 0.0], [0.01, 0.98, 0.01], [0.0, 0.02, 0.98]])
+    rng = np.random.default_rng(0)
+    trajs = [
+        np.eye(3)[MarkovChain(P).sample(3000, seed=k)] + 0.01 * rng.normal(size=(3000, 3))
+        for k in range(3)
+    ]
+    op = TransferOperator(None, lag=2, dt=0.5).fit(trajs)
+    frames = np.concatenate(trajs)
+    np.testing.assert_allclose(op.stationary_weights(trajs), op.stationary_weights(frames))
+    np.testing.assert_allclose(pcca(op, trajs, 3).memberships, pcca(op, frames, 3).memberships)
+
+    def crisp(x):
+        return np.eye(3)[np.argmax(x, axis=1)]
+
+    ck = ck_test(op, trajs, [1, 2], memberships=crisp)
+    np.testing.assert_allclose(ck.lag_times, [0.0, 1.0, 2.0])  # time units of the model's dt
+    op.save(tmp_path / "op.pt")
+    loaded = ck_test(dpnets.load(tmp_path / "op.pt"), trajs, [1, 2], memberships=crisp)
+    np.testing.assert_allclose(loaded.predictions, ck.predictions, atol=1e-10)
+    np.testing.assert_allclose(loaded.estimates, ck.estimates, atol=1e-10)
+    # on crisp sets of a chain the diagonals are the chain's own, P^2 and P^4 (steps 1 and 2
+    # of the lag of 2 frames; index 0 is lag 0), within sampling error
+    for j, frames_ahead in ((1, 2), (2, 4)):
+        exact = np.diag(np.linalg.matrix_power(P, frames_ahead))
+        np.testing.assert_allclose(np.diag(ck.estimates[j]), exact, atol=0.02)
+        np.testing.assert_allclose(np.diag(ck.predictions[j]), exact, atol=0.02)
+    its = implied_timescales(TransferOperator(None, dt=0.5), trajs, [1, 2], k=2)
+    np.testing.assert_allclose(its.lag_times, [0.5, 1.0])

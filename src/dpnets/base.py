@@ -58,11 +58,9 @@ class TransformerMixin:
     """``fit_transform`` for estimators with ``fit`` and ``transform`` (scikit-learn's)."""
 
     def fit_transform(self, X: Any, y: Any = None, **fit_params: Any) -> Any:
-        """``fit(X, y, **fit_params).transform(X)``; a list of trajectories gives a list, and
-        pre-paired ``(X, Y)`` the features of ``X``."""
+        """``fit(X, y, **fit_params).transform(X)``: for a list of trajectories the features
+        of their frames in order, for pre-paired ``(X, Y)`` the features of ``X``."""
         self.fit(X, y, **fit_params)  # type: ignore[attr-defined]
-        if isinstance(X, list):
-            return [self.transform(x) for x in X]  # type: ignore[attr-defined]
         if isinstance(X, tuple):
             return self.transform(X[0])  # type: ignore[attr-defined]
         return self.transform(X)  # type: ignore[attr-defined]

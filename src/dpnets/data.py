@@ -28,6 +28,7 @@ from torch.utils.data import DataLoader, Dataset
 from dpnets.distributed import shard
 
 __all__ = [
+    "check_frames",
     "TrainingSource",
     "training_source",
     "split_batchers",
@@ -213,6 +214,23 @@ class OutOfCoreStates:
 
     def __deepcopy__(self, memo: dict) -> OutOfCoreStates:
         return self  # a read-only reference to the file, shared (h5py objects do not copy)
+
+
+def check_frames(X: object, name: str = "X") -> np.ndarray:
+    """The frames of ``X``, as ``fit`` takes it: one trajectory ``(n, *state_shape)``, or a
+    list of trajectories whose frames are concatenated in order (checked like
+    :func:`check_states`; every trajectory must have the same state shape)."""
+    if not isinstance(X, list):
+        return check_states(X, name)  # type: ignore[return-value]
+    if not X:
+        raise ValueError(f"{name} is an empty list of trajectories")
+    parts = [check_states(t, f"{name}[{k}]") for k, t in enumerate(X)]
+    for k, p in enumerate(parts):
+        if p.shape[1:] != parts[0].shape[1:]:
+            raise ValueError(
+                f"{name}[{k}] has state shape {p.shape[1:]}, {name}[0] has {parts[0].shape[1:]}"
+            )
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)  # type: ignore[return-value]
 
 
 def check_state_size(state_shape: tuple, name: str = "X", n: int | None = None) -> None:

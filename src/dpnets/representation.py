@@ -15,9 +15,9 @@ from torch.utils.data import DataLoader
 from dpnets.base import BaseEstimator, TransformerMixin, fit_lag
 from dpnets.data import (
     TrainingSource,
+    check_frames,
     check_lag,
     check_state_shape,
-    check_states,
     is_streaming,
     pairs,
     resolve_lag,
@@ -731,7 +731,7 @@ class DPNet(GeneratorLearning, TransformerMixin, BaseEstimator):
     # ------------------------------------------------------------------ inference
     def _encode(self, X: Any, lagged: bool, batch_size: int) -> Tensor:
         check_is_fitted(self, "encoder_")
-        x = check_states(X, "X")
+        x = check_frames(X, "X")  # a list of trajectories: their frames, in order
         check_state_shape(x.shape[1:], self.state_shape_, type(self).__name__)
         enc = (
             self.lagged_encoder_ if (lagged and self.lagged_encoder_ is not None) else self.encoder_

@@ -25,6 +25,7 @@ from torch.utils.data import IterableDataset, SequentialSampler
 from dpnets.base import BaseEstimator, TransformerMixin, clone
 from dpnets.data import (
     PairSegment,
+    check_frames,
     check_state_shape,
     check_states,
     pairs,
@@ -257,6 +258,15 @@ class SpectralModel(TransformerMixin, BaseEstimator):
     _stats: Any = None
     _train_inputs: list | None = None
 
+    @property
+    def holds_training_data(self) -> bool:
+        """Whether observables given on the training samples can be used (:meth:`predict`,
+        :meth:`modes` with ``observable=``): False for a model loaded from a file, which
+        stores no n-sized training data."""
+        if self._train_inputs is not None:
+            return True
+        return vars(self).get("features_x_") is not None
+
     def _set_spectrum(self) -> None:
         self.eigvals_, self.left_eigvecs_, self.right_eigvecs_ = eig_biorthogonal(
             self.operator_, metric=self.cx_
@@ -336,7 +346,8 @@ class SpectralModel(TransformerMixin, BaseEstimator):
         return self.eigvals_
 
     def transform(self, X: Any) -> np.ndarray:
-        """Features used by the estimator at ``X``, float64 (n, n_features_).
+        """Features used by the estimator at ``X``, float64 (n, n_features_); a list of
+        trajectories gives the features of their frames, in order.
 
         ``psi(X)``; when the estimator added the constant function (``constant_``), the
         basis ``[1, (psi(X) - feature_shift_) / feature_scale_]`` (see
@@ -356,7 +367,7 @@ class SpectralModel(TransformerMixin, BaseEstimator):
         return prepend_ones(phi)
 
     def _check_X(self, X: Any) -> np.ndarray:
-        x = check_states(X, "X")
+        x = check_frames(X, "X")  # a list of trajectories: their frames, in order
         check_state_shape(x.shape[1:], self.state_shape_, type(self).__name__)
         return x
 
@@ -634,8 +645,9 @@ class DiscreteTimeModel(SpectralModel):
 
         Parameters
         ----------
-        X : array, optional
-            States to weigh (default: the training inputs).
+        X : array or list of arrays, optional
+            States to weigh (a list of trajectories: their frames, in order; default: the
+            training inputs).
 
         Returns
         -------

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from dpnets.base import BaseEstimator, clone, is_fitted
-from dpnets.data import check_lag, check_states
+from dpnets.data import check_frames, check_lag, check_states
 from dpnets.params import check_int, check_real, check_seed
 
 __all__ = [
@@ -98,7 +98,7 @@ def implied_timescales(
     lags: Sequence[int],
     *,
     k: int = 3,
-    dt: float = 1.0,
+    dt: float | None = None,
     refit_features: bool = False,
     n_bootstrap: int = 0,
     confidence: float = 0.95,
@@ -123,8 +123,9 @@ def implied_timescales(
         Lags in frames.
     k : int, default 3
         Number of timescales (the stationary one excluded).
-    dt : float, default 1.0
-        Time between frames: timescales and lag times are in its units.
+    dt : float, optional
+        Time between frames: timescales and lag times are in its units. Default: the
+        estimator's ``dt`` (e.g. ``TransferOperator(..., dt=0.1)``), else 1 (frames).
     refit_features : bool, default False
     n_bootstrap : int, default 0
         Bootstrap resamples. Each draws whole trajectories with replacement (a single
@@ -150,7 +151,7 @@ def implied_timescales(
         its timescale then grows in proportion to the lag).
     """
     k = check_int("k", k, 1)
-    dt = check_real("dt", dt, 0.0, low_open=True)
+    dt = _time_step(estimator, dt)
     n_bootstrap, confidence, n_blocks, rng = _bootstrap_settings(
         n_bootstrap, confidence, n_blocks, seed
     )
@@ -179,6 +180,14 @@ def implied_timescales(
         out.lower, out.upper = _interval(out.samples, confidence)
         _warn_outside(out.timescales, out.lower, out.upper, "timescales", confidence)
     return out
+
+
+def _time_step(model: Any, dt: Any) -> float:
+    """The time per frame: ``dt`` when given, else the model's ``dt`` parameter, else 1."""
+    if dt is None:
+        dt = getattr(model, "dt", None)
+        dt = 1.0 if dt is None else dt
+    return check_real("dt", dt, 0.0, low_open=True)
 
 
 def _cell(value: float, lower: Any, upper: Any, index: tuple) -> str:
@@ -674,7 +683,7 @@ def ck_test(
     steps: Sequence[int],
     memberships: Callable[[np.ndarray], np.ndarray],
     *,
-    dt: float = 1.0,
+    dt: float | None = None,
     include_lag0: bool = True,
     n_bootstrap: int = 0,
     confidence: float = 0.95,
@@ -702,8 +711,8 @@ def ck_test(
     memberships : callable
         States ``(n, ...)`` -> memberships ``(n, n_sets)`` (e.g.
         :attr:`MetastableSets.memberships_of` from :func:`pcca`).
-    dt : float, default 1.0
-        Time between frames (for ``lag_times``).
+    dt : float, optional
+        Time between frames (for ``lag_times``); default the model's ``dt``, else 1.
     include_lag0 : bool, default True
         Start the curves at lag 0 (the identity).
     n_bootstrap : int, default 0
@@ -716,7 +725,7 @@ def ck_test(
     """
     if getattr(model, "operator_", None) is None or getattr(model, "lag_", None) is None:
         raise ValueError("ck_test needs a transfer-operator model fitted on trajectories")
-    dt = check_real("dt", dt, 0.0, low_open=True)
+    dt = _time_step(model, dt)
     n_bootstrap, confidence, n_blocks, rng = _bootstrap_settings(
         n_bootstrap, confidence, n_blocks, seed
     )
@@ -759,6 +768,8 @@ def _ck_curves(
     from dpnets.data import pairs
 
     tau = int(model.lag_)
+    if not model.holds_training_data:  # a loaded model: its operator re-estimated on trajs
+        model = _refit_at(model, trajs, tau)
     x0 = pairs(trajs, tau).X
     weights = np.real(model.stationary_weights(x0))
     m0 = _memberships(memberships, x0)
@@ -833,8 +844,9 @@ def pcca(model: Any, X: Any, n_sets: int, weights: Any = None) -> MetastableSets
     ----------
     model : fitted TransferOperator (or another model with real leading eigenvalues)
         Its ``n_sets`` leading eigenvalues must be real (a reversible process).
-    X : array (n, ...)
-        Frames on which the sets are defined (e.g. the training trajectories, stacked).
+    X : array (n, ...) or list of arrays
+        Frames on which the sets are defined (e.g. the training trajectories: a list is
+        taken frame by frame, in order).
     n_sets : int
         Number of metastable sets (>= 2).
     weights : array (n,), optional
@@ -859,7 +871,7 @@ def pcca(model: Any, X: Any, n_sets: int, weights: Any = None) -> MetastableSets
             f"the {n_sets} leading eigenvalues are not all real ({np.round(lead, 4)}): PCCA+ needs "
             "a reversible model; choose n_sets so as not to split a complex pair"
         )
-    x = check_states(X, "X")
+    x = check_frames(X, "X")  # a list of trajectories: their frames, in order
     phi = np.real(model.eigenfunctions(x))[:, :n_sets]
     w = np.real(model.stationary_weights(x)) if weights is None else np.asarray(weights, float)
     if w.shape != (x.shape[0],) or not np.all(np.isfinite(w)):
