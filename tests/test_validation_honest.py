@@ -131,3 +131,42 @@ def test_one_behaviour_at_every_entry_point(tmp_path):
         np.testing.assert_allclose(np.diag(ck.predictions[j]), exact, atol=0.02)
     its = implied_timescales(TransferOperator(None, dt=0.5), trajs, [1, 2], k=2)
     np.testing.assert_allclose(its.lag_times, [0.5, 1.0])
+
+
+def test_ck_test_on_pcca_sets_reads_like_the_hidden_chain():
+    """Issue 25's case: a hidden 4-state chain (self-transition 0.99 per frame) seen through
+    noisy emissions at the corners of a square in raw units, lag 5. On the (default, crisp)
+    PCCA+ sets the CK diagonals are the chain's own, (P^5k)_ii, for predictions and
+    estimates; the lag-0 point is the estimator's value (the identity for crisp sets), and
+    fuzzy memberships show their self-overlap there instead of a drawn identity."""
+    from dpnets import TransferOperator
+    from dpnets.systems import MarkovChain
+    from dpnets.validation import pcca
+
+    P = np.full((4, 4), 0.01 / 3) + np.eye(4) * (0.99 - 0.01 / 3)
+    corners = np.array([[1.0, 1.0], [1.0, -1.0], [-1.0, 1.0], [-1.0, -1.0]])
+    rng = np.random.default_rng(0)
+    trajs = []
+    for k in range(4):
+        s = MarkovChain(P).sample(20_000, seed=k)
+        trajs.append(100.0 * (corners[s] + 0.15 * rng.normal(size=(len(s), 2))) + 40.0)
+
+    def bumps(x: np.ndarray) -> np.ndarray:  # smooth features: the eigenfunctions are fuzzy
+        z = (np.asarray(x) - 40.0) / 100.0
+        return np.exp(-((z[:, None, :] - corners[None]) ** 2).sum(-1) / (2 * 0.8**2))
+
+    op = TransferOperator(bumps, lag=5, dt=0.5).fit(trajs)
+    sets = pcca(op, trajs, 4)
+    ck = ck_test(op, trajs, [1, 2, 4], memberships=sets.memberships_of)
+    np.testing.assert_allclose(ck.lag_times, [0.0, 2.5, 5.0, 10.0])
+    np.testing.assert_allclose(ck.predictions[0], np.eye(4), atol=1e-12)
+    for j, k in enumerate((1, 2, 4), start=1):
+        exact = np.diag(np.linalg.matrix_power(P, 5 * k))
+        np.testing.assert_allclose(np.diag(ck.estimates[j]), exact, atol=0.02)
+        np.testing.assert_allclose(np.diag(ck.predictions[j]), exact, atol=0.02)
+    # fuzzy memberships mix their self-overlap (about 0.9 here) into every point: step 1
+    # then reads about 0.86 where the chain stays with probability 0.951
+    fuzzy = ck_test(op, trajs, [1], memberships=sets.fuzzy_memberships_of)
+    overlap = np.diag(fuzzy.predictions[0])
+    assert np.all(overlap < 0.95) and np.allclose(overlap, np.diag(fuzzy.estimates[0]))
+    assert np.all(np.diag(fuzzy.predictions[1]) < 0.9)

@@ -54,7 +54,7 @@ def test_pcca_recovers_the_metastable_blocks_and_their_kinetics(block_model):
     sets = pcca(op, traj[::20], 3)  # frames of the (equilibrium) trajectory
     np.testing.assert_allclose(sets.memberships.sum(1), 1.0, atol=1e-12)
     assert sets.memberships.min() >= 0.0
-    at_states = sets.memberships_of(states)
+    at_states = sets.memberships_of(states, crisp=False)
     perm = _match(np.argmax(at_states, 1), BLOCKS)
     np.testing.assert_array_equal(
         sets.assignments,
@@ -83,8 +83,13 @@ def test_pcca_recovers_the_metastable_blocks_and_their_kinetics(block_model):
     np.testing.assert_allclose(  # sampling error: a few hundred block changes in the data
         sets.stationary[order], [pi[BLOCKS == a].sum() for a in range(3)], atol=0.02
     )
-    # memberships of new states, usable as the sets of a CK test
-    np.testing.assert_allclose(sets.memberships_of(traj[:20:20]), sets.memberships[:1], atol=1e-12)
+    # memberships of new states, usable as the sets of a CK test: fuzzy, or (the default)
+    # the indicator of the most likely set
+    first = traj[:20:20]
+    np.testing.assert_allclose(sets.fuzzy_memberships_of(first), sets.memberships[:1], atol=1e-12)
+    np.testing.assert_array_equal(
+        sets.memberships_of(first), np.eye(3)[np.argmax(sets.memberships[:1], axis=1)]
+    )
     # frames given once per state need their equilibrium weights
     by_state = pcca(op, states, 3, weights=pi)
     np.testing.assert_allclose(

@@ -714,7 +714,9 @@ def ck_test(
     dt : float, optional
         Time between frames (for ``lag_times``); default the model's ``dt``, else 1.
     include_lag0 : bool, default True
-        Start the curves at lag 0 (the identity).
+        Start the curves at lag 0 with the value the estimator gives there,
+        ``E_pi[m_i m_j] / E_pi[m_i]`` on the data: the identity for crisp sets (the default
+        of :meth:`MetastableSets.memberships_of`), the sets' self-overlap for fuzzy ones.
     n_bootstrap : int, default 0
         Resamples of whole trajectories (a single trajectory: ``n_blocks`` contiguous
         blocks); the model is refitted at ``tau`` on each, its features kept, and both
@@ -732,39 +734,33 @@ def ck_test(
     trajs = _trajectories(data)
     tau = int(model.lag_)
     steps = check_lags(steps, "steps", max(t.shape[0] for t in trajs), unit=tau)
-    pred, est = _ck_curves(model, trajs, steps, memberships)
-    out = ChapmanKolmogorov(steps, steps * tau * dt, pred, est, confidence=confidence)
+    lag0 = bool(include_lag0)
+    pred, est = _ck_curves(model, trajs, steps, memberships, lag0)
+    shown = np.concatenate([[0], steps]) if lag0 else steps
+    out = ChapmanKolmogorov(shown, shown * tau * dt, pred, est, confidence=confidence)
     if n_bootstrap:
 
         def statistic(sample: list[np.ndarray]) -> np.ndarray:
-            return np.stack(_ck_curves(_refit_at(model, sample, tau), sample, steps, memberships))
+            refit = _refit_at(model, sample, tau)
+            return np.stack(_ck_curves(refit, sample, steps, memberships, lag0))
 
         samples = _bootstrap(trajs, n_bootstrap, n_blocks, rng, statistic)
         lower, upper = _interval(samples, confidence)
         out.predictions_lower, out.estimates_lower = lower
         out.predictions_upper, out.estimates_upper = upper
-    if include_lag0:
-        eye = np.eye(pred.shape[1])[None]
-        for name in (
-            "predictions",
-            "estimates",
-            "predictions_lower",
-            "predictions_upper",
-            "estimates_lower",
-            "estimates_upper",
-        ):
-            value = getattr(out, name)
-            if value is not None:
-                setattr(out, name, np.concatenate([eye, value]))
-        out.steps = np.concatenate([[0], steps])
-        out.lag_times = out.steps * tau * dt
     return out
 
 
 def _ck_curves(
-    model: Any, trajs: list[np.ndarray], steps: np.ndarray, memberships: Callable
+    model: Any,
+    trajs: list[np.ndarray],
+    steps: np.ndarray,
+    memberships: Callable,
+    lag0: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Predicted and estimated set-to-set probabilities, (len(steps), n_sets, n_sets) each."""
+    """Predicted and estimated set-to-set probabilities, (len(steps), n_sets, n_sets) each;
+    with ``lag0`` both start with the value at lag 0, ``E_pi[m_i m_j] / E_pi[m_i]`` on the
+    data (the identity for crisp sets, the self-overlap of fuzzy ones; never drawn)."""
     from dpnets.data import pairs
 
     tau = int(model.lag_)
@@ -781,6 +777,10 @@ def _ck_curves(
         return (weights[:, None] * m0).T @ km / norm[:, None]
 
     predictions, estimates = [], []
+    if lag0:
+        overlap = (weights[:, None] * m0).T @ m0 / norm[:, None]
+        predictions.append(overlap)
+        estimates.append(overlap)
     for k in steps:
         predictions.append(propagate(model, int(k), tau))
         estimates.append(propagate(_refit_at(model, trajs, int(k) * tau), 1, int(k) * tau))
@@ -821,12 +821,25 @@ class MetastableSets:
     _model: Any = None
     _scale: np.ndarray | None = None
 
-    def memberships_of(self, X: Any) -> np.ndarray:
-        """Memberships of new states (e.g. for :func:`ck_test`), clipped and renormalised as
-        for the frames."""
+    def memberships_of(self, X: Any, crisp: bool = True) -> np.ndarray:
+        """Memberships of states (e.g. for :func:`ck_test`).
+
+        ``crisp=True`` (default): the indicator of each state's most likely set, so that a
+        Chapman-Kolmogorov test on the sets reads as transition probabilities between
+        them (fuzzy memberships mix the sets' self-overlap ``E[m^2] / E[m]`` into every
+        curve, which reads as "not metastable" on a metastable system). ``crisp=False``:
+        the fuzzy PCCA+ memberships, clipped and renormalised as for the frames.
+        """
         phi = np.real(self._model.eigenfunctions(X))[:, : self.rotation.shape[0]] / self._scale
         phi[:, 0] = 1.0
-        return _clip_rows(phi @ self.rotation)
+        fuzzy = _clip_rows(phi @ self.rotation)
+        if not crisp:
+            return fuzzy
+        return np.eye(fuzzy.shape[1])[np.argmax(fuzzy, axis=1)]
+
+    def fuzzy_memberships_of(self, X: Any) -> np.ndarray:
+        """The fuzzy PCCA+ memberships of states (``memberships_of(X, crisp=False)``)."""
+        return self.memberships_of(X, crisp=False)
 
 
 def pcca(model: Any, X: Any, n_sets: int, weights: Any = None) -> MetastableSets:
