@@ -170,3 +170,16 @@ def test_ck_test_on_pcca_sets_reads_like_the_hidden_chain():
     overlap = np.diag(fuzzy.predictions[0])
     assert np.all(overlap < 0.95) and np.allclose(overlap, np.diag(fuzzy.estimates[0]))
     assert np.all(np.diag(fuzzy.predictions[1]) < 0.9)
+
+
+def test_the_number_of_sets_comes_from_the_spectral_gap():
+    from dpnets.validation import sets_from_gap
+
+    # a 4-state chain seen at a lag: three slow processes (0.935), nothing faster resolved
+    n, why = sets_from_gap([1.0, 0.935, 0.934, 0.933])
+    assert n == 4 and "after 3 process(es)" in why
+    assert sets_from_gap([1.0, 0.9, 0.2, 0.1])[0] == 2
+    assert sets_from_gap([1.0, 0.95, 0.9, 0.3, 0.25, 0.2], max_sets=6)[0] == 3
+    assert sets_from_gap([1.0, 0.9, 0.88, 0.87, 0.1], max_sets=3)[0] == 2  # capped
+    with pytest.raises(ValueError, match="no non-stationary eigenvalue"):
+        sets_from_gap([1.0])

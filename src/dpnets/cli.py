@@ -102,8 +102,13 @@ def _parser() -> argparse.ArgumentParser:
     p_an.add_argument("fit", help="a folder written by dpnets fit")
     p_an.add_argument("data", nargs="*", help="trajectory files (default: the fit's own)")
     p_an.add_argument("--lags", type=int, nargs="+", help="lags in frames for the timescales")
-    p_an.add_argument("--sets", type=int, default=2, help="number of metastable sets (PCCA+)")
-    p_an.add_argument("--bootstrap", type=int, default=20, help="bootstrap resamples")
+    p_an.add_argument(
+        "--sets",
+        type=int,
+        help="number of metastable sets (PCCA+; default: from the spectral gap, the report "
+        "says why)",
+    )
+    p_an.add_argument("--bootstrap", type=int, default=20, help="bootstrap resamples (default 20)")
     p_an.add_argument("--out", help="output folder (default: FIT/analysis)")
     p_an.add_argument("--quiet", action="store_true")
 

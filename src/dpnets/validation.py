@@ -34,6 +34,7 @@ __all__ = [
     "MetastableSets",
     "pcca",
     "check_lags",
+    "sets_from_gap",
     "resamples_needed",
     "clone",
 ]
@@ -840,6 +841,29 @@ class MetastableSets:
     def fuzzy_memberships_of(self, X: Any) -> np.ndarray:
         """The fuzzy PCCA+ memberships of states (``memberships_of(X, crisp=False)``)."""
         return self.memberships_of(X, crisp=False)
+
+
+def sets_from_gap(eigvals: Any, max_sets: int = 6) -> tuple[int, str]:
+    """The number of metastable sets the spectrum suggests, and why.
+
+    ``n`` sets describe the ``n - 1`` slowest processes; the choice is the ``n`` in
+    ``2..max_sets`` with the largest gap ``|lambda_{n-1}| - |lambda_n|`` between the moduli
+    of the eigenvalues (decreasing; the first is the stationary one), a process the model
+    does not hold counting as ``|lambda| = 0`` (unresolved at the lag). Returns
+    ``(n, reason)``.
+    """
+    check_int("max_sets", max_sets, 2)
+    mod = np.sort(np.abs(np.asarray(eigvals)))[::-1][1:]  # without the stationary one
+    if mod.size == 0:
+        raise ValueError("the model has no non-stationary eigenvalue: no metastable sets")
+    top = min(int(max_sets), mod.size + 1)
+    padded = np.concatenate([mod, [0.0]])
+    gaps = [padded[n - 2] - padded[n - 1] for n in range(2, top + 1)]
+    best = int(np.argmax(gaps)) + 2
+    return best, (
+        f"the largest gap in |eigenvalue| is after {best - 1} process(es): "
+        f"{padded[best - 2]:.3g} then {padded[best - 1]:.3g}"
+    )
 
 
 def pcca(model: Any, X: Any, n_sets: int, weights: Any = None) -> MetastableSets:

@@ -349,7 +349,7 @@ def analyze(
     paths: Sequence[str] = (),
     *,
     lags: Sequence[int] | None = None,
-    n_sets: int = 2,
+    n_sets: int | None = None,
     n_bootstrap: int = 20,
     out: str | os.PathLike | None = None,
     overwrite: bool = True,
@@ -357,10 +357,19 @@ def analyze(
 ) -> str:
     """Validate a fitted model on data (default: its training files): eigenvalues, implied
     timescales against lag with bootstrap bands, PCCA+ sets and the Chapman–Kolmogorov
-    test, eigenfunctions. Writes PNG files, ``report.md`` and ``results.json``."""
+    test, eigenfunctions. Writes PNG files, ``report.md`` and ``results.json``. ``n_sets``:
+    the number of PCCA+ sets (default: from the spectral gap, :func:`dpnets.validation.
+    sets_from_gap`, and the report says why)."""
     from dpnets import plot
     from dpnets.base import clone
-    from dpnets.validation import bootstrap_spectrum, check_lags, ck_test, implied_timescales, pcca
+    from dpnets.validation import (
+        bootstrap_spectrum,
+        check_lags,
+        ck_test,
+        implied_timescales,
+        pcca,
+        sets_from_gap,
+    )
 
     op, config = _load_fit(folder)
     out = Path(folder) / "analysis" if out is None else Path(out)
@@ -391,6 +400,16 @@ def analyze(
     plot.eigenvalues(op, k=k_eig).figure.savefig(out / "eigenvalues.png", dpi=100)
     frames = np.concatenate(data)
     step("PCCA+ metastable sets")
+    n_eig = int(np.asarray(op.eig()).size)
+    if n_sets is None:
+        n_sets, why = sets_from_gap(op.eig(), max_sets=min(6, n_eig))
+    else:
+        n_sets = int(n_sets)
+        if not 2 <= n_sets <= n_eig:
+            raise WorkflowError(
+                f"--sets {n_sets} must be between 2 and the model's {n_eig} eigenvalues"
+            )
+        why = "as asked (--sets)"
     sets = pcca(op, frames, n_sets)
     step("Chapman–Kolmogorov test (bootstrap)")
     ck_steps = [k for k in (1, 2, 4) if k * lag < longest]  # the multiples the data hold
@@ -427,7 +446,7 @@ def analyze(
             for i in range(1, min(4, len(ts)))
         )
         + f" (95% bootstrap intervals over trajectories).\n\n"
-        f"PCCA+ ({n_sets} sets): equilibrium populations "
+        f"PCCA+ ({n_sets} sets: {why}): equilibrium populations "
         f"{np.round(sets.stationary, 3).tolist()}.\n\n"
         f"Chapman–Kolmogorov test: largest |predicted − estimated| = "
         f"{results['ck_max_abs_diff']:.2g} (`ck_test.png`).\n\n"
