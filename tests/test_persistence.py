@@ -244,3 +244,13 @@ def test_files_of_the_previous_layout_still_load(tmp_path, fitted):
     payload["config"] = json.dumps(cfg)
     _rewrite(path, payload)
     np.testing.assert_array_equal(dpnets.load(path).predict(x[:5], 2), op.predict(x[:5], 2))
+
+
+def test_saved_files_get_the_mode_of_any_other_file(tmp_path):
+    """Atomic writes go through a temporary file that mkstemp creates 0600; the saved model
+    gets the mode every other output of the run gets (0666 less the umask: 0644 here)."""
+    op = TransferOperator(lag=1).fit(np.random.default_rng(0).normal(size=(200, 2)))
+    op.save(tmp_path / "model.pt")
+    (tmp_path / "report.md").write_text("plain file")
+    mode = os.stat(tmp_path / "model.pt").st_mode & 0o777
+    assert mode == os.stat(tmp_path / "report.md").st_mode & 0o777

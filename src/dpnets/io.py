@@ -193,6 +193,21 @@ def save(model: Any, path: str | os.PathLike) -> None:
     atomic_write(path, lambda fh: torch.save(payload, fh))
 
 
+def _umask() -> int:
+    """The process's umask: from ``/proc/self/status`` where it is shown (Linux; no change
+    to the process), else read by setting and restoring it."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write(path: str | os.PathLike, write: Callable[[Any], None]) -> None:
     """Write ``path`` atomically: ``write(file)`` fills a temporary file in the same folder,
     which is flushed, fsynced and renamed over ``path`` (``os.replace``). On any error, or
@@ -201,6 +216,9 @@ def atomic_write(path: str | os.PathLike, write: Callable[[Any], None]) -> None:
     folder = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=".dpnets-", suffix=".tmp", dir=folder)
     try:
+        # mkstemp creates the file 0600: give it the mode any other file gets (0666 less the
+        # umask), so that every output of a run has one mode
+        os.chmod(tmp, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as fh:
             write(fh)
             fh.flush()
