@@ -67,3 +67,26 @@ def test_reproduce_alanine_r_lag_is_registered_with_the_cli_options(monkeypatch,
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "not in the cache" in err
     assert "run `dpnets reproduce alanine-dipeptide --quick` first" in err
+
+
+def test_every_option_says_what_it_does_and_its_default():
+    """Every option of every subcommand has a sentence and states its default (or that it is
+    required); every positional argument says what it is."""
+    import argparse
+
+    from dpnets.cli import _parser
+
+    parser = _parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    missing = []
+    for name, cmd in sub.choices.items():
+        for action in cmd._actions:
+            if isinstance(action, argparse._HelpAction):
+                continue
+            text = action.help or ""
+            if not action.option_strings:  # positional
+                if len(text.split()) < 3:
+                    missing.append(f"{name} {action.dest}: no description")
+            elif len(text.split()) < 3 or not ("default" in text or "required" in text):
+                missing.append(f"{name} {action.option_strings[0]}: {text!r}")
+    assert not missing, "\n".join(missing)

@@ -49,6 +49,20 @@ def test_fit_analyze_transform_forecast_on_npy_files(tmp_path, trajs, capsys):
     feats = tmp_path / "feats.npy"
     assert main(["transform", str(out), str(tmp_path / "traj_0.npy"), "--out", str(feats)]) == 0
     assert np.load(feats).shape == (1500, 3)  # the constant and 2 learned features
+    # several trajectories: one array each, in input order, with the eigenfunctions on request
+    both = [str(tmp_path / "traj_1.npy"), str(tmp_path / "traj_0.npy")]
+    assert main(["transform", str(out), *both, "--out", str(feats)]) == 2  # .npy holds one
+    phi = tmp_path / "phi.npz"
+    assert main(["transform", str(out), *both, "--eigenfunctions", "--out", str(phi)]) == 0
+    from dpnets import load
+
+    model = load(out / "model.pt")
+    with np.load(phi) as z:
+        assert list(z["sources"]) == both
+        for i, src in enumerate(both):
+            expect = np.real(model.eigenfunctions(np.load(src)))
+            assert z[f"traj_{i}"].shape == (1500, 3)
+            assert np.allclose(z[f"traj_{i}"], expect, atol=1e-6)
     pred = tmp_path / "pred.npy"
     assert (
         main(
@@ -190,6 +204,21 @@ def test_md_files_from_the_project_simulation(tmp_path, monkeypatch, capsys):
     gap = np.radians(coords[:, 0]) - md.compute_phi(traj)[1][:, 0]
     assert np.abs(np.angle(np.exp(1j * gap))).max() < 0.03  # xtc keeps 1e-3 nm
     assert labels == ["φ (deg)", "ψ (deg)"]
+    # the axes carry the files' names of the coordinates: the residue of each dihedral, the
+    # CSV header
+    from dpnets.datasets import read_trajectories
+
+    read = read_trajectories(
+        tmp_path / "run.xtc", topology=tmp_path / "ala.pdb", features="dihedrals"
+    )
+    assert read.names == ["sin φ ALA2", "cos φ ALA2", "sin ψ ALA2", "cos ψ ALA2"]
+    assert _plot_coordinates(states, {"features": "dihedrals"}, read.names)[1] == [
+        "φ ALA2 (deg)",
+        "ψ ALA2 (deg)",
+    ]
+    csv = read_trajectories(tmp_path / "states.csv", columns=["ss", "cs"])
+    assert csv.names == ["ss", "cs"]
+    assert _plot_coordinates(csv.data[0], {"features": "raw"}, csv.names)[1] == ["ss", "cs"]
     # atom positions for a SchNet encoder (nm, with the matching 0.5 nm cutoff)
     pytest.importorskip("torch_geometric")
     schnet = tmp_path / "fit_schnet"

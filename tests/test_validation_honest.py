@@ -93,6 +93,12 @@ def test_results_print_as_a_summary(ou):
     spec = bootstrap_spectrum(model, trajs, k=2, n_bootstrap=40, seed=0)
     assert repr(spec).splitlines()[0].startswith("Spectrum(2 eigenvalues, 95% intervals")
     assert len(repr(spec)) < 400  # a summary, not every resample
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        ck = ck_test(model, trajs, [1, 2], _one_set, n_bootstrap=3, seed=0)
+    lines = repr(ck).splitlines()
+    assert lines[0].startswith("ChapmanKolmogorov(1 sets, 3 lag times, 95% intervals; largest")
+    assert len(lines) == 5 and lines[2].strip().startswith("0 | 1 [1, 1] / 1 [1, 1]")
 
 
 def test_one_behaviour_at_every_entry_point(tmp_path):
@@ -183,3 +189,29 @@ def test_the_number_of_sets_comes_from_the_spectral_gap():
     assert sets_from_gap([1.0, 0.9, 0.88, 0.87, 0.1], max_sets=3)[0] == 2  # capped
     with pytest.raises(ValueError, match="no non-stationary eigenvalue"):
         sets_from_gap([1.0])
+
+
+def test_memory_maps_go_where_arrays_go_and_datasets_of_pairs_are_refused(tmp_path, ou):
+    """Item 2: a memory-mapped trajectory (as ``dpnets fit`` reads ``.npy`` files) gives the
+    same validation as the array; a Dataset of (X, Y) pairs, which ``fit`` takes, holds one
+    lag only, so the functions that re-pair at other lags refuse it by name."""
+    import torch
+    from torch.utils.data import TensorDataset
+
+    trajs, model = ou
+    for i, t in enumerate(trajs):
+        np.save(tmp_path / f"t{i}.npy", t)
+    maps = [np.load(tmp_path / f"t{i}.npy", mmap_mode="r") for i in range(len(trajs))]
+    a = implied_timescales(model, trajs, [1, 2], k=2)
+    b = implied_timescales(model, maps, [1, 2], k=2)
+    np.testing.assert_array_equal(a.timescales, b.timescales)
+    c = ck_test(model, maps, [1, 2], _one_set)
+    np.testing.assert_array_equal(c.estimates, ck_test(model, trajs, [1, 2], _one_set).estimates)
+    pairs = TensorDataset(torch.tensor(trajs[0][:-2]), torch.tensor(trajs[0][2:]))
+    for call in (
+        lambda: implied_timescales(model, pairs, [1, 2]),
+        lambda: ck_test(model, pairs, [1], _one_set),
+        lambda: bootstrap_spectrum(model, pairs, k=2),
+    ):
+        with pytest.raises(TypeError, match="TensorDataset: this needs the states themselves"):
+            call()

@@ -102,9 +102,10 @@ def test_plot_is_headless_and_labelled(tmp_path):
     res = implied_timescales(
         TransferOperator(one_hot, constant=False), s, [1, 2, 5], k=2, n_bootstrap=10, seed=0
     )
-    ax = res.plot(units="steps")
+    fig = res.plot(units="steps")  # every plot function returns its figure
+    (ax,) = fig.axes
     assert ax.get_xlabel() == "lag time (steps)" and ax.get_ylabel() == "implied timescale (steps)"
-    ax.figure.savefig(tmp_path / "its.png")
+    fig.savefig(tmp_path / "its.png")
     assert (tmp_path / "its.png").stat().st_size > 1000
 
 

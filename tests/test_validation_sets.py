@@ -166,9 +166,16 @@ def test_plots_are_headless_and_labelled(tmp_path, block_model):
     from dpnets.systems import OrnsteinUhlenbeck
 
     op, _ = block_model
-    ax = plot.eigenvalues(op, k=3)
-    assert ax.get_xlabel() == "Re λ" and ax.get_legend() is not None
-    ax.figure.savefig(tmp_path / "eig.png")
+    fig = plot.eigenvalues(op, k=3)
+    plane, gap = fig.axes
+    assert plane.get_xlabel() == "Re λ" and plane.get_legend() is not None
+    assert gap.get_ylabel() == "1 − |λ|" and gap.get_yscale() == "log"
+    # the gap panel separates eigenvalues the complex plane draws on top of each other
+    d = 1 - np.abs(op.eig())
+    ys = np.concatenate([c.get_offsets()[:, 1] for c in gap.collections])
+    expect = np.where(d <= 1e-10, d[d > 1e-10].min() / 10, d)  # stationary: bottom edge
+    assert np.allclose(np.sort(ys), np.sort(expect))
+    fig.savefig(tmp_path / "eig.png")
     ou = OrnsteinUhlenbeck(theta=1.0, sigma=np.sqrt(2.0), dt=0.5)  # unit variance
     x = np.hstack([ou.sample(40_000, seed=0), ou.sample(40_000, seed=1)])
     herm = TransferOperator(lambda s: np.hstack([s, s**2 - 1])).fit(x)
@@ -178,9 +185,9 @@ def test_plots_are_headless_and_labelled(tmp_path, block_model):
     fig.savefig(tmp_path / "phi2d.png")
     fig = plot.eigenfunctions(herm, x, coords=x[:, 0], k=2, labels=["x (nm)"])
     fig.savefig(tmp_path / "phi1d.png")
-    ax = plot.free_energy(x, kT=2.5, energy_units="kJ/mol", labels=["x (nm)", "y (nm)"])
-    assert ax.figure.axes[1].get_ylabel() == "free energy (kJ/mol)"
-    ax.figure.savefig(tmp_path / "fes.png")
+    fig = plot.free_energy(x, kT=2.5, energy_units="kJ/mol", labels=["x (nm)", "y (nm)"])
+    assert fig.axes[1].get_ylabel() == "free energy (kJ/mol)"
+    fig.savefig(tmp_path / "fes.png")
     # a harmonic well: F = x^2/2 + y^2/2 in units of kT (unit variance)
     hist, xe, ye = np.histogram2d(x[:, 0], x[:, 1], bins=7, range=[[-1.4, 1.4]] * 2, density=True)
     f = -np.log(hist)
@@ -191,3 +198,40 @@ def test_plots_are_headless_and_labelled(tmp_path, block_model):
         assert (tmp_path / f"{name}.png").stat().st_size > 5000
     with pytest.raises(ValueError, match="coords must be"):
         plot.free_energy(x[:, 0])
+
+
+def test_ck_test_on_our_pcca_sets_equals_deeptime_msm_on_the_same_crisp_sets():
+    """Issue 25, item 1: on a metastable chain, our PCCA+ sets (crisp by default) are
+    deeptime's PCCA+ assignments of the same MSM, and our CK test on them equals deeptime's
+    MSM CK test with those crisp sets, to round-off, at every step and at lag 0."""
+    msm = pytest.importorskip("deeptime.markov.msm")
+    from deeptime.markov._base import MembershipsObservable
+    from deeptime.util.validation import ck_test as deeptime_ck
+
+    trajs = [MarkovChain(P9).sample(100_000, seed=s) for s in (3, 4, 5)]
+    tau, steps = 3, [1, 2, 4]
+    op = TransferOperator(one_hot, constant=False, lag=tau).fit(trajs)
+    sets = pcca(op, trajs, 3)
+    crisp = sets.memberships_of(np.arange(N))  # (9 states, 3 sets), one 1 per row
+    np.testing.assert_array_equal(crisp.sum(1), 1.0)
+    models = [
+        msm.MaximumLikelihoodMSM(reversible=False, lagtime=k * tau).fit(trajs).fetch_model()
+        for k in steps
+    ]
+    reversible = msm.MaximumLikelihoodMSM(reversible=True, lagtime=tau).fit(trajs)
+    ref_sets = reversible.fetch_model().pcca(3).assignments  # deeptime needs detailed balance
+    _match(np.argmax(crisp, 1), ref_sets)  # the same partition as deeptime's, up to labels
+    _match(np.argmax(crisp, 1), BLOCKS)  # and the chain's blocks
+    ours = ck_test(op, trajs, steps, sets.memberships_of)
+    ref = deeptime_ck(models, MembershipsObservable(models[0], crisp), test_model=models[0])
+    np.testing.assert_allclose(ours.predictions, np.array(ref.predictions), atol=1e-10)
+    np.testing.assert_allclose(ours.estimates, np.array(ref.estimates), atol=1e-10)
+    np.testing.assert_array_equal(ours.lag_times, ref.lagtimes)
+    # and both read like the truth: the lumped chain's own probability of staying
+    pi = np.linalg.matrix_power(P9, 4000)[0]
+    for j, k in enumerate(steps, start=1):
+        Pk = np.linalg.matrix_power(P9, k * tau)
+        for a in range(3):
+            inside = np.argmax(crisp, 1) == a
+            stay = pi[inside] @ Pk[np.ix_(inside, inside)].sum(1) / pi[inside].sum()
+            assert ours.estimates[j, a, a] == pytest.approx(stay, abs=0.015)

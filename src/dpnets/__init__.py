@@ -6,6 +6,7 @@ Pipeline: data -> learned features (:class:`DPNet`) -> operator regression
 
 from dpnets import nn, scores
 from dpnets.exceptions import NotFittedError
+from dpnets.export import export
 from dpnets.generator import Generator
 from dpnets.io import load
 from dpnets.operators import TransferOperator
@@ -19,6 +20,7 @@ __all__ = [
     "Generator",
     "NotFittedError",
     "load",
+    "export",
     "nn",
     "scores",
     "__version__",

@@ -1,5 +1,6 @@
 """Command line: ``dpnets fit``, ``analyze``, ``transform``, ``forecast`` on the user's files
-(:mod:`dpnets.workflow`), ``dpnets demo`` and ``dpnets reproduce NAME``.
+(:mod:`dpnets.workflow`), ``dpnets export`` (:mod:`dpnets.export`), ``dpnets demo`` and
+``dpnets reproduce NAME``.
 
 A user error (a missing or unreadable file, a bad option, a non-empty output folder) prints
 one line, ``dpnets: error: FILE: problem``, and exits with status 2; ``--debug`` shows the
@@ -25,18 +26,38 @@ _FIT_EXAMPLE = """examples:
 """
 
 
+#: ``--reversible`` values -> ``TransferOperator(reversible=...)``
+_REVERSIBLE = {"false": False, "true": True, "reweight": "reweight"}
+
+
 def _add_data_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--topology", help="topology for MD trajectories (.pdb, .gro, .prmtop)")
+    p.add_argument(
+        "--topology",
+        help="topology of MD trajectories (.pdb, .gro, .prmtop, .psf; GROMACS .tpr/.top through "
+        "MDAnalysis; default: none, needed for MD files)",
+    )
     p.add_argument(
         "--features",
         choices=("raw", "positions", "dihedrals", "distances"),
-        help="MD: atom positions (for schnet), backbone dihedrals (sin/cos) or distances",
+        help="what MD frames become: atom positions (for schnet), backbone dihedrals "
+        "(sin/cos) or pairwise distances of the selection (default raw: positions)",
     )
-    p.add_argument("--selection", help="MD atoms: heavy (default), backbone, all or mdtraj syntax")
-    p.add_argument("--keys", nargs="+", help=".npz keys or .h5 dataset paths to read")
-    p.add_argument("--columns", nargs="+", help=".csv/.txt columns (names or indices)")
-    p.add_argument("--stride", type=int, help="keep every k-th frame")
-    p.add_argument("--dt", type=float, help="time per frame (default: from the files, else 1)")
+    p.add_argument(
+        "--selection",
+        help="MD atoms to keep: heavy, backbone, all or mdtraj syntax (default heavy)",
+    )
+    p.add_argument(
+        "--keys", nargs="+", help=".npz keys or .h5 dataset paths to read (default: all)"
+    )
+    p.add_argument(
+        "--columns",
+        nargs="+",
+        help=".csv/.txt columns to read, by header name or 0-based index (default: all)",
+    )
+    p.add_argument("--stride", type=int, help="keep every k-th frame (default 1: every frame)")
+    p.add_argument(
+        "--dt", type=float, help="time per frame (default: from the files, else 1 frame)"
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -65,10 +86,22 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=raw,
     )
     p_fit.add_argument("data", nargs="*", help="trajectory files or glob patterns")
-    p_fit.add_argument("--out", required=True, help="output folder (must be empty or new)")
-    p_fit.add_argument("--config", help="a config.toml written by an earlier fit")
-    p_fit.add_argument("--lag", type=int, help="lag in frames")
-    p_fit.add_argument("--encoder", help="mlp:64,64 (default) or schnet")
+    p_fit.add_argument(
+        "--out", required=True, help="output folder, empty or new (required; see --overwrite)"
+    )
+    p_fit.add_argument(
+        "--config",
+        help="repeat an earlier fit from its config.toml; options given here override it "
+        "(default: none)",
+    )
+    p_fit.add_argument(
+        "--lag", type=int, help=f"lag between paired frames, in frames (default {_M['lag']})"
+    )
+    p_fit.add_argument(
+        "--encoder",
+        help=f"the network: mlp:W1,W2,... (hidden widths) or schnet for MD positions "
+        f"(default {_M['encoder']})",
+    )
     p_fit.add_argument(
         "--dim", type=int, help=f"number of learned features r (default {_M['dim']})"
     )
@@ -80,17 +113,53 @@ def _parser() -> argparse.ArgumentParser:
         help=f"the DPNet training objective (default {_M['objective']})",
     )
     p_fit.add_argument(
-        "--gamma", type=float, help=f"metric distortion weight (default {_M['gamma']})"
+        "--gamma",
+        type=float,
+        help=f"weight of the metric distortion penalty (paper Eq. 7; default {_M['gamma']})",
     )
-    p_fit.add_argument("--lr", type=float, help=f"learning rate (default {_M['lr']})")
     p_fit.add_argument(
-        "--batch-size", type=int, dest="batch_size", help=f"default {_M['batch_size']}"
+        "--lr", type=float, help=f"learning rate of the Adam optimiser (default {_M['lr']})"
     )
-    p_fit.add_argument("--epochs", type=int, help=f"default {_M['epochs']}")
-    p_fit.add_argument("--seed", type=int, help=f"default {_M['seed']}")
-    p_fit.add_argument("--device", help="cpu or cuda (default: cuda if available)")
-    p_fit.add_argument("--overwrite", action="store_true", help="write into a non-empty folder")
-    p_fit.add_argument("--quiet", action="store_true", help="no progress bars or report")
+    p_fit.add_argument(
+        "--batch-size",
+        type=int,
+        dest="batch_size",
+        help=f"pairs per optimisation step, the total over all processes (default "
+        f"{_M['batch_size']})",
+    )
+    p_fit.add_argument(
+        "--epochs", type=int, help=f"passes over the training pairs (default {_M['epochs']})"
+    )
+    p_fit.add_argument(
+        "--seed",
+        type=int,
+        help=f"seed of the weights, split and batches; the same seed repeats the fit "
+        f"(default {_M['seed']})",
+    )
+    p_fit.add_argument(
+        "--device", help="where to train: cpu, cuda or cuda:N (default: cuda if available)"
+    )
+    p_fit.add_argument(
+        "--reversible",
+        nargs="?",
+        const="true",
+        choices=tuple(_REVERSIBLE),
+        help="estimate the transfer operator under detailed balance (equilibrium data): "
+        "symmetrised covariances, real eigenvalues, TICA's timescales on the learned "
+        "features; 'reweight' first reweights off-equilibrium data (short runs started away "
+        "from equilibrium) by Koopman reweighting; --reversible alone means true (default "
+        f"{str(_M.get('reversible', False)).lower()}: the non-reversible estimate)",
+    )
+    p_fit.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="write into a non-empty --out folder (default: refuse)",
+    )
+    p_fit.add_argument(
+        "--quiet",
+        action="store_true",
+        help="print no progress bars or report (default: print them)",
+    )
     _add_data_options(p_fit)
 
     p_an = sub.add_parser(
@@ -100,27 +169,67 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=raw,
     )
     p_an.add_argument("fit", help="a folder written by dpnets fit")
-    p_an.add_argument("data", nargs="*", help="trajectory files (default: the fit's own)")
-    p_an.add_argument("--lags", type=int, nargs="+", help="lags in frames for the timescales")
+    p_an.add_argument(
+        "data", nargs="*", help="trajectory files or glob patterns (default: the fit's own)"
+    )
+    p_an.add_argument(
+        "--lags",
+        type=int,
+        nargs="+",
+        help="lags in frames at which to re-estimate the timescales (default: a quarter, "
+        "half, 1, 2 and 4 times the model's lag, those the data hold)",
+    )
     p_an.add_argument(
         "--sets",
         type=int,
         help="number of metastable sets (PCCA+; default: from the spectral gap, the report "
         "says why)",
     )
-    p_an.add_argument("--bootstrap", type=int, default=20, help="bootstrap resamples (default 20)")
+    p_an.add_argument(
+        "--bootstrap",
+        type=int,
+        default=20,
+        help="bootstrap resamples of whole trajectories for the intervals; 40 or more for "
+        "95%% intervals (default 20)",
+    )
+    p_an.add_argument(
+        "--reversible",
+        nargs="?",
+        const="true",
+        choices=tuple(_REVERSIBLE),
+        help="re-estimate the operator under detailed balance (true), after Koopman "
+        "reweighting (reweight) or without it (false); --reversible alone means true "
+        "(default: as the fit was)",
+    )
     p_an.add_argument("--out", help="output folder (default: FIT/analysis)")
-    p_an.add_argument("--quiet", action="store_true")
+    p_an.add_argument(
+        "--quiet", action="store_true", help="print no progress or report (default: print them)"
+    )
 
     p_tr = sub.add_parser(
         "transform",
-        help="features of every frame, as one .npy array",
-        epilog="example:\n  dpnets transform fit/ new_*.npy --out feats.npy\n",
+        help="features (or eigenfunctions) of every frame, one array per input trajectory",
+        epilog="examples:\n"
+        "  dpnets transform fit/ new_*.npy --out feats.npz   # arrays traj_0, traj_1, ...\n"
+        "  dpnets transform fit/ run.xtc --eigenfunctions --out phi.npy   # one trajectory\n",
         formatter_class=raw,
     )
-    p_tr.add_argument("fit")
-    p_tr.add_argument("data", nargs="+")
-    p_tr.add_argument("--out", required=True, help="a .npy file")
+    p_tr.add_argument("fit", help="a folder written by dpnets fit")
+    p_tr.add_argument(
+        "data", nargs="+", help="trajectory files or glob patterns, read as the fit read its own"
+    )
+    p_tr.add_argument(
+        "--out",
+        required=True,
+        help="a .npz file (arrays traj_0, traj_1, ... in input order, and sources) or, for "
+        "one trajectory, a .npy file (required)",
+    )
+    p_tr.add_argument(
+        "--eigenfunctions",
+        action="store_true",
+        help="write the model's eigenfunctions (mode 0 the constant) instead of its features "
+        "(default: features, the constant first)",
+    )
 
     p_fc = sub.add_parser(
         "forecast",
@@ -128,10 +237,21 @@ def _parser() -> argparse.ArgumentParser:
         epilog="example:\n  dpnets forecast fit/ start.npy --steps 10 --out pred.npy\n",
         formatter_class=raw,
     )
-    p_fc.add_argument("fit")
-    p_fc.add_argument("data", nargs="+")
-    p_fc.add_argument("--steps", type=int, required=True)
-    p_fc.add_argument("--out", required=True, help="a .npy file")
+    p_fc.add_argument("fit", help="a folder written by dpnets fit")
+    p_fc.add_argument(
+        "data", nargs="+", help="files of starting states, read as the fit read its own"
+    )
+    p_fc.add_argument(
+        "--steps",
+        type=int,
+        required=True,
+        help="forecast 1..STEPS lags ahead of every frame (required)",
+    )
+    p_fc.add_argument(
+        "--out",
+        required=True,
+        help="a .npy file: an array (steps, frames, *state_shape) (required)",
+    )
 
     p_demo = sub.add_parser(
         "demo",
@@ -139,12 +259,50 @@ def _parser() -> argparse.ArgumentParser:
         epilog="example:\n  dpnets demo --epochs 10 --out demo.pt\n",
         formatter_class=raw,
     )
-    p_demo.add_argument("--out", default="dpnets-demo.pt", help="where to save the model")
-    p_demo.add_argument("--samples", type=int, default=50_000)
-    p_demo.add_argument("--epochs", type=int, default=None, help="default: DPNet's default")
-    p_demo.add_argument("--seed", type=int, default=0)
-    p_demo.add_argument("--device", default=None)
-    p_demo.add_argument("--no-progress", action="store_true")
+    p_demo.add_argument(
+        "--out", default="dpnets-demo.pt", help="where to save the model (default dpnets-demo.pt)"
+    )
+    p_demo.add_argument(
+        "--samples", type=int, default=50_000, help="training frames to simulate (default 50000)"
+    )
+    p_demo.add_argument(
+        "--epochs", type=int, default=None, help="training epochs (default: DPNet's default)"
+    )
+    p_demo.add_argument(
+        "--seed", type=int, default=0, help="seed of the data and the fit (default 0)"
+    )
+    p_demo.add_argument(
+        "--device", default=None, help="cpu, cuda or cuda:N (default: cuda if available)"
+    )
+    p_demo.add_argument(
+        "--no-progress", action="store_true", help="no progress bar (default: show one)"
+    )
+
+    p_ex = sub.add_parser(
+        "export",
+        help="write slow modes as a TorchScript file for MD engines (PLUMED, OpenMM-Torch)",
+        epilog="examples:\n  dpnets export fit/ --modes 1,2 --out cv.pt      # + plumed.dat "
+        "for dihedral/distance fits\n  dpnets export model.pt --modes 1 --out cv.pt --double\n",
+        formatter_class=raw,
+    )
+    p_ex.add_argument("fit", help="a folder written by dpnets fit, or a model file")
+    p_ex.add_argument(
+        "--modes",
+        default="1",
+        help="eigenfunctions to export, comma-separated; 0 is the constant (default 1: the "
+        "slowest)",
+    )
+    p_ex.add_argument(
+        "--out",
+        required=True,
+        help="the TorchScript file to write (.pt; required); plumed.dat or the OpenMM-Torch "
+        "recipe goes next to it",
+    )
+    p_ex.add_argument(
+        "--double",
+        action="store_true",
+        help="compute in float64 (default float32, what PLUMED's PYTORCH_MODEL feeds)",
+    )
 
     p_rep = sub.add_parser(
         "reproduce",
@@ -152,17 +310,32 @@ def _parser() -> argparse.ArgumentParser:
         epilog="example:\n  dpnets reproduce logistic-map --quick --out results/\n",
         formatter_class=raw,
     )
-    p_rep.add_argument("name", choices=sorted(EXPERIMENTS))
-    p_rep.add_argument("--quick", action="store_true", help="small smoke-test version")
-    p_rep.add_argument("--seeds", type=int, default=None, help="number of seeds")
-    p_rep.add_argument("--out", default=None, help="output folder")
-    p_rep.add_argument("--device", default=None)
-    p_rep.add_argument("--no-progress", action="store_true")
+    p_rep.add_argument("name", choices=sorted(EXPERIMENTS), help="the experiment to run")
+    p_rep.add_argument(
+        "--quick",
+        action="store_true",
+        help="a small smoke-test version, minutes not hours (default: the full experiment)",
+    )
+    p_rep.add_argument(
+        "--seeds", type=int, default=None, help="number of seeds (default: the experiment's)"
+    )
+    p_rep.add_argument(
+        "--out",
+        default=None,
+        help="output folder for results.json and figures (default dpnets-out/NAME)",
+    )
+    p_rep.add_argument(
+        "--device", default=None, help="cpu, cuda or cuda:N (default: cuda if available)"
+    )
+    p_rep.add_argument(
+        "--no-progress", action="store_true", help="no progress bars (default: show them)"
+    )
     p_rep.add_argument(
         "--workers",
         type=int,
         default=None,
-        help="processes that run the fits in parallel (experiments that support it)",
+        help="processes that run the fits in parallel, where the experiment supports it "
+        "(default: the experiment's)",
     )
     return parser
 
@@ -197,6 +370,8 @@ def _fit_config(args: argparse.Namespace) -> dict:
             value = getattr(args, key)
             if value is not None:
                 config[table][key] = list(value) if isinstance(value, list) else value
+    if getattr(args, "reversible", None) is not None:
+        config["model"]["reversible"] = _REVERSIBLE[args.reversible]
     return config
 
 
@@ -224,6 +399,7 @@ def _run(args: argparse.Namespace) -> int:
             lags=args.lags,
             n_sets=args.sets,
             n_bootstrap=args.bootstrap,
+            reversible=None if args.reversible is None else _REVERSIBLE[args.reversible],
             out=args.out,
             progress=not args.quiet,
         )
@@ -231,8 +407,12 @@ def _run(args: argparse.Namespace) -> int:
             print(report)
         return 0
     if args.command == "transform":
-        feats = workflow.transform_files(args.fit, args.data, args.out)
-        print(f"{args.out}: features of shape {feats.shape}")
+        arrays = workflow.transform_files(
+            args.fit, args.data, args.out, eigenfunctions=args.eigenfunctions
+        )
+        what = "eigenfunctions" if args.eigenfunctions else "features"
+        shapes = ", ".join(str(a.shape) for a in arrays)
+        print(f"{args.out}: {what} of {len(arrays)} trajectories, shapes {shapes}")
         return 0
     if args.command == "forecast":
         pred = workflow.forecast_file(args.fit, args.data, args.steps, args.out)
@@ -249,6 +429,15 @@ def _run(args: argparse.Namespace) -> int:
                 device=args.device,
             )
         )
+        return 0
+    if args.command == "export":
+        import torch
+
+        from dpnets.export import export_fit, parse_modes
+
+        dtype = torch.float64 if args.double else torch.float32
+        written = export_fit(args.fit, args.out, parse_modes(args.modes), dtype)
+        print("wrote " + ", ".join(written))
         return 0
     from dpnets.experiments import run_experiment
 

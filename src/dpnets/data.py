@@ -99,6 +99,12 @@ def check_states(
         reading it into memory.
     """
     arr: np.ndarray | OutOfCoreStates
+    if is_streaming(a):
+        raise TypeError(
+            f"{name} is a torch {type(a).__name__}: this needs the states themselves (an "
+            "array, a memory map, an HDF5 dataset or a list of them, one per trajectory); a "
+            "Dataset or DataLoader of (X, Y) pairs holds one lag only and cannot be re-paired"
+        )
     if _is_sparse(a):
         raise TypeError(
             f"{name} is a sparse matrix; dpnets needs dense arrays of states (sparse input is "
@@ -904,20 +910,26 @@ def state_moments(
     """Float64 mean and standard deviation over ``axes`` in one pass over chunks of states.
 
     Sums are taken around the first chunk's mean, so a large offset (``x + 1e6``) does not
-    cancel the variance away; nothing but the current chunk is held in memory.
+    cancel the variance away, and in units of the first chunk's spread, so that states of
+    tiny or huge scale (``1e-300 x``, ``1e300 x``) neither underflow nor overflow; nothing
+    but the current chunk is held in memory.
     """
-    total, pilot, s1, s2 = 0, None, 0.0, 0.0
+    total, pilot, unit, s1, s2 = 0, None, None, 0.0, 0.0
     for part in parts:
         part = np.asarray(part, dtype=np.float64)
         if pilot is None:
             pilot = part.mean(axis=axes, keepdims=True)
-        d = part - pilot
+            if not np.all(np.isfinite(pilot)):  # |x| near the float64 limit: mean of x / 2
+                pilot = (part / 2).mean(axis=axes, keepdims=True) * 2
+            unit = np.abs(part - pilot).max(axis=axes, keepdims=True)
+            unit = np.where(np.isfinite(unit) & (unit > 0), unit, 1.0)
+        d = (part - pilot) / unit
         s1 = s1 + d.sum(axis=axes, keepdims=True)
         s2 = s2 + (d * d).sum(axis=axes, keepdims=True)
         total += part.size // pilot.size
     mean = s1 / total
-    std = np.sqrt(np.maximum(s2 / total - mean * mean, 0.0))
-    return (pilot + mean)[0], std[0]
+    std = np.sqrt(np.maximum(s2 / total - mean * mean, 0.0)) * unit
+    return (pilot + mean * unit)[0], std[0]
 
 
 def _plain_loader(loader: DataLoader) -> bool:

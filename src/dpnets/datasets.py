@@ -20,13 +20,23 @@ Formats (chosen by the file extension, case-insensitive):
     only the datasets named by ``keys``. An mdtraj HDF5 trajectory (``/coordinates`` and
     ``/topology`` at the root) is read as molecular dynamics instead, with h5py only (mdtraj's
     own HDF5 reader would need PyTables).
-``.xtc`` / ``.trr`` / ``.dcd`` / ``.nc`` / ``.netcdf``
+``.xtc`` / ``.trr`` / ``.dcd`` / ``.nc`` / ``.ncdf`` / ``.netcdf`` / ``.mdcrd``
     Molecular dynamics through mdtraj, which needs a ``topology`` file (``.pdb``, ``.gro``,
     ``.prmtop``, ``.psf``, ...). ``features`` chooses what is returned from the selected atoms.
+    Positions are in nm and times in ps, as mdtraj and MDAnalysis give them (after MDAnalysis'
+    Å → nm): ``.ncdf`` is Amber NetCDF (as ``.nc``); the DCD time step is read from its header
+    (``DELTA * NSAVC`` in AKMA units, as MDAnalysis reads it; ``DELTA = 1``, the placeholder
+    VMD's and mdtraj's writers store, means unknown); a DCD file holding fewer frames
+    than its header announces (an unfinished run) gives the frames it holds, with a warning;
+    ``.mdcrd`` (Amber ASCII) needs its ``.prmtop``. Where mdtraj cannot read a file, among
+    them the topologies it does not know (GROMACS ``.tpr`` and ``.top``), MDAnalysis reads
+    it when installed (the ``files`` extra); for a GROMACS ``.top`` the ``#include`` files are
+    looked up next to it and in ``$GMXLIB``.
 
 Every problem with a file (missing, unknown type, truncated, non-numeric, NaN or infinite
 values, state shapes that differ between trajectories) raises :class:`DataFileError`, whose
-message is one line that starts with the file's name.
+message is one line that starts with the file's name. Only regular files are read: a FIFO or
+a device is refused without being opened for reading.
 """
 
 from __future__ import annotations
@@ -36,6 +46,7 @@ import json
 import math
 import os
 import re
+import stat
 import struct
 import warnings
 from collections.abc import Sequence
@@ -44,7 +55,14 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["DataFileError", "Trajectories", "read_trajectories", "FEATURES", "EXTENSIONS"]
+__all__ = [
+    "DataFileError",
+    "Trajectories",
+    "read_trajectories",
+    "select_atoms",
+    "FEATURES",
+    "EXTENSIONS",
+]
 
 #: What :func:`read_trajectories` can compute from a molecular-dynamics trajectory.
 FEATURES = ("raw", "positions", "dihedrals", "distances")
@@ -52,11 +70,21 @@ FEATURES = ("raw", "positions", "dihedrals", "distances")
 _ARRAY_EXTS = (".npy", ".npz")
 _TEXT_EXTS = (".csv", ".txt")
 _HDF5_EXTS = (".h5", ".hdf5")
-_MD_EXTS = (".xtc", ".trr", ".dcd", ".nc", ".netcdf")
+_MD_EXTS = (".xtc", ".trr", ".dcd", ".nc", ".ncdf", ".netcdf", ".mdcrd")
 #: The file extensions :func:`read_trajectories` reads.
 EXTENSIONS = _ARRAY_EXTS + _TEXT_EXTS + _HDF5_EXTS + _MD_EXTS
-# Formats whose frames carry their simulation time (mdtraj reads DCD times as 0, 1, 2, ...).
-_MD_TIMED_EXTS = (".xtc", ".trr", ".nc", ".netcdf") + _HDF5_EXTS
+# Formats whose frames carry their simulation time (mdtraj reads DCD times as 0, 1, 2, ...:
+# the DCD time step comes from its header; .mdcrd stores no time).
+_MD_TIMED_EXTS = (".xtc", ".trr", ".nc", ".ncdf", ".netcdf") + _HDF5_EXTS
+# mdtraj's loaders of these extensions (``md.load`` does not dispatch ``.ncdf``)
+_MDTRAJ_LOADERS = {".ncdf": "load_netcdf", ".nc": "load_netcdf", ".netcdf": "load_netcdf"}
+# Topologies mdtraj reads (others go to MDAnalysis when it is installed)
+_MDTRAJ_TOPOLOGIES = (
+    ".pdb", ".pdb.gz", ".pdbx", ".cif", ".gro", ".prmtop", ".parm7", ".psf", ".mol2",
+    ".hoomdxml", ".h5", ".lh5", ".xml",
+)  # fmt: skip
+# One AKMA time unit (DCD's DELTA) in ps, as MDAnalysis converts it
+_AKMA_PS = 4.888821e-2
 _GLOB_CHARS = re.compile(r"[*?\[]")
 # Elements of the finiteness check per chunk (memory-mapped files are not read all at once).
 _CHUNK = 1 << 22
@@ -92,6 +120,11 @@ class Trajectories:
     atomic_numbers : numpy.ndarray or None
         Element numbers ``(n_atoms,)`` of the atoms of molecular-dynamics ``"positions"``
         (the input of :class:`dpnets.nn.schnet.SchNetEncoder`), else None.
+    names : list of str or None
+        The name of each coordinate of vector states where the files give one: the
+        ``.csv``/``.txt`` header (the chosen columns), ``"sin φ ALA2"``-style names of
+        backbone dihedral features, ``"d(ALA2-CA, ALA2-CB)"`` for distances; None otherwise
+        or when the files disagree.
     """
 
     data: list[np.ndarray]
@@ -99,6 +132,7 @@ class Trajectories:
     sources: list[str] = field(default_factory=list)
     time_unit: str | None = None
     atomic_numbers: np.ndarray | None = None
+    names: list[str] | None = None
 
     def __len__(self) -> int:
         return len(self.data)
@@ -232,6 +266,7 @@ def _expand(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> list[str]
             raise DataFileError(f, "no such file")
         if os.path.isdir(f):
             raise DataFileError(f, "is a directory, not a file")
+        _check_regular(f)
         if ext not in EXTENSIONS:
             shown = f"'{ext}'" if ext else "(none)"
             raise DataFileError(f, f"unknown file type {shown}; supported: {', '.join(EXTENSIONS)}")
@@ -240,6 +275,26 @@ def _expand(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> list[str]
 
 def _ext(path: str) -> str:
     return os.path.splitext(path)[1].lower()
+
+
+def _check_regular(path: str, what: str = "file") -> None:
+    """Refuse a FIFO, device or socket before anything opens it (a FIFO blocks a reader)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        raise DataFileError(path, f"cannot read: {_reason(exc)}") from exc
+    if stat.S_ISREG(mode):
+        return
+    kind = (
+        "a FIFO (named pipe)"
+        if stat.S_ISFIFO(mode)
+        else "a device"
+        if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+        else "a socket"
+        if stat.S_ISSOCK(mode)
+        else "not a regular file"
+    )
+    raise DataFileError(path, f"the {what} is {kind}; only regular files are read")
 
 
 def _one_line(text: str) -> str:
@@ -282,6 +337,7 @@ class _Reader:
         self.dts: list[tuple[str, float | None]] = []
         self.atomic_numbers: list[tuple[str, np.ndarray]] = []
         self.any_md = False
+        self.names: list[list[str] | None] = []  # per trajectory
 
     # -- dispatch ---------------------------------------------------------------------------
 
@@ -315,6 +371,8 @@ class _Reader:
         self.data.append(arr)
         self.sources.append(source)
         self.dts.append((source, dt))
+        if len(self.names) < len(self.data):  # a reader that names no coordinates
+            self.names.append(None)
 
     def result(self) -> Trajectories:
         dt = None
@@ -333,12 +391,15 @@ class _Reader:
                 if not np.array_equal(z, z0):
                     raise DataFileError(s, f"atomic numbers differ from {s0}'s")
             atomic_numbers = z0
+        first = self.names[0] if self.names else None
+        names = first if all(n == first for n in self.names) else None
         return Trajectories(
             data=self.data,
             dt=dt,
             sources=self.sources,
             time_unit="ps" if self.any_md else None,
             atomic_numbers=atomic_numbers,
+            names=None if names is None else list(names),
         )
 
     # -- numpy ------------------------------------------------------------------------------
@@ -404,6 +465,7 @@ class _Reader:
                 raise DataFileError(path, "holds a header line but no data")
         n_cols = len(header) if header is not None else len(split(rows[0][1]))
         usecols = self._text_columns(path, header, n_cols)
+        self.names.append(None if header is None else [header[j] for j in usecols])
 
         try:  # fast path; the scan below finds the line of any problem
             values = np.loadtxt(
@@ -542,8 +604,9 @@ class _Reader:
         if self._topology is None:
             top_path = self.topology_path
             assert top_path is not None
-            if not os.path.isfile(top_path):
+            if not os.path.exists(top_path) or os.path.isdir(top_path):
                 raise DataFileError(top_path, "no such topology file")
+            _check_regular(top_path, "topology file")
             try:
                 self._topology = md.load_topology(top_path)
             except Exception as exc:
@@ -557,26 +620,53 @@ class _Reader:
                 path, f"a topology file is needed for {ext} trajectories (topology=...)"
             )
         md = _import_mdtraj()
-        top = self._load_topology(md)
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                traj = md.load(path, top=top, stride=self.stride)
-        except Exception as exc:
-            raise DataFileError(path, f"cannot read: {_reason(exc)}") from exc
+        top_path = self.topology_path
+        timed, dt = ext in _MD_TIMED_EXTS, None
+        if not _mdtraj_reads_topology(top_path):  # .tpr, .top, ...: MDAnalysis reads them
+            if not os.path.exists(top_path) or os.path.isdir(top_path):
+                raise DataFileError(top_path, "no such topology file")
+            _check_regular(top_path, "topology file")
+            why = f"mdtraj cannot read {_ext(top_path) or 'this'} topologies"
+            traj = _read_mdanalysis(md, top_path, path, self.stride, why)
+            timed = ext != ".mdcrd"
+        else:
+            top = self._load_topology(md)
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    load = getattr(md, _MDTRAJ_LOADERS[ext]) if ext in _MDTRAJ_LOADERS else md.load
+                    traj = load(path, top=top, stride=self.stride)
+            except Exception as exc:  # another reader may know the file: MDAnalysis
+                why = f"mdtraj cannot read it ({_reason(exc)})"
+                traj = _read_mdanalysis(md, top_path, path, self.stride, why, exc)
+                warnings.warn(
+                    f"{path}: {why}; read through MDAnalysis instead ({traj.n_frames} frames; "
+                    "a truncated file gives the whole frames it holds)",
+                    RuntimeWarning,
+                    stacklevel=4,
+                )
         if ext == ".dcd":
-            _check_dcd_complete(path, md)
-        self._add_md(path, traj, md, timed=ext in _MD_TIMED_EXTS)
+            dt = _check_dcd(path, md, traj.n_frames, self.stride)
+        self._add_md(path, traj, md, timed=timed, dt=dt)
 
-    def _add_md(self, path: str, traj: Any, md: Any, *, timed: bool) -> None:
+    def _add_md(
+        self, path: str, traj: Any, md: Any, *, timed: bool, dt: float | None = None
+    ) -> None:
         self.any_md = True
-        dt = _timestep(traj.time) if timed else None
+        if dt is None:
+            dt = _timestep(traj.time) if timed else None
         if self.features == "dihedrals":
             phi_idx, phi = md.compute_phi(traj)
             psi_idx, psi = md.compute_psi(traj)
             if len(phi_idx) == 0 and len(psi_idx) == 0:
                 raise DataFileError(path, "the topology has no backbone phi/psi dihedrals")
             feats = np.concatenate([np.sin(phi), np.cos(phi), np.sin(psi), np.cos(psi)], axis=1)
+            res = [str(traj.topology.atom(int(q[1])).residue) for q in phi_idx]
+            res_psi = [str(traj.topology.atom(int(q[1])).residue) for q in psi_idx]
+            self.names.append(
+                [f"{f} φ {r}" for f in ("sin", "cos") for r in res]
+                + [f"{f} ψ {r}" for f in ("sin", "cos") for r in res_psi]
+            )
             self._add(path, feats.astype(np.float32), dt, strided=True)
             return
         atoms = self._select(path, traj.topology)
@@ -591,23 +681,32 @@ class _Reader:
             i, j = np.triu_indices(len(atoms), k=1)
             pairs = np.stack([atoms[i], atoms[j]], axis=1)
             dist = md.compute_distances(traj, pairs)
+            atom = traj.topology.atom
+            self.names.append([f"d({atom(int(a))}, {atom(int(b))})" for a, b in pairs])
             self._add(path, dist.astype(np.float32), dt, strided=True)
 
     def _select(self, path: str, top: Any) -> np.ndarray:
-        sel = self.selection
-        try:
-            if sel == "heavy":
-                atoms = [a.index for a in top.atoms if _atomic_number(a) > 1]
-            elif sel == "all":
-                atoms = list(range(top.n_atoms))
-            else:
-                atoms = top.select(sel)
-        except Exception as exc:
-            raise DataFileError(path, f"bad atom selection {sel!r}: {_reason(exc)}") from exc
-        atoms = np.asarray(atoms, dtype=np.int64)
-        if atoms.size == 0:
-            raise DataFileError(path, f"atom selection {sel!r} matches no atom")
-        return atoms
+        return select_atoms(top, self.selection, source=path)
+
+
+def select_atoms(top: Any, selection: str, source: str = "topology") -> np.ndarray:
+    """0-based indices (int64) of the atoms of mdtraj topology ``top`` that ``selection``
+    picks, as :func:`read_trajectories` selects them: ``"heavy"`` (all but hydrogens and
+    virtual sites), ``"all"``, or any mdtraj selection string. A bad or empty selection
+    raises :class:`DataFileError` naming ``source``."""
+    try:
+        if selection == "heavy":
+            atoms = [a.index for a in top.atoms if _atomic_number(a) > 1]
+        elif selection == "all":
+            atoms = list(range(top.n_atoms))
+        else:
+            atoms = top.select(selection)
+    except Exception as exc:
+        raise DataFileError(source, f"bad atom selection {selection!r}: {_reason(exc)}") from exc
+    atoms = np.asarray(atoms, dtype=np.int64)
+    if atoms.size == 0:
+        raise DataFileError(source, f"atom selection {selection!r} matches no atom")
+    return atoms
 
 
 # --------------------------------------------------------------------------------------------
@@ -704,19 +803,37 @@ def _topology_from_json(md: Any, raw: Any) -> Any:
     return top
 
 
-def _check_dcd_complete(path: str, md: Any) -> None:
-    """A DCD file whose header announces more frames than it holds is truncated."""
+def _dcd_header(path: str) -> tuple[int, int, float] | None:
+    """``(NSET, NSAVC, DELTA)`` of a DCD file's header (None when it is not a DCD header):
+    the frames announced, the steps between saved frames and the time step in AKMA units
+    (a float for CHARMM/NAMD files, a double for X-PLOR ones, as MDAnalysis reads it)."""
+    with open(path, "rb") as fh:
+        head = fh.read(92)
+    if len(head) < 92:
+        raise DataFileError(path, "cannot read: truncated DCD header")
+    for order in "<>":
+        size, magic = struct.unpack(order + "i4s", head[:8])
+        if size == 84 and magic == b"CORD":
+            break
+    else:
+        return None
+    icntrl = struct.unpack(order + "20i", head[8:88])
+    charmm = icntrl[19] != 0
+    if charmm:
+        delta = struct.unpack(order + "f", head[8 + 36 : 8 + 40])[0]
+    else:
+        delta = struct.unpack(order + "d", head[8 + 36 : 8 + 44])[0]
+    return icntrl[0], icntrl[2], float(delta)
+
+
+def _check_dcd(path: str, md: Any, n_read: int, stride: int) -> float | None:
+    """The time per (strided) frame of a DCD file from its header, in ps (None when the
+    header has none); a file holding fewer frames than its header announces (a run that
+    was stopped) gives the frames it holds, with a warning."""
     try:
-        with open(path, "rb") as fh:
-            head = fh.read(12)
-        if len(head) < 12:
-            raise DataFileError(path, "cannot read: truncated header")
-        for order in "<>":
-            size, magic, n_set = struct.unpack(order + "i4si", head)
-            if size == 84 and magic == b"CORD":
-                break
-        else:
-            return
+        header = _dcd_header(path)
+        if header is None:
+            return None
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             with md.formats.DCDTrajectoryFile(path) as dcd:
@@ -725,10 +842,129 @@ def _check_dcd_complete(path: str, md: Any) -> None:
         raise
     except Exception as exc:
         raise DataFileError(path, f"cannot read: {_reason(exc)}") from exc
+    n_set, nsavc, delta = header
     if n_set > n_frames:
-        raise DataFileError(
-            path, f"cannot read: truncated (header says {n_set} frames, file holds {n_frames})"
+        warnings.warn(
+            f"{path}: the DCD header announces {n_set} frames but the file holds {n_frames} "
+            f"(a run that was stopped, or a truncated copy); reading the {n_frames} it holds",
+            RuntimeWarning,
+            stacklevel=5,
         )
+    if delta == 1.0:  # the placeholder of VMD's dcdplugin writers (mdtraj's save_dcd too):
+        return None  # no time step stored (1 AKMA = 48.9 fs is no MD integration step)
+    dt = delta * _AKMA_PS * max(nsavc, 1) * stride
+    return dt if math.isfinite(dt) and dt > 0 else None
+
+
+def _mdtraj_reads_topology(path: str) -> bool:
+    name = path.lower()
+    return any(name.endswith(ext) for ext in _MDTRAJ_TOPOLOGIES)
+
+
+def _import_mdanalysis(path: str, why: str, cause: BaseException | None = None) -> Any:
+    try:
+        import MDAnalysis
+    except ImportError:
+        raise DataFileError(
+            path,
+            f"cannot read: {why}; MDAnalysis can read it: pip install MDAnalysis (the files "
+            "extra: pip install dpnets[files])",
+        ) from cause
+    return MDAnalysis
+
+
+def _read_mdanalysis(
+    md: Any, top_path: str, path: str, stride: int, why: str, cause: BaseException | None = None
+) -> Any:
+    """Read ``path`` with topology ``top_path`` through MDAnalysis (for what mdtraj cannot
+    read), as an mdtraj ``Trajectory``: positions and cell lengths converted from Å to nm,
+    times in ps, the topology's atoms, residues, segments (as chains) and elements."""
+    mda = _import_mdanalysis(path, why, cause)
+    kwargs: dict[str, Any] = {}
+    if _ext(top_path) == ".top" and _gromacs_top(top_path):  # not Amber's .top
+        kwargs = {
+            "topology_format": "ITP",
+            "include_dir": os.environ.get("GMXLIB", os.path.dirname(os.path.abspath(top_path))),
+        }
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            u = mda.Universe(top_path, path, **kwargs)
+    except Exception as exc:
+        raise DataFileError(
+            path, f"cannot read ({why}; MDAnalysis with {top_path}: {_reason(exc)})"
+        ) from exc
+    try:
+        top = _mdtraj_topology(md, u)
+        xyz, time, lengths, angles = [], [], [], []
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for ts in u.trajectory[::stride]:
+                xyz.append(np.array(ts.positions, dtype=np.float32) * np.float32(0.1))
+                time.append(float(ts.time))
+                dims = ts.dimensions
+                if dims is not None and np.all(np.asarray(dims[:3]) > 0):
+                    lengths.append(np.asarray(dims[:3], dtype=np.float32) * np.float32(0.1))
+                    angles.append(np.asarray(dims[3:], dtype=np.float32))
+        cell = {}
+        if xyz and len(lengths) == len(xyz):
+            cell = {"unitcell_lengths": np.stack(lengths), "unitcell_angles": np.stack(angles)}
+        frames = np.stack(xyz) if xyz else np.zeros((0, u.atoms.n_atoms, 3), np.float32)
+        return md.Trajectory(frames, top, time=np.asarray(time), **cell)
+    except DataFileError:
+        raise
+    except Exception as exc:
+        raise DataFileError(path, f"cannot read through MDAnalysis: {_reason(exc)}") from exc
+
+
+def _gromacs_top(path: str) -> bool:
+    """Whether a ``.top`` file is a GROMACS topology (``[ section ]`` lines, ``;`` comments)
+    rather than Amber's (``%VERSION`` / ``%FLAG``)."""
+    with open(path, errors="replace") as fh:
+        head = fh.read(4096)
+    return "%FLAG" not in head and "%VERSION" not in head
+
+
+def _mdtraj_topology(md: Any, u: Any) -> Any:
+    """An mdtraj Topology of MDAnalysis universe ``u``, atom for atom in the same order."""
+    atoms = u.atoms
+    n = atoms.n_atoms
+    symbols = list(atoms.elements) if hasattr(atoms, "elements") else [""] * n
+    if any(not str(x).strip() for x in symbols):
+        try:  # MDAnalysis >= 2.8
+            from MDAnalysis.guesser.default_guesser import DefaultGuesser
+
+            guess = DefaultGuesser(None).guess_atom_element
+        except ImportError:  # pragma: no cover - older MDAnalysis
+            from MDAnalysis.topology.guessers import guess_atom_element as guess
+        symbols = [
+            str(x).strip() or guess(name) for x, name in zip(symbols, atoms.names, strict=True)
+        ]
+    cache: dict[str, Any] = {}
+
+    def element(sym: str) -> Any:
+        if sym not in cache:
+            try:
+                cache[sym] = md.element.get_by_symbol(sym.strip().capitalize())
+            except KeyError:
+                cache[sym] = md.element.virtual
+        return cache[sym]
+
+    top = md.Topology()
+    names = atoms.names
+    resnames = atoms.resnames if hasattr(atoms, "resnames") else ["UNK"] * n
+    resids = atoms.resids if hasattr(atoms, "resids") else np.zeros(n, dtype=int)
+    resindices, segindices = atoms.resindices, atoms.segindices
+    chain = residue = None
+    last_seg = last_res = None
+    for i in range(n):
+        if segindices[i] != last_seg:
+            chain, last_seg, last_res = top.add_chain(), segindices[i], None
+        if resindices[i] != last_res:
+            residue = top.add_residue(str(resnames[i]), chain, resSeq=int(resids[i]))
+            last_res = resindices[i]
+        top.add_atom(str(names[i]), element(str(symbols[i])), residue)
+    return top
 
 
 def _import_h5py() -> Any:

@@ -10,11 +10,21 @@ Safety:
 * :func:`save` is atomic: it writes a temporary file in the target's folder, fsyncs it and
   renames it over the target, so a crash or ``kill -9`` at any moment leaves either the
   previous file or the new one, never a broken one.
+* Temporary files left by a save that was killed (``.dpnets-<pid>@<host>-*.tmp``) are
+  removed by the next save into the same folder once their process is gone (or, for
+  files of another host or of an unknown writer, after :data:`STALE_TMP_SECONDS`).
 * :func:`load` answers every malformed, truncated, foreign or corrupted file with one
-  ``ValueError`` saying that it is not a valid dpnets model file and why: the checksum must
-  match (version-2 files), every floating tensor must be finite, and every module is first
-  built on torch's ``meta`` device (no memory) and its parameter shapes checked against the
-  stored tensors before it is built for real, so a small file cannot ask for huge layers.
+  ``ValueError`` saying that it is not a valid dpnets model file and why: only regular
+  files are opened (a FIFO or device is refused without reading), every tensor must be a
+  dense, contiguous view of the bytes stored for it (a stride-0 or oversized view is
+  refused before anything reads it), the checksum must match (version-2 files;
+  version-1 files carry none and load with a warning saying so), every floating tensor
+  must be finite, every module is first built on torch's ``meta`` device (no memory) and
+  its parameter shapes checked against the stored tensors before it is built for real, so
+  a small file cannot ask for huge layers (a module that cannot be built on ``meta`` is
+  refused, never built for real unchecked), and the restored model's parameters pass the
+  checks its constructor's ``fit`` applies (``dt="abc"`` or ``dt=-1`` are refused at load,
+  not at first use).
 
 Encoders from :mod:`dpnets.nn` are rebuilt from their stored ``config``; for any other
 ``torch.nn.Module`` pass an instance of the same architecture to :func:`load` (its weights are
@@ -27,13 +37,20 @@ import hashlib
 import io as _io
 import json
 import os
+import re
+import socket
+import stat
 import tempfile
-from collections.abc import Callable, Sequence
+import time
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
 from dpnets.distributed import is_main_process
 from dpnets.nn.registry import build
@@ -51,6 +68,10 @@ __all__ = [
     "kind_of",
     "sub_state",
     "restore_module",
+    "open_regular",
+    "meta_device",
+    "STALE_TMP_SECONDS",
+    "MAX_MODULE_ELEMENTS",
 ]
 
 
@@ -208,13 +229,67 @@ def _umask() -> int:
     return mask
 
 
+#: a temporary file of :func:`atomic_write` whose writer cannot be identified as a live
+#: process of this host is removed once it is this old (seconds)
+STALE_TMP_SECONDS = 3600.0
+
+_TMP_NAME = re.compile(r"^\.dpnets-(?:(\d+)@([A-Za-z0-9_.-]*)-)?[A-Za-z0-9_]+\.tmp$")
+
+
+def _host() -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", socket.gethostname())[:64] or "host"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):  # exists (another user's), or cannot tell
+        return True
+    return True
+
+
+def _clean_stale_tmp(folder: str) -> None:
+    """Remove the temporary files of killed saves in ``folder``: those of this host whose
+    process is gone, and any older than :data:`STALE_TMP_SECONDS` (a live writer's file,
+    of this host or another, is never touched before then)."""
+    try:
+        names = [n for n in os.listdir(folder) if n.startswith(".dpnets-") and n.endswith(".tmp")]
+    except OSError:
+        return
+    host, now = _host(), time.time()
+    for name in names:
+        match = _TMP_NAME.match(name)
+        if match is None:
+            continue
+        full = os.path.join(folder, name)
+        try:
+            info = os.lstat(full)
+        except OSError:
+            continue
+        if not stat.S_ISREG(info.st_mode):
+            continue
+        pid, owner = match.group(1), match.group(2)
+        dead = pid is not None and owner == host and not _pid_alive(int(pid))
+        if dead or now - info.st_mtime > STALE_TMP_SECONDS:
+            try:
+                os.unlink(full)
+            except OSError:
+                pass
+
+
 def atomic_write(path: str | os.PathLike, write: Callable[[Any], None]) -> None:
     """Write ``path`` atomically: ``write(file)`` fills a temporary file in the same folder,
     which is flushed, fsynced and renamed over ``path`` (``os.replace``). On any error, or
-    a crash at any moment, the previous ``path`` is left as it was."""
+    a crash at any moment, the previous ``path`` is left as it was; the temporary file of a
+    killed write (named after its process and host) is removed by the next write into the
+    folder."""
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".dpnets-", suffix=".tmp", dir=folder)
+    _clean_stale_tmp(folder)
+    prefix = f".dpnets-{os.getpid()}@{_host()}-"
+    fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=folder)
     try:
         # mkstemp creates the file 0600: give it the mode any other file gets (0666 less the
         # umask), so that every output of a run has one mode
@@ -252,20 +327,67 @@ def _checksum(kind: str, config: str, tensors: dict[str, torch.Tensor]) -> str:
     return h.hexdigest()
 
 
+#: the most elements (parameters and buffers) a module rebuilt from a file may hold beyond
+#: the stored tensors (non-persistent buffers), checked on the ``meta`` device
+MAX_MODULE_ELEMENTS = 10**8
+
+_META_SCALARS = {
+    torch.Tensor.item: 1.0,
+    torch.Tensor.__float__: 1.0,
+    torch.Tensor.__int__: 1,
+    torch.Tensor.__index__: 1,
+    torch.Tensor.__bool__: True,
+}
+
+
+class _MetaScalars(TorchFunctionMode):
+    """Lets constructors that read a scalar back (``.item()``, ``float(t)``) run on the
+    ``meta`` device: the value is a placeholder (1), the shapes are what the probe needs."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        if func in _META_SCALARS and args and isinstance(args[0], torch.Tensor):
+            if args[0].is_meta:
+                value = _META_SCALARS[func]
+                if func is torch.Tensor.item and not args[0].is_floating_point():
+                    return 1
+                return value
+        return func(*args, **(kwargs or {}))
+
+
+@contextmanager
+def meta_device() -> Iterator[None]:
+    """Build and run modules on torch's ``meta`` device (shapes only, nothing allocated),
+    scalar reads answered with placeholders (see :class:`_MetaScalars`)."""
+    with torch.device("meta"), _MetaScalars():
+        yield
+
+
 def restore_module(spec: dict | None, given: nn.Module | None, state: dict, what: str) -> nn.Module:
+    """The module ``what`` of a file: ``given`` (an architecture passed to :func:`load`) or
+    rebuilt from its ``spec``, first on the ``meta`` device and checked against the stored
+    tensors ``state``, then for real, loaded with ``state`` and in eval mode."""
     if given is not None:
         _check_state(given, state, what)
         module = given
     elif spec is not None:
         try:
-            with torch.device("meta"):  # shapes only: nothing is allocated
+            with meta_device():  # shapes only: nothing is allocated
                 probe = build(spec)
-        except (NotImplementedError, RuntimeError):  # pragma: no cover - meta-unsafe init
-            probe = None
         except (TypeError, ValueError, KeyError) as err:
             raise InvalidModelFile(f"the stored {what} configuration is invalid: {err}") from err
-        if probe is not None:
-            _check_state(probe, state, what)
+        except Exception as err:  # noqa: BLE001 - never build for real what was not checked
+            raise InvalidModelFile(
+                f"the stored {what} cannot be checked before allocation (building it on the "
+                f"meta device failed: {type(err).__name__}: {str(err)[:200]}); refused"
+            ) from None
+        _check_state(probe, state, what)
+        total = sum(t.numel() for t in (*probe.parameters(), *probe.buffers()))
+        stored = sum(t.numel() for t in state.values())
+        if total > stored + MAX_MODULE_ELEMENTS:
+            raise InvalidModelFile(
+                f"the stored {what} configuration asks for {total} elements, far more than "
+                f"the {stored} stored (limit: stored + {MAX_MODULE_ELEMENTS}); refused"
+            )
         module = build(spec)
         # a module built from its description has the default dtype: give it the stored one
         dtypes = {v.dtype for v in state.values() if v.is_floating_point()}
@@ -334,10 +456,18 @@ def load(
     path = os.fspath(path)
     if os.path.isdir(path):
         raise InvalidModelFile(f"{path} is not a valid dpnets model file: it is a folder")
+    if not isinstance(device, (str, torch.device)):
+        raise TypeError(f"device must be a str or torch.device, got {type(device).__name__}")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError):
+        raise ValueError(f"device={device!r} is not a torch device (e.g. 'cpu', 'cuda')") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device={device!r}: CUDA is not available; load with device='cpu'")
     kind, cfg, tensors = _read(path)
     restore = _KINDS[kind][2]
     try:
-        return restore(
+        model = restore(
             cfg,
             tensors,
             encoder=encoder,
@@ -346,6 +476,8 @@ def load(
             device=device,
             **modules,
         )
+        _check_params(model)
+        return model
     except InvalidModelFile as err:
         raise InvalidModelFile(f"{path} is not a valid dpnets model file: {err}") from None
     except (KeyError, TypeError, IndexError, AttributeError, RuntimeError) as err:
@@ -355,13 +487,88 @@ def load(
         ) from None
 
 
+def _check_params(model: Any, depth: int = 0) -> None:
+    """A restored model's parameters must pass the checks its ``fit`` applies (and those of
+    a stored feature-map model): a forged config is refused at load, not at first use."""
+    checks = [getattr(model, "_check_params", None)]
+    if all(hasattr(model, p) for p in ("ridge", "rtol")):  # a regression on features
+        checks.append(getattr(model, "_check_regression_params", None))
+    try:
+        for check in checks:
+            if callable(check):
+                check()
+    except (TypeError, ValueError) as err:
+        raise InvalidModelFile(f"invalid config value: {err}") from None
+    inner = getattr(model, "features_", None)
+    if depth < 4 and inner is not None and inner is not model and kind_of(inner) is not None:
+        _check_params(inner, depth + 1)
+
+
+def open_regular(path: str | os.PathLike, what: str = "file") -> _io.BufferedReader:
+    """``path`` opened for binary reading if it is a regular file; a FIFO, device, socket or
+    folder raises ``ValueError`` without being read (a FIFO would block forever).
+
+    ``FileNotFoundError`` and ``PermissionError`` are raised as they are.
+    """
+    path = os.fspath(path)
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a FIFO does not block
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = (
+                "a FIFO (named pipe)"
+                if stat.S_ISFIFO(mode)
+                else "a device"
+                if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+                else "a socket"
+                if stat.S_ISSOCK(mode)
+                else "a folder"
+                if stat.S_ISDIR(mode)
+                else "not a regular file"
+            )
+            raise ValueError(f"{path}: the {what} is {kind}; only regular files are read")
+        if hasattr(os, "O_NONBLOCK"):
+            os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _check_layout(name: str, t: torch.Tensor) -> str | None:
+    """Why tensor ``t`` is not a dense, contiguous view of the bytes stored for it (None if
+    it is): checked on its metadata only, before any operation reads it."""
+    if t.layout != torch.strided or t.is_quantized:
+        return f"tensor {name!r} has an unsupported layout {t.layout}"
+    if t.device.type != "cpu":
+        return f"tensor {name!r} is on {t.device}"
+    if any(s < 0 for s in t.stride()) or not t.is_contiguous():
+        return (
+            f"tensor {name!r} of shape {tuple(t.shape)} has strides {t.stride()} (files hold "
+            "contiguous tensors; a stride-0 view would expand a few stored bytes)"
+        )
+    need = (t.storage_offset() + t.numel()) * t.element_size()
+    have = t.untyped_storage().nbytes()
+    if need > have:
+        return (
+            f"tensor {name!r} of shape {tuple(t.shape)} needs {need} bytes but {have} are "
+            "stored for it"
+        )
+    return None
+
+
 def _read(path: str) -> tuple[str, dict, dict[str, torch.Tensor]]:
-    """Load and check the payload: structure, version, kind, checksum, finite tensors."""
+    """Load and check the payload: structure, version, kind, tensor layouts, checksum,
+    finite tensors."""
 
     def bad(why: str) -> InvalidModelFile:
         return InvalidModelFile(f"{path} is not a valid dpnets model file: {why}")
 
-    with open(path, "rb") as fh:  # FileNotFoundError / PermissionError stay as they are
+    try:  # FileNotFoundError / PermissionError stay as they are
+        fh = open_regular(path, "model file")
+    except ValueError as err:  # the message starts with the path
+        raise bad(str(err)[len(path) + 2 :]) from None
+    with fh:
         raw = fh.read()
     if not raw:
         raise bad("the file is empty")
@@ -385,8 +592,23 @@ def _read(path: str) -> tuple[str, dict, dict[str, torch.Tensor]]:
         raise bad("malformed config or tensors")
     if not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in tensors.items()):
         raise bad("malformed tensors")
+    for name, t in tensors.items():
+        why = _check_layout(name, t)
+        if why is not None:
+            raise bad(why)
     if version >= 2 and payload.get("checksum") != _checksum(kind, config, tensors):
         raise bad("checksum mismatch (the file is corrupted or was modified)")
+    if version == 1:
+        if "checksum" in payload and payload["checksum"] != _checksum(kind, config, tensors):
+            raise bad("checksum mismatch (the file is corrupted or was modified)")
+        if "checksum" not in payload:
+            warnings.warn(
+                f"{path} is a version-1 dpnets file: it has no checksum, so corruption or "
+                "edits of it cannot be detected (no integrity protection); save it again "
+                "with dpnets.save to add one",
+                UserWarning,
+                stacklevel=3,
+            )
     for name, t in tensors.items():
         if t.is_floating_point() and not bool(torch.isfinite(t).all()):
             raise bad(f"tensor {name!r} holds NaN or inf values")

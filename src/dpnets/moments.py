@@ -15,7 +15,7 @@ the same for its means and variances).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -116,6 +116,73 @@ class Moments:
             self._prod[key] = part if key not in self._prod else self._prod[key] + part
         self.count += m
         self.weight += float(m) if w is None else float(w.sum())
+
+    @classmethod
+    def combine(
+        cls, parts: Sequence[Moments], counts: Sequence[float], like: Moments | None = None
+    ) -> Moments:
+        """The moments of the samples of ``parts`` taken ``counts[j]`` times each.
+
+        Sums and products are linear in the samples, so the moments of a bootstrap
+        resample of pieces (trajectories drawn with replacement) are a weighted sum of the
+        pieces' own, without reading the samples again (:mod:`dpnets.validation`). Each
+        part's sums are moved from its pilot to the first used part's pilot
+        (``sum(a - q) = sum(a - p) + w (p - q)``, and the products likewise), so the offset
+        protection of :meth:`update` is kept.
+
+        Parameters
+        ----------
+        parts : sequence of Moments
+            Moments of the same products and blocks (parts with no samples are skipped).
+        counts : sequence of float
+            Non-negative multiplicity of each part.
+        like : Moments, optional
+            Take the pilots from these moments (of the same blocks) instead of the first
+            used part: parts already moved to them combine without any correction, so moving
+            each piece once to a common pilot makes repeated combinations cheap.
+
+        Returns
+        -------
+        Moments
+            Equal to one :class:`Moments` updated with every sample of every part, repeated
+            as counted (to round-off).
+        """
+        if len(parts) != len(counts):
+            raise ValueError(f"{len(parts)} parts but {len(counts)} counts")
+        out = cls(parts[0].products if parts else ())
+        if like is not None and like._pilot:
+            out._pilot = {k: v.copy() for k, v in like._pilot.items()}
+            out._sum = {k: np.zeros_like(v) for k, v in like._pilot.items()}
+        for part, c in zip(parts, counts, strict=True):
+            c = float(c)
+            if not c >= 0:
+                raise ValueError(f"counts must be non-negative, got {c}")
+            if c == 0 or part.count == 0:
+                continue
+            if part.products != out.products:
+                raise ValueError("parts accumulate different products")
+            if not out._pilot:
+                out._pilot = {k: v.copy() for k, v in part._pilot.items()}
+                out._sum = {k: np.zeros_like(v) for k, v in part._pilot.items()}
+            elif set(part._pilot) != set(out._pilot):
+                raise ValueError("parts hold different blocks")
+            delta = {k: part._pilot[k] - out._pilot[k] for k in out._pilot}
+            moving = {k: bool(np.any(d)) for k, d in delta.items()}
+            w = part.weight
+            for k, s in part._sum.items():
+                out._sum[k] += c * (s + w * delta[k]) if moving[k] else c * s
+            for (a, b), p in part._prod.items():
+                if moving[a] or moving[b]:
+                    p = (
+                        p
+                        + np.outer(delta[a], part._sum[b])
+                        + np.outer(part._sum[a], delta[b])
+                        + w * np.outer(delta[a], delta[b])
+                    )
+                out._prod[(a, b)] = c * p + out._prod.get((a, b), 0.0)
+            out.count += int(round(c * part.count))
+            out.weight += c * w
+        return out
 
     def _check(self, *names: str) -> None:
         if self.weight <= 0:

@@ -3,7 +3,9 @@
 :class:`TransferOperator` fits the least-squares estimator ``T = (Cx + ridge I)^+ Cxy`` on
 features ``psi`` (Eq. 15 and App. D.2) and offers its eigen-decomposition (Eq. 16),
 eigenfunctions, multi-step forecasts through the modal decomposition (Eq. 17 and App. D.3),
-Koopman modes and implied timescales.
+Koopman modes and implied timescales. With ``reversible=True`` (or ``"reweight"``, Koopman
+reweighting of off-equilibrium data first) it fits the reversible estimator on symmetrised
+covariances instead, whose spectrum is real (TICA on the same features).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from torch.utils.data import DataLoader
 
 from dpnets.base import BaseEstimator, clone, fit_lag, is_fitted
 from dpnets.data import (
+    PairSegment,
     check_lag,
     check_state_shape,
     check_states,
@@ -26,8 +29,10 @@ from dpnets.data import (
     resolve_lag,
 )
 from dpnets.exceptions import check_is_fitted
-from dpnets.io import arrays_to_tensors, register, tensors_to_arrays
+from dpnets.io import InvalidModelFile, arrays_to_tensors, register, tensors_to_arrays
+from dpnets.linalg import default_rtol, eig_biorthogonal, sym_matrix_function
 from dpnets.moments import FIT_CHUNK, Moments
+from dpnets.params import check_choice
 from dpnets.spectral import (
     OPTIONAL_ARRAYS,
     DiscreteTimeModel,
@@ -53,12 +58,112 @@ def _with_constant(c: np.ndarray, mean_a: np.ndarray, mean_b: np.ndarray) -> np.
     return out
 
 
+def _standardisation(centre: np.ndarray, cov: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The shift and scale of the basis ``[1, (psi - shift) / scale]`` from the features'
+    mean and centred covariance. A feature constant on the data (up to the round-off of its
+    values) is left unscaled: it then vanishes once centred, and the pseudo-inverse drops
+    it."""
+    sd = np.sqrt(np.maximum(np.diag(cov), 0.0))
+    flat = sd <= 64.0 * np.finfo(np.float64).eps * np.abs(centre)
+    return centre, np.where((sd > 0) & ~flat, sd, 1.0)
+
+
+#: the values of ``TransferOperator(reversible=...)``
+REVERSIBLE_CHOICES = (False, True, "reweight")
+
+
+def _symmetric_spectrum(
+    c0: np.ndarray, ct: np.ndarray, ridge: float, rtol: float | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Eigen-triplets of ``T = (C0 + ridge I)^+ Ct`` for symmetric ``C0`` (PSD) and ``Ct``.
+
+    ``T`` is self-adjoint in the inner product of ``C0 + ridge I``, so its spectrum is real:
+    with ``C0 + ridge I = U diag(s) U^T`` (the eigenvalues ``s > rtol * max(s)`` kept, the
+    same cut-off as ``cx_pinv_``) and ``W = U_k diag(s_k)^{-1/2}`` the whitening, the
+    symmetric ``W^T Ct W = V diag(lam) V^T`` (``eigh``) gives the right eigenvectors
+    ``R = W V`` and the left ones ``L = (C0 + ridge I) R = U_k diag(s_k)^{1/2} V``, real,
+    with ``L^T R = I``; each direction of the null space of ``C0 + ridge I`` is an
+    eigenvector of the eigenvalue 0 on both sides (so that ``R L^T = I``, the forecast at
+    one step). Right eigenvectors are scaled to unit empirical norm ``r^T C0 r = 1`` (as
+    :func:`dpnets.linalg.eig_biorthogonal` with ``metric=C0``). Returns the eigenvalues
+    (complex dtype, imaginary parts exactly 0) by decreasing modulus, ``L`` and ``R``.
+    """
+    r = c0.shape[0]
+    c0 = 0.5 * (c0 + c0.T)
+    s, u = np.linalg.eigh(c0 + ridge * np.eye(r))
+    rtol = default_rtol(r) if rtol is None else rtol
+    smax = s.max(initial=0.0)
+    keep = s > rtol * smax if smax > 0 else np.zeros(r, dtype=bool)
+    white = u[:, keep] / np.sqrt(s[keep])
+    m = white.T @ (0.5 * (ct + ct.T)) @ white
+    lam, v = np.linalg.eigh(0.5 * (m + m.T))
+    right = white @ v
+    left = (u[:, keep] * np.sqrt(s[keep])) @ v
+    norms = np.sqrt(np.abs(np.einsum("ij,ij->j", right, c0 @ right)))
+    norms = np.where(norms > np.finfo(np.float64).tiny, norms, 1.0)
+    right, left = right / norms, left * norms
+    vals = np.concatenate([lam, np.zeros(r - lam.size)])
+    right = np.hstack([right, u[:, ~keep]])
+    left = np.hstack([left, u[:, ~keep]])
+    order = np.lexsort((-vals, -np.round(np.abs(vals), 10)))
+    return vals[order].astype(np.complex128), left[:, order], right[:, order]
+
+
+class _BasisMoments:
+    """Moments of the regression basis (with the constant when there is one) from
+    accumulated :class:`Moments` of the raw features: ``cx = E[b(x) b(x)^T]``,
+    ``cxy = E[b(x) b(y)^T]``, ``cy = E[b(y) b(y)^T]``, the means ``ex``, ``ey``, and the
+    cross moments with the states ``xt = E[b(x) y^T]`` and (reversible fits) ``ys =
+    E[b(y) x^T]`` (None when not accumulated)."""
+
+    def __init__(self, m: Moments, shift: np.ndarray, scale: np.ndarray, constant: bool):
+        ss = np.outer(scale, scale)
+        mx, my = m.mean("x"), m.mean("y")
+        ex, ey = (mx - shift) / scale, (my - shift) / scale
+        cx = m.second("x", "x", shift, shift) / ss
+        cxy = m.second("x", "y", shift, shift) / ss
+        cy = m.second("y", "y", shift, shift) / ss
+        xt = m.second("x", "t", shift, 0.0) / scale[:, None]
+        ys = None
+        if ("y", "s") in m.products:
+            ys = m.second("y", "s", shift, 0.0) / scale[:, None]
+        if constant:
+            cx, cy = _with_constant(cx, ex, ex), _with_constant(cy, ey, ey)
+            cxy = _with_constant(cxy, ex, ey)
+            xt = np.vstack([m.mean("t")[None, :], xt])
+            if ys is not None:
+                ys = np.vstack([m.mean("s")[None, :], ys])
+            ex, ey = np.concatenate([[1.0], ex]), np.concatenate([[1.0], ey])
+        self.cx, self.cxy, self.cy, self.ex, self.ey = cx, cxy, cy, ex, ey
+        self.xt, self.ys = xt, ys
+
+
 class TransferOperator(DiscreteTimeModel):
     """Least-squares transfer operator on a feature map (paper Sec. 4, App. D).
 
     Fits ``T = (Cx + ridge I)^+ Cxy`` with ``Cx = Phi_X^T Phi_X / n`` and
-    ``Cxy = Phi_X^T Phi_Y / n`` (the same feature map on both sides, App. D.3), so that
+    ``Cxy = Phi_X^T Phi_Y / n`` (the same feature map on both sides, App. D.3; the
+    estimator of Eq. 15 with the empirical covariances of Eq. 8), so that
     ``E[h(X_t) | X_0 = x] ~ psi(x)^T T^t z`` for ``h = psi^T z``.
+
+    With ``reversible=True`` the covariances are symmetrised over the two time directions
+    (every pair ``(x, y)`` counted also as ``(y, x)``, as for a process in detailed
+    balance):
+
+    ``C0 = (Cx + Cy) / 2``,  ``Ct = (Cxy + Cxy^T) / 2``,  ``T = (C0 + ridge I)^+ Ct``,
+
+    with ``Cy = Phi_Y^T Phi_Y / n``. ``T`` is then self-adjoint in the ``C0`` inner product:
+    its eigenvalues are real and its eigenfunctions real and ``C0``-orthonormal, computed
+    by a symmetric eigensolver (whitening by ``C0^{-1/2}``), so sampling noise can never
+    turn two close eigenvalues into a complex pair. On ``[1, psi]`` (``constant``) the
+    non-trivial eigenvalues are those of TICA (deeptime's ``TICA``, mean-free features with
+    the mean over both time directions) on the same features. ``reversible="reweight"``
+    first estimates Koopman weights ``w(x) = b(x)^T u`` from the non-reversible estimator
+    (``Cxy^T u = Cx u``: the weighted distributions of ``X`` and ``Y`` agree on every basis
+    function ``b``; Wu et al., J. Chem. Phys. 146, 154104, 2017), then symmetrises the
+    covariances weighted by ``w(x)`` of each pair (a second pass over the data):
+    equilibrium estimates from off-equilibrium data (short trajectories started in chosen
+    states), as deeptime's ``KoopmanWeightingEstimator`` with ``TICA``.
 
     Parameters
     ----------
@@ -83,7 +188,8 @@ class TransferOperator(DiscreteTimeModel):
         default), VAMPNets (centred by construction), autoencoders, dictionaries.
         ``False`` is plain (E)DMD on the features as given. With the constant the
         regression works in the basis ``[1, (psi - mean) / std]`` (means and standard
-        deviations of the training inputs' features): the same span, so the same estimator,
+        deviations of the training inputs' features; for ``reversible``, over both time
+        directions, weighted for ``"reweight"``): the same span, so the same estimator,
         but well conditioned for features of any offset and scale (raw coordinates in
         DMD); ``ridge`` then acts on the standardised features.
     dt : float, default 1.0
@@ -98,6 +204,28 @@ class TransferOperator(DiscreteTimeModel):
         a warning (intended only when validating across lags). Pre-paired ``(X, Y)`` data
         and Datasets are used as they are: ``lag`` then records the lag they were paired
         at, for the timescales (None: unknown).
+    reversible : {False, True, "reweight"}, default False
+        ``False``: the least-squares estimator above, for any dynamics (driven,
+        non-equilibrium, or data too short to show detailed balance). ``True``: the
+        reversible estimator on symmetrised covariances, for equilibrium data of a process
+        in detailed balance (equilibrium MD without external driving): a real spectrum and
+        real eigenfunctions, lower variance, equal to TICA (and to the reversible
+        symmetrised-count MSM on indicator features). The symmetrised estimator assumes the
+        data sample the equilibrium distribution; for data that do not (many short
+        trajectories started away from equilibrium) use ``"reweight"``, which reweights them
+        to equilibrium first (Koopman reweighting; needs the constant in the span of the
+        features, reads the training data twice, and is as good as the span of the
+        features is for the density ratio ``dpi / drho_0``: exact for indicator features,
+        crude for raw coordinates; weights may be negative, and a weighted ``C0`` that is
+        then indefinite loses every direction not above ``|min eigenvalue|``, as in
+        deeptime). With either, ``cx_``, ``cxy_`` and ``cy_`` hold
+        the symmetrised (weighted) covariances ``C0``, ``Ct`` and ``C0``, ``features_mean_``
+        the mean over both time directions, and :meth:`stationary_weights` the Koopman
+        weights (``reweighting_coef_``; all 1 for ``reversible=True``, which takes the data
+        as equilibrium samples). Forecast coefficients of the state are symmetrised too
+        (the regression of ``Y`` on ``X`` and of ``X`` on ``Y``); an observable given on the
+        training samples (values at ``Y``, :meth:`predict`) is regressed on the forward
+        pairs only (weighted by the Koopman weights for ``"reweight"``).
 
     Attributes
     ----------
@@ -114,12 +242,15 @@ class TransferOperator(DiscreteTimeModel):
     cx_pinv_ : ndarray (r, r)
         ``(Cx + ridge I)^+``; ``cx_rank_`` its rank (below ``r`` for redundant features).
     eigvals_ : ndarray (r,), complex
-        Eigenvalues, decreasing modulus.
+        Eigenvalues, decreasing modulus (imaginary parts exactly 0 when ``reversible``).
     left_eigvecs_, right_eigvecs_ : ndarray (r, r), complex
         Biorthogonal (``L^H R = I``) eigenvectors; right eigenfunctions have unit empirical
         norm ``r_i^H Cx r_i = 1``.
     lag_ : int or None
         Lag in frames (from ``fit``; None for pre-paired data fitted without ``lag``).
+    reweighting_coef_ : ndarray (r,) or None
+        ``reversible="reweight"``: the Koopman weights ``w(x) = transform(x) @ u`` of the
+        training inputs (mean 1 over them); None otherwise.
     n_samples_ : int
     n_features_ : int
     features_x_ : ndarray (n_samples_, n_features_) or None
@@ -136,6 +267,7 @@ class TransferOperator(DiscreteTimeModel):
         constant: str | bool = "auto",
         dt: float = 1.0,
         lag: int | None = None,
+        reversible: bool | str = False,
     ):
         self.features = features
         self.ridge = ridge
@@ -143,6 +275,15 @@ class TransferOperator(DiscreteTimeModel):
         self.constant = constant
         self.dt = dt
         self.lag = lag
+        self.reversible = reversible
+
+    def _reversible(self) -> bool | str:
+        """The validated ``reversible`` (False for subclasses without the parameter)."""
+        return check_choice("reversible", getattr(self, "reversible", False), REVERSIBLE_CHOICES)
+
+    def _check_regression_params(self) -> None:
+        super()._check_regression_params()
+        self._reversible()
 
     # ------------------------------------------------------------------ fitting
     def _fit_features(self, data: Any, lag: int | None) -> Any:
@@ -284,8 +425,14 @@ class TransferOperator(DiscreteTimeModel):
             )
         return f
 
-    #: blocks of the accumulated moments: features of X ("x") and Y ("y"), the Y states ("t")
+    #: blocks of the accumulated moments: features of X ("x") and Y ("y"), the Y states ("t");
+    #: reversible fits add the X states ("s") against the features of Y
     _PRODUCTS = (("x", "x"), ("x", "y"), ("y", "y"), ("x", "t"))
+
+    def _products(self) -> tuple[tuple[str, str], ...]:
+        if self._reversible():
+            return (*self._PRODUCTS, ("y", "s"))
+        return self._PRODUCTS
 
     def _accumulate(self, data: Any, pair_lag: int, features: Any, lag_: Any, fresh: bool) -> None:
         """Add the pairs of ``data`` to the statistics (new ones when ``fresh``), then refit.
@@ -293,7 +440,9 @@ class TransferOperator(DiscreteTimeModel):
         The statistics change only once the whole piece has been read, so a piece that
         fails (bad values, a feature map error) leaves the model as it was.
         """
-        stats = Moments(self._PRODUCTS) if fresh else copy.deepcopy(self._stats)
+        if not fresh:
+            self._check_products(self._stats)
+        stats = Moments(self._products()) if fresh else copy.deepcopy(self._stats)
         fmap = as_feature_map(features)
         if is_streaming(data):
             loader, shape = self._stream(data, fmap, stats)
@@ -307,6 +456,15 @@ class TransferOperator(DiscreteTimeModel):
                     self._add_chunk(stats, fmap, x, y)
         self._check_piece_shape(shape, fresh)
         sources = new_inputs if fresh else [*self._train_inputs, *new_inputs]
+        self._fit_moments(stats, sources, features, lag_, shape)
+
+    def _fit_moments(
+        self, stats: Moments, sources: list, features: Any, lag_: Any, shape: tuple
+    ) -> None:
+        """The fitted model from accumulated moments ``stats`` of the pairs of ``sources``
+        (the training inputs, referenced) on ``features`` at ``lag_``: the one place where
+        statistics become a fit (:meth:`fit`, :meth:`partial_fit`, and the bootstrap of
+        :mod:`dpnets.validation`, which sums the moments of resampled trajectories)."""
         self.features_, self.lag_ = features, lag_
         self._stats, self._train_inputs = stats, sources
         self.state_shape_ = tuple(shape)
@@ -317,12 +475,24 @@ class TransferOperator(DiscreteTimeModel):
             check_state_shape(shape, self.state_shape_, type(self).__name__)
 
     @staticmethod
-    def _add_chunk(stats: Moments, fmap: FeatureMap, x: np.ndarray, y: np.ndarray) -> None:
-        """Accumulate the features of one chunk of pairs and the ``Y`` states."""
-        phi_x, phi_y = fmap(x), fmap(y)
+    def _add_chunk(
+        stats: Moments,
+        fmap: FeatureMap,
+        x: np.ndarray,
+        y: np.ndarray,
+        weights: Any = None,
+        phi_x: np.ndarray | None = None,
+    ) -> None:
+        """Accumulate the features of one chunk of pairs and the ``Y`` states (and the ``X``
+        states when ``stats`` holds their product), weighted by ``weights`` if given."""
+        phi_x = fmap(x) if phi_x is None else phi_x
+        phi_y = fmap(y)
         if phi_y.shape != phi_x.shape:
             raise ValueError(f"features of X and Y differ in shape: {phi_x.shape}, {phi_y.shape}")
-        stats.update({"x": phi_x, "y": phi_y, "t": np.reshape(y, (y.shape[0], -1))})
+        blocks = {"x": phi_x, "y": phi_y, "t": np.reshape(y, (y.shape[0], -1))}
+        if ("y", "s") in stats.products:
+            blocks["s"] = np.reshape(x, (x.shape[0], -1))
+        stats.update(blocks, weights)
 
     def _finish(self) -> None:
         """The operator and every fitted array from the accumulated moments.
@@ -330,37 +500,53 @@ class TransferOperator(DiscreteTimeModel):
         With the constant the basis is ``[1, (psi - mean) / std]``: its moments are those
         of the centred features (covariances) scaled by the standard deviations, so no
         offset of the features cancels. Without it, the uncentred moments of ``psi``.
+        Reversible fits centre and scale by the moments over both time directions and
+        symmetrise the covariances (after reweighting them for ``"reweight"``).
         """
         m: Moments = self._stats
         n = m.count
+        mode = self._reversible()
+        self._check_products(m)
         mx, my = m.mean("x"), m.mean("y")
-        cov_x = m.cov("x", "x")
-        self.constant_ = self._use_constant_moments(mx, cov_x)
+        if mode:  # the mean and covariance over both time directions
+            centre = 0.5 * (mx + my)
+            cov = 0.5 * (m.second("x", "x", centre, centre) + m.second("y", "y", centre, centre))
+        else:
+            centre, cov = mx, m.cov("x", "x")
+        self.constant_ = self._use_constant_moments(centre, cov)
         k = mx.shape[0]
         r = k + int(self.constant_)
         if n < r:
             raise ValueError(f"fewer samples ({n}) than features (r={r}); provide more data")
         shift, scale = np.zeros(k), np.ones(k)
-        self.feature_shift_ = self.feature_scale_ = None
         if self.constant_:
-            sd = np.sqrt(np.maximum(np.diag(cov_x), 0.0))
-            # a feature constant on the data (up to the round-off of its values) is left
-            # unscaled: it then vanishes once centred, and the pseudo-inverse drops it
-            flat = sd <= 64.0 * np.finfo(np.float64).eps * np.abs(mx)
-            shift, scale = mx, np.where((sd > 0) & ~flat, sd, 1.0)
-            self.feature_shift_, self.feature_scale_ = shift, scale
-        ss = np.outer(scale, scale)
-        ex, ey = (mx - shift) / scale, (my - shift) / scale
-        cx = m.second("x", "x", shift, shift) / ss
-        cxy = m.second("x", "y", shift, shift) / ss
-        cy = m.second("y", "y", shift, shift) / ss
-        xt = m.second("x", "t", shift, 0.0) / scale[:, None]
-        if self.constant_:
-            cx, cy = _with_constant(cx, ex, ex), _with_constant(cy, ey, ey)
-            cxy = _with_constant(cxy, ex, ey)
-            xt = np.vstack([m.mean("t")[None, :], xt])
-            ex, ey = np.concatenate([[1.0], ex]), np.concatenate([[1.0], ey])
-        self._regress(cx, cxy)
+            shift, scale = _standardisation(centre, cov)
+        self._set_standardisation(shift, scale)
+        b = _BasisMoments(m, shift, scale, self.constant_)
+        self.reweighting_coef_ = None
+        if mode == "reweight":
+            u = self._koopman_weights(b)
+            mw = self._weighted_moments(u, m.count)
+            if self.constant_:
+                # the basis is centred and scaled by the weighted moments over both time
+                # directions (C0 = blockdiag(1, S), as TICA's weighted mean-free features),
+                # and the weights' coefficients rewritten in it: w(x) is unchanged
+                cw = 0.5 * (mw.mean("x") + mw.mean("y"))
+                cov_w = 0.5 * (mw.second("x", "x", cw, cw) + mw.second("y", "y", cw, cw))
+                shift_w, scale_w = _standardisation(cw, cov_w)
+                u0 = u[0] + u[1:] @ ((shift_w - shift) / scale)
+                u = np.concatenate([[u0], u[1:] * scale_w / scale])
+                shift, scale = shift_w, scale_w
+                self._set_standardisation(shift, scale)
+            b = _BasisMoments(mw, shift, scale, self.constant_)
+            self.reweighting_coef_ = u
+        cx, cxy, cy, ex, ey, xt = b.cx, b.cxy, b.cy, b.ex, b.ey, b.xt
+        if mode:
+            cx = cy = 0.5 * (b.cx + b.cy)
+            cxy = 0.5 * (b.cxy + b.cxy.T)
+            ex = ey = 0.5 * (b.ex + b.ey)
+            xt = 0.5 * (b.xt + b.ys)
+        self._regress(cx, cxy, self._c0_rtol(cx) if mode else None)
         self.cxy_ = cxy
         self.n_samples_, self.n_features_ = n, r
         self.features_mean_ = ex
@@ -370,6 +556,106 @@ class TransferOperator(DiscreteTimeModel):
         # least-squares coefficients of the state at time lag on psi(X_0) (App. D.2)
         self.state_coef_ = self._lstsq(xt)
         self._set_spectrum()
+
+    def _check_products(self, m: Moments) -> None:
+        """The accumulated statistics must hold the products this fit needs."""
+        if set(self._products()) - set(m.products):
+            raise ValueError(
+                "reversible was set after the first partial_fit, whose statistics lack the "
+                "moments a reversible fit needs: call fit, or set reversible before the first "
+                "partial_fit"
+            )
+
+    def _set_standardisation(self, shift: np.ndarray, scale: np.ndarray) -> None:
+        """``feature_shift_``, ``feature_scale_`` of the basis (None without the constant)."""
+        self.feature_shift_ = shift if self.constant_ else None
+        self.feature_scale_ = scale if self.constant_ else None
+
+    def _c0_rtol(self, c0: np.ndarray) -> float:
+        """The rank cut-off of a reversible fit's ``C0 + ridge I``: ``rtol`` (default
+        ``r * eps``), raised to drop every eigenvalue not above ``|min eigenvalue|`` when
+        ``C0`` is indefinite (covariances reweighted by Koopman weights, some negative):
+        the directions a negative eigenvalue shows to be noise, as deeptime does."""
+        r = c0.shape[0]
+        rtol = default_rtol(r) if self.rtol is None else float(self.rtol)
+        s = np.linalg.eigvalsh(0.5 * (c0 + c0.T) + float(self.ridge) * np.eye(r))
+        smax = float(s.max(initial=0.0))
+        if smax > 0 and s[0] < 0:
+            rtol = max(rtol, -float(s[0]) / smax * (1.0 + 1e-9))
+        return rtol
+
+    def _koopman_weights(self, b: _BasisMoments) -> np.ndarray:
+        """Koopman reweighting (Wu et al. 2017): coefficients ``u`` of the weights
+        ``w(x) = b(x)^T u`` with ``Cxy^T u = Cx u`` (``u = Cx^+ v`` for the eigenvector
+        ``K^T v = v`` of the non-reversible estimator ``K`` at the eigenvalue closest to 1),
+        normalised to mean 1 over the training inputs."""
+        r = b.cx.shape[0]
+        pinv, _ = sym_matrix_function(b.cx + float(self.ridge) * np.eye(r), -1.0, self.rtol)
+        vals, left, _ = eig_biorthogonal(pinv @ b.cxy, metric=b.cx)
+        j = int(np.argmin(np.abs(vals - 1.0)))
+        u = np.real(pinv @ np.conj(left[:, j]))
+        norm = float(b.ex @ u)
+        if not (abs(norm) > 0 and abs(vals[j].imag) == 0):
+            raise ValueError(
+                "reversible='reweight' found no stationary vector of the non-reversible "
+                f"estimator (eigenvalue closest to 1: {vals[j]:.6g}); add the constant "
+                "function to the features (constant='auto')"
+            )
+        return u / norm
+
+    def _pair_chunks(self) -> Any:
+        """The training pairs again, chunk by chunk (the second pass of Koopman
+        reweighting): ``PairSegment`` chunks, or every batch of a DataLoader."""
+        for src in self._train_inputs:
+            if isinstance(src, PairSegment):
+                yield from src.chunks(FIT_CHUNK)
+                continue
+            for xb, yb in src:
+                yield check_states(xb, "X batch"), check_states(yb, "Y batch")
+
+    def _weighted_moments(self, u: np.ndarray, count: int) -> Moments:
+        """The moments of every training pair weighted by ``w(x) = b(x)^T u``."""
+        stats = Moments(self._products())
+        fmap = as_feature_map(self.features_)
+        for x, y in self._pair_chunks():
+            phi_x = fmap(x)
+            self._add_chunk(stats, fmap, x, y, self._basis(phi_x) @ u, phi_x=phi_x)
+        if stats.count != count:
+            raise ValueError(
+                f"reversible='reweight' reads the training data twice, but the second pass "
+                f"gave {stats.count} pairs and the first {count}: fit on arrays, a Dataset or "
+                "a DataLoader that can be iterated again"
+            )
+        return stats
+
+    def _set_spectrum(self) -> None:
+        """The eigen-decomposition; for a reversible fit by a symmetric eigensolver (real
+        eigenvalues and eigenvectors, :func:`_symmetric_spectrum`)."""
+        if not self._reversible():
+            super()._set_spectrum()
+            return
+        ridge = float(self.ridge)
+        spectrum = _symmetric_spectrum(self.cx_, self.cxy_, ridge, self._c0_rtol(self.cx_))
+        self.eigvals_, self.left_eigvecs_, self.right_eigvecs_ = spectrum
+
+    def _weigh(self, f: np.ndarray) -> np.ndarray:
+        """Observable values on the training samples times the Koopman weights of a
+        ``"reweight"`` fit (its covariances are weighted by them), else as they are."""
+        if getattr(self, "reweighting_coef_", None) is None:
+            return f
+        return f * self.stationary_weights()[:, None]
+
+    def stationary_weights(self, X: Any = None) -> np.ndarray:
+        """Equilibrium weights of states relative to the training data (see
+        :meth:`dpnets.spectral.DiscreteTimeModel.stationary_weights`); for
+        ``reversible="reweight"`` the Koopman weights of the fit (``reweighting_coef_``)."""
+        u = getattr(self, "reweighting_coef_", None)
+        if u is None:
+            return super().stationary_weights(X)
+        check_is_fitted(self, "operator_")
+        if X is not None:
+            return self.transform(X) @ u
+        return np.concatenate([phi @ u for phi in self._training_feature_chunks()])
 
     def _stream(self, data: Any, fmap: FeatureMap, stats: Moments) -> tuple[DataLoader, tuple]:
         """Accumulate a Dataset/DataLoader of pairs batch by batch; the states are never held
@@ -395,6 +681,8 @@ class TransferOperator(DiscreteTimeModel):
 
 #: saved arrays; the n x r training features are not saved (file size independent of n)
 _OPERATOR_ARRAYS = ("operator_", "cx_", "cxy_", "cx_pinv_", "state_coef_")
+#: saved when set (files written before ``reversible`` lack them)
+_OPERATOR_OPTIONAL = ("reweighting_coef_",)
 
 
 def dump_operator(model: Any, tensors: dict[str, torch.Tensor]) -> dict:
@@ -402,16 +690,19 @@ def dump_operator(model: Any, tensors: dict[str, torch.Tensor]) -> dict:
     own parameters to it): parameters, fitted scalars, arrays in ``tensors``, feature map."""
     check_is_fitted(model, "operator_")
     arrays_to_tensors(model, _OPERATOR_ARRAYS, tensors)
-    for name in OPTIONAL_ARRAYS:
+    for name in (*OPTIONAL_ARRAYS, *_OPERATOR_OPTIONAL):
         if getattr(model, name, None) is not None:
             arrays_to_tensors(model, (name,), tensors)
+    params = {
+        "ridge": float(model.ridge),
+        "rtol": model.rtol,
+        "constant": model.constant,
+        "dt": float(model.dt),
+    }
+    if "reversible" in model.get_params(deep=False):  # not DMD/EDMD, which lack it
+        params["reversible"] = model.reversible
     return {
-        "params": {
-            "ridge": float(model.ridge),
-            "rtol": model.rtol,
-            "constant": model.constant,
-            "dt": float(model.dt),
-        },
+        "params": params,
         "fitted": dump_fitted_scalars(model),
         **dump_feature_map(model, tensors),
     }
@@ -420,10 +711,20 @@ def dump_operator(model: Any, tensors: dict[str, torch.Tensor]) -> dict:
 def restore_operator(cfg: dict, tensors: dict[str, torch.Tensor], **kw: Any) -> TransferOperator:
     """Inverse of :func:`dump_operator` (``kw``: :func:`dpnets.load`'s keyword arguments)."""
     features, fitted = restore_feature_map(cfg, tensors, **kw)
+    # files written before ``reversible`` lack the key: they hold non-reversible fits
     op = TransferOperator(features, **cfg["params"])
     op.features_ = fitted
-    tensors_to_arrays(op, tensors, _OPERATOR_ARRAYS)
+    tensors_to_arrays(op, tensors, _OPERATOR_ARRAYS, _OPERATOR_OPTIONAL)
+    try:
+        op._reversible()
+    except ValueError as err:
+        raise InvalidModelFile(str(err)) from err
     restore_fitted_state(op, cfg["fitted"], tensors)
+    u = op.reweighting_coef_
+    if u is not None and u.shape != (op.n_features_,):
+        raise InvalidModelFile(
+            f"reweighting_coef_ has shape {u.shape}, expected ({op.n_features_},)"
+        )
     return op
 
 

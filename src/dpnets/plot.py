@@ -1,12 +1,15 @@
 """Figures for validating and reading a kinetic model (needs matplotlib: ``pip install
 dpnets[plot]``).
 
-Every function draws on the given axes (or a new figure) and returns the matplotlib axes or
-figure, so it can be restyled or saved. Nothing here chooses a backend: without a display
-matplotlib falls back to its file-only Agg backend, so the functions work headless (in CI,
-on a cluster node) and in notebooks alike.
+Every function returns one kind of object, the matplotlib :class:`~matplotlib.figure.Figure`
+it drew on (a new one, or the figure of the axes given), so it can be restyled or saved
+(``fig.savefig(...)``; ``fig.axes`` holds the panels). Nothing here chooses a backend:
+without a display matplotlib falls back to its file-only Agg backend, so the functions work
+headless (in CI, on a cluster node) and in notebooks alike.
 
-* :func:`eigenvalues`: the spectrum in the complex plane with the unit circle;
+* :func:`eigenvalues`: the spectrum in the complex plane with the unit circle, next to the
+  distance ``1 − |λ|`` of each eigenvalue from the circle on a log scale (with its implied
+  timescale), which stays readable when the slow eigenvalues crowd at 1;
 * :func:`implied_timescales`: timescales against the lag, with bootstrap bands and the
   ``timescale = lag`` line (:func:`dpnets.validation.implied_timescales`);
 * :func:`ck_test`: the Chapman–Kolmogorov grid (:func:`dpnets.validation.ck_test`);
@@ -47,32 +50,83 @@ def _unit(units: str) -> str:
     return f" ({units})" if units else ""
 
 
-def eigenvalues(model: Any, ax: Any = None, k: int | None = None) -> Any:
-    """Eigenvalues in the complex plane with the unit circle.
+def _figure(ax: Any, figsize: tuple[float, float]) -> tuple[Any, Any]:
+    """The figure and axes to draw on: the given axes and their figure, or a new pair."""
+    if ax is None:
+        fig, ax = pyplot().subplots(figsize=figsize, layout="constrained")
+        return fig, ax
+    return ax.figure, ax
+
+
+def eigenvalues(
+    model: Any,
+    ax: Any = None,
+    k: int | None = None,
+    *,
+    view: str = "both",
+    dt: float | None = None,
+    units: str = "",
+) -> Any:
+    """Eigenvalues in the complex plane, and their distance from the unit circle.
+
+    Slow processes have eigenvalues crowded at 1, where the complex plane cannot tell
+    0.999 from 0.9999 (a factor 10 in timescale). The second panel shows ``1 − |λ|`` on a
+    logarithmic axis, one point per eigenvalue, labelled with its implied timescale
+    ``−lag·dt / ln|λ|`` (paper Sec. 2) when the model knows its lag; the stationary
+    eigenvalue (``1 − |λ| ≤ 1e-10``) is marked on the bottom edge.
 
     Parameters
     ----------
     model : fitted model or array
         A model with ``eig()`` (a transfer operator: eigenvalues in the unit disc; a
-        generator: rates in the left half-plane, drawn without the circle) or the
-        eigenvalues themselves.
-    ax : matplotlib axes, optional
+        generator: rates in the left half-plane, drawn without the circle and with
+        ``|Re λ|`` in the second panel) or the eigenvalues themselves.
+    ax : matplotlib axes or a pair of axes, optional
+        Where to draw: one axes for ``view="plane"`` or ``"gap"``, two for ``"both"``.
     k : int, optional
         Highlight the ``k`` leading eigenvalues (filled markers).
+    view : {"both", "plane", "gap"}, default "both"
+        The complex plane, the distance from the circle, or both side by side.
+    dt : float, optional
+        Time per frame for the timescale labels (default: the model's ``dt``).
+    units : str
+        Time units of the timescale labels (e.g. "ns").
 
     Returns
     -------
-    matplotlib axes
+    matplotlib figure
     """
+    if view not in ("both", "plane", "gap"):
+        raise ValueError(f"view must be 'both', 'plane' or 'gap'; got {view!r}")
     plt = pyplot()
     vals = np.asarray(model.eig() if hasattr(model, "eig") else model, dtype=np.complex128)
+    vals = vals.reshape(-1)
+    if vals.size == 0:
+        raise ValueError("eigenvalues: there are no eigenvalues to plot")
+    n_panels = 2 if view == "both" else 1
     if ax is None:
-        _, ax = plt.subplots(figsize=(4.2, 4.0), layout="constrained")
+        fig, axes = plt.subplots(
+            1, n_panels, figsize=(4.2 * n_panels, 4.0), layout="constrained", squeeze=False
+        )
+        axes = list(axes[0])
+    else:
+        axes = list(np.ravel(np.asarray(ax, dtype=object)))
+        if len(axes) != n_panels:
+            raise ValueError(f"ax: view={view!r} draws {n_panels} panel(s); got {len(axes)} axes")
+        fig = axes[0].figure
     generator = hasattr(model, "eig") and type(model).__name__ == "Generator"
+    k = vals.size if k is None else min(int(k), vals.size)
+    if view in ("both", "plane"):
+        _eig_plane(axes[0], vals, k, generator)
+    if view in ("both", "gap"):
+        _eig_gap(axes[-1], model, vals, k, generator, dt, units)
+    return fig
+
+
+def _eig_plane(ax: Any, vals: np.ndarray, k: int, generator: bool) -> None:
     if not generator:
         t = np.linspace(0, 2 * np.pi, 400)
         ax.plot(np.cos(t), np.sin(t), color="0.6", linewidth=1, label="unit circle")
-    k = vals.size if k is None else min(int(k), vals.size)
     ax.scatter(vals.real[:k], vals.imag[:k], s=28, zorder=3, label=f"leading {k}")
     if k < vals.size:
         ax.scatter(
@@ -88,7 +142,73 @@ def eigenvalues(model: Any, ax: Any = None, k: int | None = None) -> Any:
         ax.set_ylim(-1.1, 1.1)
     ax.legend(fontsize="small", loc="lower left")
     ax.set_title("eigenvalues", fontsize="medium")
-    return ax
+
+
+def _eig_gap(
+    ax: Any, model: Any, vals: np.ndarray, k: int, generator: bool, dt: Any, units: str
+) -> None:
+    """``1 − |λ|`` (``|Re λ|`` for a generator) per eigenvalue on a log axis."""
+    gap = np.abs(vals.real) if generator else 1.0 - np.abs(vals)
+    floor = 1e-10
+    stationary = gap <= floor
+    # the stationary eigenvalue sits on the bottom edge, a decade below the slowest process,
+    # so that the processes keep the axis
+    bottom = float(np.min(gap[~stationary])) / 10 if (~stationary).any() else floor
+    shown = np.where(stationary, bottom, gap)
+    index = np.arange(vals.size)
+    lead = index < k
+    ax.scatter(index[lead & ~stationary], shown[lead & ~stationary], s=28, zorder=3, color="C0")
+    ax.scatter(
+        index[~lead & ~stationary],
+        shown[~lead & ~stationary],
+        s=20,
+        facecolors="none",
+        edgecolors="C0",
+    )
+    if stationary.any():
+        ax.scatter(
+            index[stationary],
+            shown[stationary],
+            marker="v",
+            color="0.4",
+            s=30,
+            label="stationary (λ = 0)" if generator else "stationary (|λ| = 1)",
+        )
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.margins(x=0.2)  # room for the labels of the last points
+    ax.set_yscale("log")
+    ax.set_xlabel("eigenvalue index")
+    ax.set_ylabel("|Re λ|" if generator else "1 − |λ|")
+    timescales = _timescales(model, dt)
+    if timescales is not None:
+        unit = f" {units}" if units else ""
+        for i in np.flatnonzero(lead & ~stationary)[:8]:
+            if np.isfinite(timescales[i]) and timescales[i] > 0:
+                ax.annotate(
+                    f"{timescales[i]:.3g}{unit}",
+                    (index[i], shown[i]),
+                    textcoords="offset points",
+                    xytext=(4, 4),
+                    fontsize="x-small",
+                )
+    if stationary.any():
+        ax.legend(fontsize="small", loc="lower right")
+    ax.set_title(
+        "rates (labels: timescales)" if generator else "distance from 1 (labels: timescales)",
+        fontsize="medium",
+    )
+
+
+def _timescales(model: Any, dt: float | None) -> np.ndarray | None:
+    """The model's own implied timescales (its lag and ``dt``, or the ``dt`` given), in the
+    order of ``eig()``; None for bare eigenvalues or a model without a known lag."""
+    if not hasattr(model, "implied_timescales") or getattr(model, "lag_", 1) is None:
+        return None
+    try:
+        ts = model.implied_timescales() if dt is None else model.implied_timescales(dt)
+        return np.asarray(ts, dtype=np.float64).reshape(-1)
+    except (TypeError, ValueError):
+        return None
 
 
 def implied_timescales(result: Any, ax: Any = None, units: str = "", log: bool = True) -> Any:
@@ -103,10 +223,12 @@ def implied_timescales(result: Any, ax: Any = None, units: str = "", log: bool =
         Time units of the axes (e.g. "ns").
     log : bool, default True
         Logarithmic timescale axis.
+
+    Returns
+    -------
+    matplotlib figure
     """
-    plt = pyplot()
-    if ax is None:
-        _, ax = plt.subplots(figsize=(5.0, 3.6), layout="constrained")
+    fig, ax = _figure(ax, (5.0, 3.6))
     for i in range(result.timescales.shape[1]):
         if np.all(np.isnan(result.timescales[:, i])):
             continue  # fewer processes than asked for
@@ -128,12 +250,25 @@ def implied_timescales(result: Any, ax: Any = None, units: str = "", log: bool =
     ax.set_xlabel(f"lag time{_unit(units)}")
     ax.set_ylabel(f"implied timescale{_unit(units)}")
     ax.legend(fontsize="small")
-    return ax
+    return fig
 
 
 def ck_test(result: Any, units: str = "", names: Sequence[str] | None = None) -> Any:
     """The ``n_sets x n_sets`` Chapman–Kolmogorov grid: predicted (line, band) against
-    estimated (markers, error bars) probabilities over the lag time. Returns the figure."""
+    estimated (markers, error bars) probabilities over the lag time.
+
+    Parameters
+    ----------
+    result : dpnets.validation.ChapmanKolmogorov
+    units : str
+        Time units of the lag axis.
+    names : sequence of str, optional
+        Names of the sets (default 0, 1, ...).
+
+    Returns
+    -------
+    matplotlib figure
+    """
     plt = pyplot()
     n = result.predictions.shape[1]
     names = [str(i) for i in range(n)] if names is None else [str(v) for v in names]
@@ -292,9 +427,8 @@ def free_energy(
 
     Returns
     -------
-    matplotlib axes
+    matplotlib figure
     """
-    plt = pyplot()
     c = np.asarray(coords, dtype=np.float64)
     if c.ndim != 2 or c.shape[1] != 2:
         raise ValueError(f"coords must be (n, 2); got shape {c.shape}")
@@ -308,8 +442,7 @@ def free_energy(
         f = -float(kT) * np.log(hist)
     f -= np.min(f[np.isfinite(f)])
     f[~np.isfinite(f)] = np.nan
-    if ax is None:
-        _, ax = plt.subplots(figsize=(4.8, 3.8), layout="constrained")
+    fig, ax = _figure(ax, (4.8, 3.8))
     top = np.nanpercentile(f, 99) if vmax is None else vmax
     img = ax.pcolormesh(xe, ye, f.T, cmap="viridis", vmin=0, vmax=top, shading="flat")
     ax.figure.colorbar(img, ax=ax, label=f"free energy ({energy_units})")
@@ -319,4 +452,4 @@ def free_energy(
     ax.set_title(
         "free energy" + (" (reweighted)" if weights is not None else ""), fontsize="medium"
     )
-    return ax
+    return fig

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import math
 import os
 import warnings
 from collections.abc import Callable, Iterable
@@ -28,7 +30,7 @@ from dpnets.distributed import broadcast_int, broadcast_module, world_size
 from dpnets.distributed import is_active as dist_active
 from dpnets.exceptions import check_is_fitted
 from dpnets.generator import GeneratorLearning
-from dpnets.io import InvalidModelFile, register, restore_module, save, sub_state
+from dpnets.io import InvalidModelFile, meta_device, register, restore_module, save, sub_state
 from dpnets.nn.mlp import default_mlp
 from dpnets.nn.registry import describe
 from dpnets.nn.utils import encode, module_device, module_dtype
@@ -38,6 +40,7 @@ from dpnets.training import (
     INIT,
     Checkpoint,
     batch_generator,
+    check_optimizer,
     fit_checkpoint,
     full_batch_score,
     initial_module,
@@ -107,8 +110,18 @@ class InputScaler(nn.Module):
 
     def __init__(self, shift: Tensor, scale: Tensor) -> None:
         super().__init__()
-        self.register_buffer("shift", torch.as_tensor(shift))
-        self.register_buffer("scale", torch.as_tensor(scale))
+        shift, scale = torch.as_tensor(shift), torch.as_tensor(scale)
+        if not bool(torch.isfinite(shift).all()) or not bool(
+            (torch.isfinite(scale) & (scale > 0)).all()
+        ):
+            raise ValueError(
+                f"the input standardisation (input_shift_, input_scale_) is not representable "
+                f"in {shift.dtype}: the scale underflows to 0 or the shift/scale overflow "
+                f"(scales from {float(scale.min()):.3g} to {float(scale.max()):.3g}); rescale "
+                "the states, or use a float64 encoder (encoder.double())"
+            )
+        self.register_buffer("shift", shift)
+        self.register_buffer("scale", scale)
 
     def forward(self, x: Tensor) -> Tensor:
         return (x - self.shift) / self.scale
@@ -361,6 +374,9 @@ class DPNet(GeneratorLearning, TransformerMixin, BaseEstimator):
         check_bool("progress", self.progress)
         check_seed(self.seed)
         check_choice("init", self.init, INIT)
+        check_optimizer(self.optimizer)
+        if self.device is not None:
+            resolve_device(self.device)
         if self.autocast is not None:
             check_choice("autocast", self.autocast, ("bf16", "fp16"))
         check_bool("compile", self.compile)
@@ -736,7 +752,17 @@ class DPNet(GeneratorLearning, TransformerMixin, BaseEstimator):
         enc = (
             self.lagged_encoder_ if (lagged and self.lagged_encoder_ is not None) else self.encoder_
         )
-        return encode(enc, x, transform=self._scaled, batch_size=batch_size)
+        out = encode(enc, x, transform=self._scaled, batch_size=batch_size)
+        if out.is_floating_point() and not bool(torch.isfinite(out).all()):
+            bad = int((~torch.isfinite(out)).any(dim=1).sum()) if out.ndim == 2 else -1
+            big = float(np.abs(self._scaled(np.asarray(x[: min(len(x), 10**5)]))).max())
+            raise ValueError(
+                f"X: the features are NaN or inf on {bad} of {len(x)} states (valid-looking "
+                f"input gives no finite features): the states are far outside the range "
+                f"the model was trained on (standardised |x| up to {big:.3g}) or overflow "
+                f"the encoder's dtype {module_dtype(enc)}"
+            )
+        return out
 
     def transform(self, X: Any, lagged: bool = False, batch_size: int = 8192) -> np.ndarray:
         """Learned features ``psi(X)`` (``psi'(X)`` with ``lagged=True``), numpy (n, r).
@@ -823,6 +849,8 @@ def _optimizer_name(optimizer: Any) -> str:
 
 
 def _optimizer_from_name(name: str) -> Any:
+    if not isinstance(name, str):
+        raise InvalidModelFile(f"invalid optimizer {name!r} in the config (expected a name)")
     if name.startswith("torch.optim."):
         cls = getattr(torch.optim, name.rpartition(".")[2], None)
         if not (isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer)):
@@ -944,15 +972,36 @@ def _check_restored(model: DPNet) -> None:
     shape, r = model.state_shape_, model.n_features_
     if not all(isinstance(d, int) and d >= 1 for d in shape) or not isinstance(r, int):
         raise InvalidModelFile(f"invalid state_shape_={shape!r} or n_features_={r!r}")
-    if int(np.prod(shape)) <= 10**6:  # a forward pass on two states checks the output size
-        dtype, device = module_dtype(model.encoder_), module_device(model.encoder_)
-        with torch.no_grad():
-            try:
+    lag = model.lag_
+    if lag is not None and (isinstance(lag, bool) or not isinstance(lag, int) or lag < 1):
+        raise InvalidModelFile(f"invalid lag_={lag!r} (a positive integer or null)")
+    n = model.n_train_
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise InvalidModelFile(f"invalid n_train_={n!r} (a non-negative integer)")
+    # a forward pass on two states checks the output size: for large states on the meta
+    # device (a copy of the encoder there: no memory for the states), so that a forged
+    # state_shape_ is refused here and not at first use
+    large = math.prod(shape) > 10**6
+    dtype, device = module_dtype(model.encoder_), module_device(model.encoder_)
+    out = None
+    with torch.no_grad():
+        try:
+            if large:
+                with meta_device():
+                    probe = copy.deepcopy(model.encoder_).to("meta")
+                    out = probe(torch.zeros((2, *shape), dtype=dtype))
+            else:
                 out = model.encoder_(torch.zeros((2, *shape), dtype=dtype, device=device))
-            except Exception as err:  # noqa: BLE001 - any failure means a mismatched file
-                raise InvalidModelFile(
-                    f"the encoder does not accept states of shape {shape} ({err})"
-                ) from None
+        except NotImplementedError:  # an operation without a meta kernel: not checkable
+            out = None
+        except Exception as err:  # noqa: BLE001 - any other failure: a mismatched file
+            if large and "meta" in str(err).lower():  # an operation meta tensors lack
+                return
+            raise InvalidModelFile(
+                f"the encoder does not accept states of shape {shape} (state_shape_ in the "
+                f"file; {type(err).__name__}: {str(err)[:200]})"
+            ) from None
+    if out is not None:
         if out.ndim != 2 or out.shape[1] != r:
             raise InvalidModelFile(
                 f"the encoder returns {tuple(out.shape[1:])} features, the file says {r}"

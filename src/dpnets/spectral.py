@@ -281,15 +281,17 @@ class SpectralModel(TransformerMixin, BaseEstimator):
         if hasattr(self, "constant") and not isinstance(self.constant, bool):
             check_choice("constant", self.constant, ("auto", True, False))
 
-    def _regress(self, cx: np.ndarray, c: np.ndarray) -> None:
-        """Least squares ``operator_ = (Cx + ridge I)^+ C`` (App. D.2 / App. E) and its state."""
+    def _regress(self, cx: np.ndarray, c: np.ndarray, rtol: float | None = None) -> None:
+        """Least squares ``operator_ = (Cx + ridge I)^+ C`` (App. D.2 / App. E) and its state
+        (``rtol``: the rank cut-off, default the parameter ``rtol``)."""
         r = cx.shape[0]
         if not np.any(cx):
             raise ValueError(
                 "the feature covariance is zero: the features vanish on the data (a collapsed "
                 "or untrained feature map)"
             )
-        cx_pinv, rank = sym_matrix_function(cx + float(self.ridge) * np.eye(r), -1.0, self.rtol)
+        rtol = self.rtol if rtol is None else rtol
+        cx_pinv, rank = sym_matrix_function(cx + float(self.ridge) * np.eye(r), -1.0, rtol)
         self.operator_ = cx_pinv @ c
         self.cx_ = cx
         self.cx_pinv_ = cx_pinv
@@ -476,7 +478,15 @@ class SpectralModel(TransformerMixin, BaseEstimator):
         if not ts:
             raise ValueError("t is empty: give a horizon or a non-empty sequence of horizons")
         coef, obs_shape = self._observable_coef(observable)
-        phi = self.transform(X)
+        out = self._forecast(self.transform(X), coef, ts)
+        shaped = [o.reshape(o.shape[0], *obs_shape) for o in out]
+        return shaped[0] if scalar else np.stack(shaped)
+
+    def _forecast(self, phi: np.ndarray, coef: np.ndarray, ts: list) -> list[np.ndarray]:
+        """:meth:`predict` from the basis values ``phi`` (m, r) and the coefficients ``coef``
+        (r, l) of the observable, one (m, l) array per horizon in ``ts``. Linear in the rows
+        of ``phi``, so a weighted sum of rows forecasts the weighted sum of the forecasts
+        (the Chapman-Kolmogorov sums of :mod:`dpnets.validation`)."""
         out = []
         if self._modal_ok():
             phi_r = phi @ self.right_eigvecs_  # (m, r)
@@ -486,8 +496,7 @@ class SpectralModel(TransformerMixin, BaseEstimator):
         else:  # defective estimator: fall back to the matrix function
             for s in ts:
                 out.append(phi @ self._power(s) @ coef)
-        shaped = [o.reshape(o.shape[0], *obs_shape) for o in out]
-        return shaped[0] if scalar else np.stack(shaped)
+        return out
 
     def _modal_ok(self) -> bool:
         """Whether forecasts may go through the eigen-decomposition: a well-conditioned
@@ -655,6 +664,14 @@ class DiscreteTimeModel(SpectralModel):
             Weights, normalised to mean 1 over the training inputs.
         """
         check_is_fitted(self, "operator_")
+        u = self._stationary_coef()
+        if X is not None:
+            return self.transform(X) @ u
+        return np.concatenate([phi @ u for phi in self._training_feature_chunks()])
+
+    def _stationary_coef(self) -> np.ndarray:
+        """``u`` with ``stationary_weights(X) = transform(X) @ u`` (see there), normalised to
+        mean weight 1 over the training inputs."""
         k = int(np.argmin(np.abs(self.eigvals_ - 1.0)))
         u = np.real(self._lstsq(np.conj(self.left_eigvecs_[:, k])))
         mean = getattr(self, "features_mean_", None)
@@ -666,9 +683,7 @@ class DiscreteTimeModel(SpectralModel):
                 "the stationary eigenvector has zero mean weight on the training data; add the "
                 "constant function to the features"
             )
-        if X is not None:
-            return (self.transform(X) @ u) / norm
-        return np.concatenate([phi @ u for phi in self._training_feature_chunks()]) / norm
+        return u / norm
 
 
 def features_on_demand(model: SpectralModel) -> np.ndarray | None:

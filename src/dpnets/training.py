@@ -34,6 +34,7 @@ __all__ = [
     "local_seed",
     "resolve_device",
     "make_optimizer",
+    "check_optimizer",
     "progress_bar",
     "train",
     "train_estimator",
@@ -141,12 +142,55 @@ def full_batch_score(
 
 def resolve_device(device: str | torch.device | None) -> torch.device:
     """``None`` picks CUDA when available (the current CUDA device, which
-    :func:`dpnets.distributed.init_from_env` sets to the process's local rank), else CPU."""
+    :func:`dpnets.distributed.init_from_env` sets to the process's local rank), else CPU.
+
+    A device that is not a torch device (``"bogus"``), or one this machine or torch build
+    lacks (``"cuda"`` on a CPU build, ``"cuda:3"`` with one GPU, ``"mps"``), raises a
+    ``ValueError`` naming ``device`` (a ``TypeError`` for a value of the wrong type).
+    """
     if device is None:
         if torch.cuda.is_available():
             return torch.device("cuda", torch.cuda.current_device())
         return torch.device("cpu")
-    return torch.device(device)
+    if not isinstance(device, (str, torch.device)):
+        raise TypeError(
+            f"device must be a str or torch.device (e.g. 'cpu', 'cuda', 'cuda:1') or None, "
+            f"got {device!r} ({type(device).__name__})"
+        )
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError) as err:
+        raise ValueError(
+            f"device={device!r} is not a torch device (expected e.g. 'cpu', 'cuda', "
+            "'cuda:1', 'mps')"
+        ) from err
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            why = "this torch build has no CUDA" if torch.version.cuda is None else "no GPU"
+            raise ValueError(f"device={device!r}: CUDA is not available ({why}); use 'cpu'")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ValueError(
+                f"device={device!r}: there are only {torch.cuda.device_count()} CUDA devices"
+            )
+    elif dev.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"device={device!r}: MPS is not available; use 'cpu'")
+    return dev
+
+
+def check_optimizer(optimizer: Any) -> None:
+    """``optimizer`` must be a known name or a ``torch.optim.Optimizer`` subclass."""
+    if isinstance(optimizer, str):
+        if optimizer.lower() not in _OPTIMIZERS:
+            raise ValueError(
+                f"unknown optimizer {optimizer!r}; expected one of {', '.join(_OPTIMIZERS)} "
+                "or a torch.optim.Optimizer subclass"
+            )
+        return
+    if not (isinstance(optimizer, type) and issubclass(optimizer, torch.optim.Optimizer)):
+        raise TypeError(
+            f"optimizer must be a name ({', '.join(_OPTIMIZERS)}) or a torch.optim.Optimizer "
+            f"subclass, got {optimizer!r} ({type(optimizer).__name__})"
+        )
 
 
 def make_optimizer(
@@ -156,6 +200,7 @@ def make_optimizer(
     kwargs: dict[str, Any] | None = None,
 ) -> torch.optim.Optimizer:
     """Build an optimiser from a name (``adam``, ``adamw``, ``sgd``, ``rmsprop``) or a class."""
+    check_optimizer(optimizer)
     if isinstance(optimizer, str):
         try:
             cls = _OPTIMIZERS[optimizer.lower()]

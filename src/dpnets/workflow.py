@@ -63,6 +63,9 @@ DEFAULT_CONFIG: dict[str, dict[str, Any]] = {
         "epochs": DEFAULTS["epochs"],
         "seed": 0,
         "device": "",
+        # the operator on the learned features: False, True (detailed balance: symmetrised
+        # covariances, real spectrum) or "reweight" (Koopman-reweighted first)
+        "reversible": False,
     },
 }
 
@@ -104,13 +107,19 @@ def load_config(path: str | os.PathLike) -> dict[str, dict[str, Any]]:
             import tomli as tomllib
         except ImportError as err:
             raise WorkflowError("--config on Python 3.10 needs tomli: pip install tomli") from err
+    from dpnets.io import open_regular
+
     try:
-        with open(path, "rb") as fh:
+        with open_regular(path, "configuration file") as fh:  # a FIFO is refused unread
             raw = tomllib.load(fh)
     except FileNotFoundError as err:
         raise WorkflowError(f"{path}: no such configuration file") from err
     except tomllib.TOMLDecodeError as err:
         raise WorkflowError(f"{path}: not valid TOML ({err})") from err
+    except IsADirectoryError as err:
+        raise WorkflowError(f"{path}: is a folder, not a configuration file") from err
+    except ValueError as err:  # a FIFO, device or folder
+        raise WorkflowError(str(err)) from err
     config = {t: dict(v) for t, v in DEFAULT_CONFIG.items()}
     for table, values in raw.items():
         if table not in config or not isinstance(values, dict):
@@ -122,8 +131,51 @@ def load_config(path: str | os.PathLike) -> dict[str, dict[str, Any]]:
                     f"{path}: unknown key {key!r} in [{table}]; expected one of "
                     f"{', '.join(config[table])}"
                 )
-            config[table][key] = value
+            config[table][key] = _config_value(path, table, key, value)
     return config
+
+
+#: ranges of the numeric settings: key -> (low, low open)
+_CONFIG_RANGES: dict[str, tuple[float, bool]] = {
+    "stride": (1, False),
+    "dt": (0.0, False),
+    "lag": (1, False),
+    "dim": (1, False),
+    "gamma": (0.0, False),
+    "lr": (0.0, True),
+    "batch_size": (2, False),
+    "epochs": (1, False),
+    "seed": (0, False),
+}
+
+
+def _config_value(path: Any, table: str, key: str, value: Any) -> Any:
+    """A value of ``config.toml`` checked against the type of its default (and its range);
+    a bad one raises a :class:`WorkflowError` naming the file, the table and the key."""
+    from dpnets.params import check_int, check_real
+
+    default = DEFAULT_CONFIG[table][key]
+    where = f"{path}: [{table}] {key} = {value!r}"
+    low, low_open = _CONFIG_RANGES.get(key, (None, False))
+    try:
+        if isinstance(default, bool):  # pragma: no cover - no bool settings yet
+            if not isinstance(value, bool):
+                raise TypeError("expected true or false")
+        elif isinstance(default, int):
+            return check_int(key, value, None if low is None else int(low))
+        elif isinstance(default, float):
+            return check_real(key, value, low, low_open=low_open)
+        elif isinstance(default, str):
+            if not isinstance(value, str):
+                raise TypeError(f"expected a string, got {type(value).__name__}")
+        elif isinstance(default, list):
+            if isinstance(value, str):
+                value = [value]
+            if not isinstance(value, list) or not all(isinstance(v, (str, int)) for v in value):
+                raise TypeError("expected a list of strings")
+    except (TypeError, ValueError) as err:
+        raise WorkflowError(f"{where}: {err}") from None
+    return value
 
 
 # ------------------------------------------------------------------------------ data and model
@@ -173,6 +225,12 @@ def _encoder(spec: str, state_shape: tuple[int, ...], dim: int, atomic_numbers: 
     raise WorkflowError(f"--encoder {spec!r}: expected mlp:W1,W2,... or schnet")
 
 
+def _user_entries(out: Path) -> list[Path]:
+    """The entries of an output folder other than a fit's lock and staging folder (a
+    running fit's are its own; a killed fit's are taken over by the next one)."""
+    return [p for p in out.iterdir() if p.name != _LOCK and not p.name.startswith(_PRIVATE)]
+
+
 def _check_out(out: Path, overwrite: bool) -> None:
     """The output folder must be writable and empty (or ``overwrite``). Under a
     multi-process launch every process checks, and rank 0 alone creates and probes it."""
@@ -180,7 +238,7 @@ def _check_out(out: Path, overwrite: bool) -> None:
 
     if out.exists() and not out.is_dir():
         raise WorkflowError(f"{out}: exists and is not a folder")
-    if out.is_dir() and any(out.iterdir()) and not overwrite:
+    if out.is_dir() and not overwrite and any(_user_entries(out)):
         raise WorkflowError(f"{out}: the output folder is not empty (use --overwrite)")
     multi = distributed.is_active()
     if multi:
@@ -189,17 +247,131 @@ def _check_out(out: Path, overwrite: bool) -> None:
         dist.barrier()  # every process has looked before rank 0 writes the probe
     problem = ""
     if distributed.is_main_process():
-        try:
-            out.mkdir(parents=True, exist_ok=True)
-            probe = out / ".dpnets-write-test"
-            probe.write_bytes(b"")
-            probe.unlink()
-        except OSError as err:
-            problem = err.strerror or str(err)
+        import threading
+
+        probe = out / f".dpnets-write-test-{os.getpid()}-{threading.get_ident()}"
+        for _ in range(3):  # a failed concurrent fit may remove the empty folder
+            try:
+                out.mkdir(parents=True, exist_ok=True)
+                probe.write_bytes(b"")
+                probe.unlink()
+                problem = ""
+                break
+            except FileNotFoundError as err:
+                problem = err.strerror or str(err)
+            except OSError as err:
+                problem = err.strerror or str(err)
+                break
     if multi and not distributed.broadcast_int(int(not problem)):
         problem = problem or "rank 0 could not write it"
     if problem:
         raise WorkflowError(f"{out}: cannot write to the output folder ({problem})")
+
+
+_LOCK = ".dpnets-fit.lock"
+#: names of a fit's own entries in its output folder (staging folder, write probes)
+_PRIVATE = (".dpnets-staging-", ".dpnets-write-test")
+
+
+def _lock_owner_gone(lock: Path) -> bool:
+    """Whether the fit that wrote ``lock`` (``pid@host``) is known to be gone (killed):
+    its process does not exist on this host."""
+    import socket
+
+    try:
+        pid, _, host = lock.read_text().strip().partition("@")
+        if host != socket.gethostname():
+            return False
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except (OSError, ValueError):
+        return False
+    return False
+
+
+def _take_lock(out: Path) -> Path:
+    """Create ``out/.dpnets-fit.lock`` exclusively (``O_CREAT | O_EXCL``): a second fit into
+    the same folder is refused while the first runs. A lock left by a killed fit of this
+    host is taken over."""
+    import socket
+
+    lock = out / _LOCK
+    for _ in range(2):
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            if _lock_owner_gone(lock):  # a killed fit: its staging folder goes too
+                import shutil
+
+                for stale in out.glob(".dpnets-staging-*"):
+                    shutil.rmtree(stale, ignore_errors=True)
+                lock.unlink(missing_ok=True)
+                continue
+            try:
+                owner = lock.read_text().strip() or "unknown"
+            except OSError:
+                owner = "unknown"
+            raise WorkflowError(
+                f"{out}: another dpnets fit (process {owner}) is writing this output folder; "
+                "wait for it to finish or choose another --out"
+            ) from None
+        with os.fdopen(fd, "w") as fh:
+            fh.write(f"{os.getpid()}@{socket.gethostname()}")
+        return lock
+    raise WorkflowError(f"{out}: cannot lock the output folder")  # pragma: no cover
+
+
+class _FitFolder:
+    """The output folder of one fit, written safely: locked against concurrent fits (the
+    folder is checked again once locked, so of several fits started together into one
+    empty folder exactly one writes it), the files written into a hidden staging folder
+    inside it and moved into place only when every one is complete; on any failure the
+    staging folder, the lock and a folder this fit created are removed."""
+
+    def __init__(self, out: Path, overwrite: bool, created: bool) -> None:
+        self.out, self.overwrite, self.created = out, overwrite, created
+        self.lock: Path | None = None
+        self.stage: Path | None = None
+
+    def __enter__(self) -> Path:
+        import tempfile
+
+        for attempt in range(3):  # a failed concurrent fit may remove the empty folder
+            self.out.mkdir(parents=True, exist_ok=True)
+            try:
+                self.lock = _take_lock(self.out)
+                break
+            except FileNotFoundError:
+                if attempt == 2:
+                    raise
+        try:
+            if _user_entries(self.out) and not self.overwrite:
+                raise WorkflowError(f"{self.out}: the output folder is not empty (use --overwrite)")
+            self.stage = Path(tempfile.mkdtemp(prefix=".dpnets-staging-", dir=self.out))
+        except BaseException:
+            self._release(failed=True)
+            raise
+        return self.stage
+
+    def __exit__(self, kind: Any, err: Any, tb: Any) -> None:
+        if kind is None:
+            for f in sorted(self.stage.iterdir()):
+                os.replace(f, self.out / f.name)
+        self._release(failed=kind is not None)
+
+    def _release(self, failed: bool) -> None:
+        import shutil
+
+        if self.stage is not None:
+            shutil.rmtree(self.stage, ignore_errors=True)
+        if self.lock is not None:
+            self.lock.unlink(missing_ok=True)
+        if failed and self.created:
+            try:
+                self.out.rmdir()  # only if empty: nothing of anyone else is removed
+            except OSError:
+                pass
 
 
 def fit_files(
@@ -211,14 +383,28 @@ def fit_files(
 ) -> str:
     """Train a DPNet and its transfer operator on files; write the fit folder ``out``.
 
-    The output folder is checked before any data are read or trained on. Returns the
-    report (markdown). Launched with ``torchrun`` (an initialised process group), the
-    DPNet trains on all processes (:mod:`dpnets.distributed`) and rank 0 writes the folder.
+    The output folder is checked before any data are read or trained on, and locked: a
+    second fit into a folder another fit is writing is refused (``WorkflowError``), and the
+    files appear only when the fit succeeds (a failed fit leaves no half-written folder; see
+    :class:`_FitFolder`). Returns the report (markdown). Launched with ``torchrun`` (an
+    initialised process group), the DPNet trains on all processes
+    (:mod:`dpnets.distributed`) and rank 0 writes the folder.
     """
-    from dpnets import DPNet, TransferOperator, distributed
+    from dpnets import distributed
 
     out = Path(out)
+    created = not out.exists()
     _check_out(out, overwrite)
+    if not distributed.is_main_process():  # one writer under a multi-process launch
+        return _fit(config, out, progress)
+    with _FitFolder(out, overwrite, created) as stage:
+        return _fit(config, stage, progress)
+
+
+def _fit(config: dict[str, dict[str, Any]], out: Path, progress: bool) -> str:
+    """The work of :func:`fit_files`: read, train, write into ``out`` (the staging folder)."""
+    from dpnets import DPNet, TransferOperator, distributed
+
     data, model = config["data"], config["model"]
     t0 = time.perf_counter()
     trajs, dt = _read(data)
@@ -245,7 +431,7 @@ def fit_files(
         device=model["device"] or None,
         progress=progress,
     )
-    op = TransferOperator(net, dt=dt).fit(usable)
+    op = TransferOperator(net, dt=dt, reversible=model.get("reversible", False)).fit(usable)
     units = _units(data, trajs)
     report = _fit_report(op, trajs, usable, lag, dt, units, time.perf_counter() - t0)
     if distributed.is_main_process():  # one writer under a multi-process launch
@@ -268,17 +454,25 @@ def _steps(enabled: bool, total: int):
     return step
 
 
-def _plot_coordinates(frames: np.ndarray, data: dict) -> tuple[np.ndarray, list[str]]:
-    """Coordinates to draw eigenfunctions on: the first backbone (phi, psi) pair in degrees
-    for dihedral features (laid out ``[sin phi.., cos phi.., sin psi.., cos psi..]``), else
-    the first one or two input coordinates."""
+def _plot_coordinates(
+    frames: np.ndarray, data: dict, names: Sequence[str] | None = None
+) -> tuple[np.ndarray, list[str]]:
+    """Coordinates to draw eigenfunctions on, with their names: the first backbone (phi, psi)
+    pair in degrees for dihedral features (laid out ``[sin phi.., cos phi.., sin psi..,
+    cos psi..]``), else the first one or two input coordinates, named as the files name them
+    (a CSV header, distance atoms)."""
     flat = frames.reshape(frames.shape[0], -1)
     m, rest = divmod(flat.shape[1], 4)
     if data.get("features") == "dihedrals" and m >= 1 and rest == 0:
         phi = np.degrees(np.arctan2(flat[:, 0], flat[:, m]))
         psi = np.degrees(np.arctan2(flat[:, 2 * m], flat[:, 3 * m]))
-        return np.stack([phi, psi], axis=1), ["φ (deg)", "ψ (deg)"]
+        labels = ["φ (deg)", "ψ (deg)"]
+        if names is not None and len(names) == flat.shape[1]:  # "sin φ ALA2" -> "φ ALA2"
+            labels = [f"{names[0][4:]} (deg)", f"{names[2 * m][4:]} (deg)"]
+        return np.stack([phi, psi], axis=1), labels
     k = min(2, flat.shape[1])
+    if names is not None and len(names) == flat.shape[1]:
+        return flat[:, :k], [str(v) for v in names[:k]]
     return flat[:, :k], [f"input coordinate {j}" for j in range(k)]
 
 
@@ -308,6 +502,14 @@ def _plot_history(history: dict, path: Path) -> None:
     plt.close(fig)
 
 
+#: the report's name of each ``TransferOperator(reversible=...)``
+_ESTIMATOR = {
+    False: "least squares, non-reversible (--reversible false)",
+    True: "reversible, symmetrised covariances (--reversible true)",
+    "reweight": "reversible after Koopman reweighting (--reversible reweight)",
+}
+
+
 def _fit_report(op, trajs, usable, lag: int, dt: float, units: str, seconds: float) -> str:
     ts = op.implied_timescales()
     lam = op.eig()
@@ -320,6 +522,7 @@ def _fit_report(op, trajs, usable, lag: int, dt: float, units: str, seconds: flo
         f"lag {lag} frames = {lag * dt:g} {units}; {op.n_features_ - 1} learned features "
         f"and the constant; {seconds:.0f} s.\n\n"
         f"VAMP-2 on the training data: {op.score(usable):.4f}\n\n"
+        f"Transfer operator: {_ESTIMATOR[getattr(op, 'reversible', False)]}.\n\n"
         f"| k | eigenvalue | implied timescale ({units}) |\n|---|---|---|\n{rows}\n\n"
         "Validate before trusting the timescales: `dpnets analyze` (timescales against "
         "lag, Chapman–Kolmogorov test, metastable sets).\n"
@@ -354,12 +557,15 @@ def analyze(
     out: str | os.PathLike | None = None,
     overwrite: bool = True,
     progress: bool = True,
+    reversible: bool | str | None = None,
 ) -> str:
     """Validate a fitted model on data (default: its training files): eigenvalues, implied
     timescales against lag with bootstrap bands, PCCA+ sets and the Chapman–Kolmogorov
     test, eigenfunctions. Writes PNG files, ``report.md`` and ``results.json``. ``n_sets``:
     the number of PCCA+ sets (default: from the spectral gap, :func:`dpnets.validation.
-    sets_from_gap`, and the report says why)."""
+    sets_from_gap`, and the report says why). ``reversible``: re-estimate the operator with
+    ``TransferOperator(reversible=...)`` (False, True or "reweight"; default None: as the
+    fit was)."""
     from dpnets import plot
     from dpnets.base import clone
     from dpnets.validation import (
@@ -381,7 +587,10 @@ def analyze(
         raise WorkflowError(f"every trajectory is shorter than the model's lag ({lag} frames)")
     # the operator is re-estimated on these data with the fit's learned features (a model
     # file does not keep the training features that observables are regressed on)
-    op = clone(op).set_params(features=op.features_, lag=lag).fit(data)
+    params: dict[str, Any] = {"features": op.features_, "lag": lag}
+    if reversible is not None:
+        params["reversible"] = reversible
+    op = clone(op).set_params(**params).fit(data)
     longest = max(t.shape[0] for t in data)
     if lags is None:  # the default scan: the lags the data can hold
         scan = {max(1, lag // 4), max(1, lag // 2), lag, 2 * lag, 4 * lag}
@@ -392,12 +601,13 @@ def analyze(
     plt = plot.pyplot()
     step = _steps(progress, 5)
     step("implied timescales against lag (bootstrap)")
-    its = implied_timescales(op, data, lags, k=3, dt=dt, n_bootstrap=n_bootstrap, seed=0)
-    its.plot(units=units).figure.savefig(out / "timescales.png", dpi=100)
+    bars = {"seed": 0, "progress": progress}  # a bar inside each step that takes a while
+    its = implied_timescales(op, data, lags, k=3, dt=dt, n_bootstrap=n_bootstrap, **bars)
+    its.plot(units=units).savefig(out / "timescales.png", dpi=100)
     step("eigenvalues with bootstrap intervals")
     k_eig = min(4, int(np.asarray(op.eig()).size))  # the model's eigenvalues, no more
-    spec = bootstrap_spectrum(op, data, k=k_eig, n_bootstrap=max(n_bootstrap, 2), seed=0)
-    plot.eigenvalues(op, k=k_eig).figure.savefig(out / "eigenvalues.png", dpi=100)
+    spec = bootstrap_spectrum(op, data, k=k_eig, n_bootstrap=max(n_bootstrap, 2), **bars)
+    plot.eigenvalues(op, k=k_eig, dt=dt, units=units).savefig(out / "eigenvalues.png", dpi=100)
     frames = np.concatenate(data)
     step("PCCA+ metastable sets")
     n_eig = int(np.asarray(op.eig()).size)
@@ -413,11 +623,11 @@ def analyze(
     sets = pcca(op, frames, n_sets)
     step("Chapman–Kolmogorov test (bootstrap)")
     ck_steps = [k for k in (1, 2, 4) if k * lag < longest]  # the multiples the data hold
-    ck = ck_test(op, data, ck_steps, sets.memberships_of, dt=dt, n_bootstrap=n_bootstrap, seed=0)
+    ck = ck_test(op, data, ck_steps, sets.memberships_of, dt=dt, n_bootstrap=n_bootstrap, **bars)
     ck.plot(units=units).savefig(out / "ck_test.png", dpi=100)
     step("eigenfunctions")
     every = max(1, frames.shape[0] // 20000)
-    coords, labels = _plot_coordinates(frames[::every], config["data"])
+    coords, labels = _plot_coordinates(frames[::every], config["data"], trajs.names)
     fig = plot.eigenfunctions(op, frames[::every], coords=coords, k=3, labels=labels)
     fig.savefig(out / "eigenfunctions.png", dpi=100)
     plt.close("all")
@@ -425,6 +635,7 @@ def analyze(
         "lag": lag,
         "dt": dt,
         "time_unit": units,
+        "reversible": getattr(op, "reversible", False),
         "eigenvalues": [[float(v.real), float(v.imag)] for v in op.eig()],
         "timescales": [float(v) for v in op.implied_timescales(dt)],
         "timescales_interval": [spec.lower.tolist(), spec.upper.tolist()],
@@ -459,15 +670,42 @@ def analyze(
 
 # ------------------------------------------------------------------------------ apply a model
 def transform_files(
-    folder: str | os.PathLike, paths: Sequence[str], out: str | os.PathLike
-) -> np.ndarray:
-    """The model's features (the constant first) of every frame of the files, saved as one
-    ``.npy`` array (frames of all files stacked)."""
+    folder: str | os.PathLike,
+    paths: Sequence[str],
+    out: str | os.PathLike,
+    *,
+    eigenfunctions: bool = False,
+) -> list[np.ndarray]:
+    """The model's features (the constant first), or its eigenfunctions, of every frame of
+    every input trajectory: one array per trajectory, in input order.
+
+    ``out`` is a ``.npz`` file holding ``traj_0``, ``traj_1``, ... (``(frames, n)`` each) and
+    ``sources`` (the file each came from), or a ``.npy`` file when the input is one
+    trajectory. ``eigenfunctions=True`` writes ``model.eigenfunctions`` (complex only where
+    the spectrum is) instead of the features.
+    """
     op, config = _load_fit(folder)
+    out = Path(out)
+    if out.suffix not in (".npz", ".npy"):
+        raise WorkflowError(f"{out}: the output must be a .npz file (or .npy for one trajectory)")
     trajs, _ = _read(_data_like(config, paths))
-    feats = np.concatenate([op.transform(t) for t in trajs.data])
-    _save_npy(out, feats)
-    return feats
+    if out.suffix == ".npy" and len(trajs.data) != 1:
+        raise WorkflowError(
+            f"{out}: {len(trajs.data)} trajectories need a .npz output (one array each); "
+            ".npy holds one trajectory"
+        )
+    arrays = [op.eigenfunctions(t) if eigenfunctions else op.transform(t) for t in trajs.data]
+    if eigenfunctions and all(np.isrealobj(a) or not np.any(a.imag) for a in arrays):
+        arrays = [np.ascontiguousarray(np.real(a)) for a in arrays]
+    if out.suffix == ".npy":
+        _save_npy(out, arrays[0])
+    else:
+        from dpnets.io import atomic_write
+
+        named = {f"traj_{i}": a for i, a in enumerate(arrays)}
+        named["sources"] = np.asarray(trajs.sources, dtype=str)
+        atomic_write(out, lambda fh: np.savez(fh, allow_pickle=False, **named))
+    return arrays
 
 
 def forecast_file(

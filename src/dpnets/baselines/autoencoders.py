@@ -346,10 +346,11 @@ _COMMON_DOC = """
     lag : int, optional
         Frames between consecutive states of a window (default 1); ``predict(X, t)``
         forecasts ``t`` such steps ahead. For pre-paired data, the lag they were paired at.
-    lr, batch_size, epochs, val_fraction, optimizer, optimizer_kwargs, seed, init, device,
-    progress
+    lr, batch_size, epochs, val_fraction, optimizer, optimizer_kwargs
         As :class:`dpnets.DPNet` (the validation score is minus the loss on held-out
         windows; the best epoch is restored).
+    seed, init, device, progress
+        As :class:`dpnets.DPNet`.
 """
 
 

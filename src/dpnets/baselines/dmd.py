@@ -61,6 +61,8 @@ class DMD(TransferOperator):
     singular_values_ : ndarray or None
         Singular values of ``X / sqrt(n)`` (all of them), when ``rank`` is given.
 
+    Notes
+    -----
     Other fitted attributes are those of :class:`dpnets.TransferOperator`; ``modes()`` maps
     back to the full state.
 

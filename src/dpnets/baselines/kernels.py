@@ -381,6 +381,8 @@ class KernelDMD(_KernelRegression):
     n_features_ : int
         ``r`` (the numerical rank of ``K_X`` when ``rank=None``).
 
+    Notes
+    -----
     Other fitted attributes as :class:`dpnets.TransferOperator` (``operator_`` is
     ``phi_X^T phi_Y / n``).
 

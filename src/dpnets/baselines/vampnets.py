@@ -34,9 +34,10 @@ class VAMPNet(DPNet):
         a deep copy of the initial ``psi`` (same initial weights, trained independently). To
         share the weights of the two lobes, use ``DPNet(encoder, objective="vamp2", gamma=0)``.
     objective : {"vamp2", "vamp1"}, default "vamp2"
-    r, lag, lr, batch_size, epochs, val_fraction, standardize, optimizer, optimizer_kwargs,
-    seed, init, device, progress, distributed, autocast, compile
+    r, lag, lr, batch_size, epochs, val_fraction, standardize
         As :class:`dpnets.DPNet` (``lr``, ``batch_size``, ``epochs`` with its defaults).
+    optimizer, optimizer_kwargs, seed, init, device, progress, distributed, autocast, compile
+        As :class:`dpnets.DPNet`.
     constant : bool, default True
         The VAMP scores hold the constant function implicitly (centred covariances, ``+1``),
         so this only matters for the record: ``TransferOperator(vampnet)`` adds the constant

@@ -45,6 +45,10 @@ EXPERIMENTS: dict[str, tuple[str, str]] = {
         "dpnets.experiments.alanine_dipeptide",
         "Alanine dipeptide with a SchNet encoder: timescales and free energy (paper Table 2)",
     ),
+    "enhanced-sampling": (
+        "dpnets.experiments.enhanced_sampling",
+        "Learned slow mode as a metadynamics CV through its exported TorchScript file (issue 27)",
+    ),
     "alanine-r-lag": (
         "dpnets.experiments.alanine_sweep",
         "Alanine dipeptide: slowest timescale vs lag and r, equal gradient steps (issue 18)",

@@ -23,6 +23,7 @@ is needed; the batch vector is ``arange(B).repeat_interleave(n_atoms)``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -127,7 +128,7 @@ class SchNetEncoder(nn.Module):
                 raise ValueError(f"{name} must be a positive integer, got {v!r}.")
         if hidden_channels < 2:
             raise ValueError("hidden_channels must be >= 2.")
-        if not (float(cutoff) > 0 and torch.isfinite(torch.tensor(float(cutoff)))):
+        if not (float(cutoff) > 0 and math.isfinite(float(cutoff))):
             raise ValueError(f"cutoff must be a positive number, got {cutoff!r}.")
         self.config = {
             "atomic_numbers": z,

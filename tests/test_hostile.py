@@ -1,0 +1,515 @@
+"""Hostile input (issue 26): no silent garbage, no hang, bounded memory on load, safe
+concurrent outputs. Every case either gives the right answer or an error whose message
+names the parameter, key or file and the problem."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import dpnets
+from dpnets import DPNet, TransferOperator, io
+from dpnets.data import state_moments
+from dpnets.io import InvalidModelFile
+from dpnets.nn import MLP
+from dpnets.representation import InputScaler
+from dpnets.systems import MarkovChain, OrnsteinUhlenbeck
+from dpnets.validation import pcca
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _ou(n: int = 600, seed: int = 0) -> np.ndarray:
+    return OrnsteinUhlenbeck(theta=1.0, sigma=np.sqrt(2.0), dt=0.1).sample(n, seed=seed)
+
+
+def _net(**kw) -> DPNet:
+    kw = {"lag": 1, "epochs": 2, "batch_size": 128, "seed": 0, "progress": False, **kw}
+    return DPNet(MLP(1, (8,), 2), **kw)
+
+
+# ---------------------------------------------------------------------------------- scales
+def test_state_moments_neither_underflow_nor_overflow():
+    x = np.random.default_rng(0).normal(2.0, 3.0, size=(1000, 2))
+    mean, std = state_moments([x[:400], x[400:]], (0,))
+    for scale in (1e-300, 1e300):
+        m, s = state_moments([x[:400] * scale, x[400:] * scale], (0,))
+        np.testing.assert_allclose(m, mean * scale, rtol=1e-12)
+        np.testing.assert_allclose(s, std * scale, rtol=1e-12)
+
+
+@pytest.mark.parametrize("scale", [1e-300, 1e300])
+def test_tiny_and_huge_input_scales_give_the_features_of_unit_scale(scale):
+    """Standardised inputs are the same numbers at any scale: the same fit, the same
+    (non-constant) features; before, 1e-300 gave constant features and 1e300 NaN."""
+    x = _ou()
+    ref = _net().fit(x).transform(x)
+    net = _net().fit(x * scale)
+    feats = net.transform(x * scale)
+    assert np.all(np.isfinite(feats)) and feats.std(0).min() > 1e-3
+    np.testing.assert_allclose(feats, ref, atol=1e-4)
+
+
+def test_transform_far_outside_the_training_range_refuses_instead_of_nan():
+    x = _ou()
+    net = _net().fit(x)
+    with pytest.raises(ValueError, match=r"X: the features are NaN or inf on 600 of 600"):
+        net.transform(x * 1e300)
+
+
+def test_input_scaler_refuses_a_scale_its_dtype_cannot_hold():
+    with pytest.raises(ValueError, match=r"input_scale_.*not representable in torch.float32"):
+        InputScaler(torch.zeros(1), torch.tensor([1e-300], dtype=torch.float64).float())
+    with pytest.raises(ValueError, match="underflows to 0"):
+        InputScaler(torch.zeros(1), torch.zeros(1))
+
+
+# ---------------------------------------------------------------------------------- pcca
+N = 6
+BLOCKS = np.repeat(np.arange(2), 3)
+
+
+def _chain() -> np.ndarray:
+    rng = np.random.default_rng(0)
+    w = rng.uniform(0.5, 1.0, (N, N))
+    w = w + w.T
+    w[BLOCKS[:, None] != BLOCKS[None, :]] *= 0.01
+    return w / w.sum(1, keepdims=True)
+
+
+def _one_hot(s):
+    return np.eye(N)[np.asarray(s).reshape(-1).astype(int)]
+
+
+@pytest.fixture(scope="module")
+def chain_model():
+    traj = MarkovChain(_chain()).sample(20_000, seed=1)
+    return TransferOperator(_one_hot).fit(traj), traj[::10]
+
+
+@pytest.mark.parametrize(
+    ("weights", "match"),
+    [
+        ("negative", r"weights must be non-negative.*1 are negative"),
+        ("zero", r"weights are all zero"),
+        ("nan", r"weights must be .* finite values"),
+        ("short", r"weights must be 2000 finite values \(one per frame\)"),
+    ],
+)
+def test_pcca_refuses_bad_weights(chain_model, weights, match):
+    op, frames = chain_model
+    w = np.ones(len(frames))
+    if weights == "negative":
+        w[0] = -1.0
+    elif weights == "zero":
+        w[:] = 0.0
+    elif weights == "nan":
+        w[3] = np.nan
+    else:
+        w = w[:-1]
+    with pytest.raises(ValueError, match=match):
+        pcca(op, frames, 2, weights=w)
+
+
+def test_pcca_memberships_are_finite_where_a_frame_clips_to_zero(chain_model):
+    """A frame outside the simplex (all memberships clip to 0) goes to its nearest set
+    instead of giving 0/0 = NaN; uniform weights give the right blocks."""
+    from dpnets.validation import _clip_rows
+
+    chi = _clip_rows(np.array([[-0.2, -0.1], [0.3, 0.7], [1.4, -0.4]]))
+    np.testing.assert_allclose(chi, [[0.0, 1.0], [0.3, 0.7], [1.0, 0.0]])
+    op, frames = chain_model
+    sets = pcca(op, frames, 2, weights=np.ones(len(frames)))
+    assert np.all(np.isfinite(sets.memberships))
+    at = np.argmax(sets.memberships_of(np.arange(N), crisp=False), 1)
+    assert len(set(at[:3])) == 1 and len(set(at[3:])) == 1 and at[0] != at[3]
+
+
+# ---------------------------------------------------------------------------------- files
+def _payload(path) -> dict:
+    return torch.load(path, weights_only=True)
+
+
+def _forge(path, src, edit) -> None:
+    """Rewrite a saved model with ``edit(config_dict, tensors)`` and a recomputed checksum
+    (a forger who knows the format)."""
+    p = _payload(src)
+    cfg = json.loads(p["config"])
+    edit(cfg, p["tensors"])
+    p["config"] = json.dumps(cfg)
+    p["checksum"] = io._checksum(p["kind"], p["config"], p["tensors"])
+    torch.save(p, path)
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("saved")
+    x = _ou(400)
+    op = TransferOperator(_net(), dt=0.1).fit(x)
+    op.save(folder / "op.pt")
+    op.features_.save(folder / "net.pt")
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("file", "edit", "match"),
+    [
+        ("op.pt", lambda c, t: c["params"].update(dt="abc"), r"dt must be a real number"),
+        ("op.pt", lambda c, t: c["params"].update(dt=-1), r"dt must be in \(0"),
+        ("op.pt", lambda c, t: c["params"].update(ridge=-1.0), r"ridge must be in \[0"),
+        ("net.pt", lambda c, t: c["params"].update(lr="fast"), r"lr must be a real number"),
+        ("net.pt", lambda c, t: c["params"].update(optimizer=42), r"invalid optimizer 42"),
+        (
+            "net.pt",
+            lambda c, t: c["fitted"].update(state_shape_=[10**9]),
+            r"encoder does not accept states of shape \(1000000000,\)",
+        ),
+        ("net.pt", lambda c, t: c["fitted"].update(lag_="ten"), r"invalid lag_='ten'"),
+        (
+            "op.pt",
+            lambda c, t: c["features"]["config"]["params"].update(epochs=0),
+            r"epochs must be an integer >= 1",
+        ),
+    ],
+)
+def test_forged_config_values_are_refused_at_load(saved, tmp_path, file, edit, match):
+    path = tmp_path / file
+    _forge(path, saved / file, edit)
+    with pytest.raises(InvalidModelFile, match=match) as info:
+        dpnets.load(path)
+    assert str(path) in str(info.value)
+
+
+def test_version_1_file_without_checksum_loads_only_with_a_warning(tmp_path):
+    v1 = ROOT / "tests" / "data" / "langevin_dpnet_file_v1.pt"
+    with pytest.warns(UserWarning, match=r"version-1 .* no checksum.*cannot be detected"):
+        dpnets.load(v1)
+    p = _payload(v1)
+    p["checksum"] = "0" * 64  # a version-1 file given a checksum must match it
+    torch.save(p, tmp_path / "v1.pt")
+    with pytest.raises(InvalidModelFile, match="checksum mismatch"):
+        dpnets.load(tmp_path / "v1.pt")
+
+
+def test_stride_zero_tensor_is_refused_before_anything_reads_it(saved, tmp_path):
+    """A 4-byte storage viewed as 10^9 elements: refused from its metadata (no 4 GB)."""
+    p = _payload(saved / "op.pt")
+    p["tensors"]["operator_"] = torch.zeros(1, dtype=torch.float64).expand(10**9)
+    torch.save(p, tmp_path / "expand.pt")
+    assert os.path.getsize(tmp_path / "expand.pt") < 10**6
+    with pytest.raises(InvalidModelFile, match=r"'operator_' of shape \(1000000000,\) has strides"):
+        dpnets.load(tmp_path / "expand.pt")
+    assert io._check_layout("t", torch.zeros(4)[1:]) is None  # a contiguous view is fine
+    assert "strides (2,)" in io._check_layout("t", torch.zeros(4)[::2])
+
+
+def test_shape_larger_than_its_stored_bytes_is_refused_without_allocating(tmp_path):
+    """A file whose pickle declares 10^8 elements over 7 stored ones: torch refuses to
+    grow the stored bytes, so nothing is allocated; the answer is one InvalidModelFile."""
+    import io as pyio
+    import resource
+    import zipfile
+
+    buf = pyio.BytesIO()
+    torch.save({"format": "dpnets", "t": torch.zeros(7, dtype=torch.float64)}, buf)
+    src = zipfile.ZipFile(pyio.BytesIO(buf.getvalue()))
+    with zipfile.ZipFile(tmp_path / "big.pt", "w") as dst:
+        for name in src.namelist():
+            data = src.read(name)
+            if name.endswith("data.pkl"):
+                assert data.count(b"K\x07\x85") == 1  # the shape (7,)
+                data = data.replace(b"K\x07\x85", b"J" + (10**8).to_bytes(4, "little") + b"\x85")
+            dst.writestr(name, data)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(InvalidModelFile, match=r"big.pt is not a valid dpnets model file"):
+        dpnets.load(tmp_path / "big.pt")
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 200_000  # KiB
+
+
+def test_huge_module_config_is_refused_without_allocating(saved, monkeypatch):
+    """A SchNet whose stored config asks for 5e9 parameters (20 GB), with small stored
+    tensors: refused after the meta-device build (which now works for SchNet), and no
+    module is ever built for real."""
+    pytest.importorskip("torch_geometric")
+    from dpnets.nn import SchNetEncoder
+
+    small = SchNetEncoder([1, 6, 8], out_dim=2, hidden_channels=8, num_filters=8)
+    spec = {
+        "name": "SchNetEncoder",
+        "config": {**small.config, "hidden_channels": 20000, "num_filters": 20000},
+    }
+    devices = []
+    real_build = io.build
+
+    def build(s):
+        devices.append(torch.get_default_device().type)
+        return real_build(s)
+
+    monkeypatch.setattr(io, "build", build)
+    with pytest.raises(InvalidModelFile, match=r"does not match its configuration"):
+        io.restore_module(spec, None, small.state_dict(), "encoder")
+    assert devices == ["meta"]
+
+
+def test_a_module_that_cannot_be_built_on_meta_is_refused_not_built_for_real(monkeypatch):
+    from dpnets.nn import registry
+
+    built = []
+
+    class MetaUnsafe(torch.nn.Module):
+        def __init__(self, width: int) -> None:
+            super().__init__()
+            if torch.get_default_device().type == "meta":
+                raise NotImplementedError("no meta kernel")
+            built.append(width)
+            self.lin = torch.nn.Linear(width, width)
+
+    monkeypatch.setitem(registry._REGISTRY, "MetaUnsafe", MetaUnsafe)
+    spec = {"name": "MetaUnsafe", "config": {"width": 10**5}}
+    with pytest.raises(InvalidModelFile, match="cannot be checked before allocation"):
+        io.restore_module(spec, None, {}, "encoder")
+    assert built == []
+
+
+def _finishes(fn, seconds: float = 20.0):
+    """Run ``fn`` in a thread: its exception (or None) if it ends in time, else fail (a
+    FIFO read would block forever)."""
+    out: list = []
+
+    def run():
+        try:
+            fn()
+            out.append(None)
+        except BaseException as err:  # noqa: BLE001
+            out.append(err)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(seconds)
+    assert not t.is_alive(), "hung on a special file"
+    return out[0]
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs")
+def test_fifo_paths_are_refused_without_reading(tmp_path):
+    from dpnets.datasets import DataFileError, read_trajectories
+    from dpnets.workflow import WorkflowError, load_config
+
+    for name in ("model.pt", "traj.npy", "traj.csv", "top.pdb", "config.toml"):
+        os.mkfifo(tmp_path / name)
+    err = _finishes(lambda: dpnets.load(tmp_path / "model.pt"))
+    assert isinstance(err, InvalidModelFile) and "FIFO" in str(err) and "model.pt" in str(err)
+    err = _finishes(lambda: load_config(tmp_path / "config.toml"))
+    assert isinstance(err, WorkflowError) and "FIFO" in str(err) and "config.toml" in str(err)
+    for name in ("traj.npy", "traj.csv"):
+        err = _finishes(lambda n=name: read_trajectories(tmp_path / n))
+        assert isinstance(err, DataFileError) and "FIFO" in str(err) and name in str(err)
+    np.save(tmp_path / "ok.npy", np.zeros((3, 1)))
+    # a FIFO topology (MD files need mdtraj; the trajectory itself is checked first)
+    pytest.importorskip("mdtraj")
+    (tmp_path / "run.dcd").write_bytes(b"")
+    err = _finishes(lambda: read_trajectories(tmp_path / "run.dcd", topology=tmp_path / "top.pdb"))
+    assert isinstance(err, DataFileError) and "FIFO" in str(err) and "top.pdb" in str(err)
+
+
+def test_temp_files_of_killed_saves_are_cleaned_by_the_next_save(saved, tmp_path):
+    """A save killed with SIGKILL leaves its temporary file; the next save into the folder
+    removes it (its process is gone), and never a live writer's or a fresh unknown one."""
+    model = dpnets.load(saved / "op.pt")
+    script = textwrap.dedent(
+        f"""
+        import time
+        from dpnets.io import atomic_write
+        def write(fh):
+            fh.write(b"x" * 1000); fh.flush(); print("writing", flush=True); time.sleep(60)
+        atomic_write({str(tmp_path / "model.pt")!r}, write)
+        """
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "writing"
+    proc.kill()
+    proc.wait()
+    left = [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+    assert len(left) == 1 and left[0].startswith(f".dpnets-{proc.pid}@")
+    host = io._host()
+    live = tmp_path / f".dpnets-{os.getpid()}@{host}-live123.tmp"  # a concurrent writer
+    fresh = tmp_path / ".dpnets-abc123.tmp"  # unknown writer, recent: kept
+    old = tmp_path / ".dpnets-old123.tmp"  # unknown writer, older than the limit: removed
+    for p in (live, fresh, old):
+        p.write_bytes(b"partial")
+    past = time.time() - io.STALE_TMP_SECONDS - 60
+    os.utime(old, (past, past))
+    model.save(tmp_path / "model.pt")
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == sorted(["model.pt", live.name, fresh.name])
+    assert isinstance(dpnets.load(tmp_path / "model.pt"), TransferOperator)
+
+
+# ---------------------------------------------------------------------------------- obscure
+def test_bad_optimizer_and_device_name_the_parameter():
+    x = _ou(200)
+    with pytest.raises(TypeError, match=r"optimizer must be a name .* got 42"):
+        _net(optimizer=42).fit(x)
+    with pytest.raises(ValueError, match=r"unknown optimizer 'adamm'"):
+        _net(optimizer="adamm").fit(x)
+    with pytest.raises(ValueError, match=r"device='bogus' is not a torch device"):
+        _net(device="bogus").fit(x)
+    with pytest.raises(TypeError, match=r"device must be a str or torch.device"):
+        _net(device=3.5).fit(x)
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match=r"device='cuda': CUDA is not available"):
+            _net(device="cuda").fit(x)
+    v1 = ROOT / "tests" / "data" / "langevin_dpnet_file_v1.pt"
+    with pytest.raises(ValueError, match=r"device='bogus'"):
+        dpnets.load(v1, device="bogus")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match=r"device='cuda': CUDA is not available"):
+            dpnets.load(v1, device="cuda")
+
+
+def test_validation_lags_and_steps_name_the_problem(chain_model):
+    from dpnets.validation import check_lags, ck_test, implied_timescales
+
+    op, frames = chain_model
+    with pytest.raises(ValueError, match=r"lags must be a sequence of positive integers"):
+        implied_timescales(op, frames, lags=None)
+    with pytest.raises(ValueError, match=r"steps is empty"):
+        ck_test(op, frames, steps=[], memberships=_one_hot)
+    with pytest.raises(ValueError, match=r"--lags must be positive integers, got 0"):
+        check_lags([0], "--lags", 100)
+
+
+def _cli(argv, capsys) -> tuple[int, str]:
+    from dpnets.cli import main
+
+    rc = main(argv)
+    err = capsys.readouterr().err
+    return rc, err
+
+
+def test_cli_device_and_config_errors_are_one_line(tmp_path, capsys):
+    np.save(tmp_path / "x.npy", _ou(300))
+    base = ["fit", str(tmp_path / "x.npy"), "--epochs", "1", "--quiet"]
+    rc, err = _cli([*base, "--device", "bogus", "--out", str(tmp_path / "o1")], capsys)
+    assert rc == 2 and err.count("\n") == 1 and "device='bogus'" in err
+    if not torch.cuda.is_available():
+        rc, err = _cli([*base, "--device", "cuda", "--out", str(tmp_path / "o2")], capsys)
+        assert rc == 2 and err.count("\n") == 1 and "CUDA is not available" in err
+    assert not (tmp_path / "o1").exists() and not (tmp_path / "o2").exists()  # no leftovers
+    config = tmp_path / "bad.toml"
+    for line, what in (
+        ('lag = "ten"', r"\[model\] lag = 'ten': lag must be an integer"),
+        ("lag = 0", r"\[model\] lag = 0: lag must be an integer >= 1"),
+        ("lr = -1.0", r"\[model\] lr = -1.0: lr must be in \(0"),
+        ("epochs = 2.5", r"\[model\] epochs = 2.5: epochs must be an integer"),
+        ("device = 3", r"\[model\] device = 3: expected a string"),
+    ):
+        config.write_text(f"[model]\n{line}\n")
+        rc, err = _cli(["fit", "--config", str(config), "--out", str(tmp_path / "o3")], capsys)
+        assert rc == 2 and err.count("\n") == 1
+        assert str(config) in err
+        assert re.search(what, err), err
+
+
+def test_a_failed_fit_leaves_no_half_written_folder(tmp_path):
+    from dpnets.workflow import DEFAULT_CONFIG, WorkflowError, fit_files
+
+    np.save(tmp_path / "x.npy", _ou(50))
+    config = {t: dict(v) for t, v in DEFAULT_CONFIG.items()}
+    config["data"]["paths"] = [str(tmp_path / "x.npy")]
+    config["model"].update(lag=80, epochs=1)  # longer than the trajectory: fails after reading
+    with pytest.raises(WorkflowError, match="--lag 80"):
+        fit_files(config, tmp_path / "new", progress=False)
+    assert not (tmp_path / "new").exists()
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(WorkflowError):
+        fit_files(config, tmp_path / "empty", progress=False)
+    assert list((tmp_path / "empty").iterdir()) == []  # no lock, no staging folder left
+    # a lock left by a killed fit (its process is gone) is taken over
+    import socket
+
+    (tmp_path / "empty" / ".dpnets-fit.lock").write_text(f"999999999@{socket.gethostname()}")
+    config["model"].update(lag=1, batch_size=16)
+    fit_files(config, tmp_path / "empty", progress=False)
+    assert sorted(p.name for p in (tmp_path / "empty").iterdir()) == [
+        "config.toml",
+        "model.pt",
+        "report.md",
+        "training.png",
+    ]
+
+
+def test_concurrent_fits_into_one_folder_exactly_one_wins(tmp_path):
+    """Four fits into one new folder at once: one writes it, the three others are refused
+    with a message naming the folder (before: all succeeded and results were silently
+    overwritten). The lock is an O_EXCL file, atomic between threads as between
+    processes."""
+    from dpnets.workflow import DEFAULT_CONFIG, WorkflowError, fit_files
+
+    np.save(tmp_path / "x.npy", _ou(300))
+    config = {t: dict(v) for t, v in DEFAULT_CONFIG.items()}
+    config["data"]["paths"] = [str(tmp_path / "x.npy")]
+    config["model"].update(epochs=2, batch_size=64)
+    out = tmp_path / "same"
+    start = threading.Barrier(4)
+    results: list = [None] * 4
+
+    def run(i: int) -> None:
+        start.wait()
+        try:
+            fit_files(config, out, progress=False)
+            results[i] = "ok"
+        except WorkflowError as err:
+            results[i] = err
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert sum(r == "ok" for r in results) == 1, results
+    for err in results:
+        if err != "ok":
+            assert isinstance(err, WorkflowError), results
+            assert str(out) in str(err)
+            assert "another dpnets fit" in str(err) or "not empty" in str(err)
+    assert sorted(p.name for p in out.iterdir()) == [
+        "config.toml",
+        "model.pt",
+        "report.md",
+        "training.png",
+    ]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert isinstance(dpnets.load(out / "model.pt"), TransferOperator)
+
+
+def test_a_second_process_fit_into_a_folder_being_written_is_refused(tmp_path, capsys):
+    """The same between processes: a fit holding the lock (a live process of this host)
+    makes ``dpnets fit`` exit 2 with one line naming the folder and the process."""
+    import socket
+
+    np.save(tmp_path / "x.npy", _ou(300))
+    out = tmp_path / "busy"
+    out.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        (out / ".dpnets-fit.lock").write_text(f"{holder.pid}@{socket.gethostname()}")
+        rc, err = _cli(["fit", str(tmp_path / "x.npy"), "--quiet", "--out", str(out)], capsys)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert rc == 2 and err.count("\n") == 1
+    assert f"{out}: another dpnets fit (process {holder.pid}@" in err

@@ -1,0 +1,136 @@
+"""Real MD files read as MDAnalysis reads them (issue 26): the MDAnalysisTests files.
+
+For each trajectory format (DCD, XTC, TRR, Amber NetCDF, Amber ASCII ``.mdcrd``) and
+topology the library reads through mdtraj or, where mdtraj cannot (GROMACS ``.tpr`` and
+``.top``), through MDAnalysis, :func:`dpnets.datasets.read_trajectories` must give
+MDAnalysis' frame count, its positions (Å there, nm here) and its time step in ps.
+Skipped when MDAnalysis or its test files are not installed.
+"""
+
+from __future__ import annotations
+
+import shutil
+import warnings
+
+import numpy as np
+import pytest
+
+pytest.importorskip("mdtraj")
+mda = pytest.importorskip("MDAnalysis")
+files = pytest.importorskip("MDAnalysisTests.datafiles")
+
+from dpnets.datasets import read_trajectories  # noqa: E402
+
+
+def _reference(top: str, traj: str, **kw) -> tuple[np.ndarray, float | None, int]:
+    """MDAnalysis' positions (Å, every frame), time step (ps; None when its frames carry no
+    time, or when it says it made one up: "no dt information, set to 1.0 ps") and number
+    of frames."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        u = mda.Universe(top, traj, **kw)
+        xyz = np.stack([ts.positions.copy() for ts in u.trajectory])
+        times = np.array([ts.time for ts in u.trajectory])
+    dt = float(times[1] - times[0]) if len(times) > 1 and times[1] > times[0] else None
+    if any("no dt information" in str(w.message) for w in caught):
+        dt = None
+    return xyz, dt, len(xyz)
+
+
+def _ours(traj, top, **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the DCD's announced 500 frames (tested below)
+        return read_trajectories(traj, topology=top, selection="all", **kw)
+
+
+CASES = {
+    "dcd": ("PSF", "DCD"),
+    "xtc": ("GRO", "XTC"),
+    "trr": ("GRO", "TRR"),
+    "netcdf": ("PRM_NCBOX", "TRJ_NCBOX"),
+    "ncdf": ("PRMncdf", "NCDF"),
+    "mdcrd": ("PRM", "TRJ"),
+    "tpr+xtc": ("TPR", "XTC"),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_frames_positions_and_time_step_match_mdanalysis(case):
+    top, traj = (getattr(files, name) for name in CASES[case])
+    ref, ref_dt, n = _reference(top, traj)
+    res = _ours(traj, top)
+    assert res.n_frames == [n]
+    assert res.data[0].shape == ref.shape
+    # nm here, Å in MDAnalysis; float32 positions
+    np.testing.assert_allclose(res.data[0] * 10.0, ref, rtol=0, atol=1e-4 * np.abs(ref).max())
+    if ref_dt is None:
+        assert res.dt is None
+    else:
+        assert res.dt == pytest.approx(ref_dt, rel=1e-6)
+    assert res.time_unit == "ps"
+
+
+def test_dcd_time_step_is_read_from_its_header():
+    """adk_dims.dcd: DELTA * NSAVC = 1 ps, as MDAnalysis reads it (not 'frames')."""
+    res = _ours(files.DCD, files.PSF)
+    assert res.dt == pytest.approx(1.0, rel=1e-6)
+    assert _ours(files.DCD, files.PSF, stride=3).dt == pytest.approx(3.0, rel=1e-6)
+
+
+def test_dcd_with_fewer_frames_than_its_header_reads_them_with_a_warning():
+    """adk_dims.dcd announces 500 frames and holds 98: both readers read the 98."""
+    with pytest.warns(RuntimeWarning, match=r"adk_dims\.dcd: the DCD header announces 500"):
+        res = read_trajectories(files.DCD, topology=files.PSF, selection="name CA")
+    assert res.n_frames == [98]
+
+
+def test_ncdf_is_amber_netcdf(tmp_path):
+    """The same file reads the same under .ncdf and .nc."""
+    copy = tmp_path / "bala.nc"
+    shutil.copy(files.NCDF, copy)
+    a, b = _ours(files.NCDF, files.PRMncdf), _ours(copy, files.PRMncdf)
+    np.testing.assert_array_equal(a.data[0], b.data[0])
+
+
+def test_tpr_topology_gives_elements_and_dihedrals():
+    """A GROMACS .tpr (which mdtraj cannot read) through MDAnalysis: atomic numbers and
+    backbone dihedrals as for an mdtraj topology of the same atoms (the .gro)."""
+    via_tpr = read_trajectories(files.XTC, topology=files.TPR, selection="name CA")
+    via_gro = read_trajectories(files.XTC, topology=files.GRO, selection="name CA")
+    np.testing.assert_array_equal(via_tpr.atomic_numbers, via_gro.atomic_numbers)
+    assert set(via_tpr.atomic_numbers.tolist()) == {6}
+    np.testing.assert_allclose(via_tpr.data[0], via_gro.data[0], atol=1e-6)
+    d_tpr = read_trajectories(files.XTC, topology=files.TPR, features="dihedrals")
+    d_gro = read_trajectories(files.XTC, topology=files.GRO, features="dihedrals")
+    assert d_tpr.data[0].shape == d_gro.data[0].shape and d_tpr.data[0].shape[1] > 100
+    np.testing.assert_allclose(d_tpr.data[0], d_gro.data[0], atol=1e-4)
+
+
+def test_gromacs_top_topology(tmp_path, monkeypatch):
+    """A GROMACS .top (with #include files found through $GMXLIB) and a trajectory of its
+    atoms: the positions MDAnalysis writes come back in nm, the masses' elements right."""
+    monkeypatch.setenv("GMXLIB", files.GMX_DIR)
+    from MDAnalysis.coordinates.memory import MemoryReader
+
+    path = tmp_path / "run.trr"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        top = mda.Universe(files.GMX_TOP, topology_format="ITP", include_dir=files.GMX_DIR)
+        n_atoms = top.atoms.n_atoms
+        xyz = np.random.default_rng(0).uniform(0, 30, size=(4, n_atoms, 3)).astype(np.float32)
+        u = mda.Universe(
+            files.GMX_TOP,
+            xyz,
+            topology_format="ITP",
+            include_dir=files.GMX_DIR,
+            format=MemoryReader,
+            dt=2.0,
+        )
+        with mda.Writer(str(path), n_atoms=n_atoms) as w:
+            for _ in u.trajectory:
+                w.write(u.atoms)
+    res = read_trajectories(path, topology=files.GMX_TOP, selection="all")
+    assert res.n_frames == [4] and res.dt == pytest.approx(2.0)
+    np.testing.assert_allclose(res.data[0] * 10.0, xyz, atol=1e-4)
+    heavy = read_trajectories(path, topology=files.GMX_TOP)  # selection "heavy": elements
+    assert 0 < heavy.data[0].shape[1] < n_atoms
