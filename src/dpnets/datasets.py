@@ -285,16 +285,9 @@ def _check_regular(path: str, what: str = "file") -> None:
         raise DataFileError(path, f"cannot read: {_reason(exc)}") from exc
     if stat.S_ISREG(mode):
         return
-    kind = (
-        "a FIFO (named pipe)"
-        if stat.S_ISFIFO(mode)
-        else "a device"
-        if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
-        else "a socket"
-        if stat.S_ISSOCK(mode)
-        else "not a regular file"
-    )
-    raise DataFileError(path, f"the {what} is {kind}; only regular files are read")
+    from dpnets.io import file_kind
+
+    raise DataFileError(path, f"the {what} is {file_kind(mode)}; only regular files are read")
 
 
 def _one_line(text: str) -> str:

@@ -69,6 +69,7 @@ __all__ = [
     "sub_state",
     "restore_module",
     "open_regular",
+    "file_kind",
     "meta_device",
     "STALE_TMP_SECONDS",
     "MAX_MODULE_ELEMENTS",
@@ -504,6 +505,20 @@ def _check_params(model: Any, depth: int = 0) -> None:
         _check_params(inner, depth + 1)
 
 
+def file_kind(mode: int) -> str:
+    """What a file of ``st_mode`` ``mode`` is, in words, for the errors that refuse anything
+    but a regular file (a FIFO would block its reader, a device never ends)."""
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    return "a regular file" if stat.S_ISREG(mode) else "not a regular file"
+
+
 def open_regular(path: str | os.PathLike, what: str = "file") -> _io.BufferedReader:
     """``path`` opened for binary reading if it is a regular file; a FIFO, device, socket or
     folder raises ``ValueError`` without being read (a FIFO would block forever).
@@ -515,17 +530,7 @@ def open_regular(path: str | os.PathLike, what: str = "file") -> _io.BufferedRea
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            kind = (
-                "a FIFO (named pipe)"
-                if stat.S_ISFIFO(mode)
-                else "a device"
-                if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
-                else "a socket"
-                if stat.S_ISSOCK(mode)
-                else "a folder"
-                if stat.S_ISDIR(mode)
-                else "not a regular file"
-            )
+            kind = file_kind(mode)
             raise ValueError(f"{path}: the {what} is {kind}; only regular files are read")
         if hasattr(os, "O_NONBLOCK"):
             os.set_blocking(fd, True)
