@@ -397,7 +397,7 @@ class Generator(SpectralModel):
         """Validate the parameters; the SDE in use."""
         if self.form not in ("ito", "dirichlet"):
             raise ValueError(f"form must be 'ito' or 'dirichlet', got {self.form!r}")
-        self._check_regression_params()
+        self.check_regression_params()
         check_int("batch_size", self.batch_size, 1)
         sde = self._resolve_sde()
         if self.form == "dirichlet" and not sde.reversible:
@@ -502,7 +502,7 @@ class Generator(SpectralModel):
             ]
             self.sample_weight_ = np.concatenate(raw) * (n / m.weight)
         # equal-time least-squares coefficients of the state (App. E)
-        self.state_coef_ = self._lstsq(m.second("x", "t")[keep])
+        self.state_coef_ = self.solve_lstsq(m.second("x", "t")[keep])
         self._set_spectrum()
 
     @staticmethod

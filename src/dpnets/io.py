@@ -493,7 +493,7 @@ def _check_params(model: Any, depth: int = 0) -> None:
     a stored feature-map model): a forged config is refused at load, not at first use."""
     checks = [getattr(model, "_check_params", None)]
     if all(hasattr(model, p) for p in ("ridge", "rtol")):  # a regression on features
-        checks.append(getattr(model, "_check_regression_params", None))
+        checks.append(getattr(model, "check_regression_params", None))
     try:
         for check in checks:
             if callable(check):

@@ -281,8 +281,9 @@ class TransferOperator(DiscreteTimeModel):
         """The validated ``reversible`` (False for subclasses without the parameter)."""
         return check_choice("reversible", getattr(self, "reversible", False), REVERSIBLE_CHOICES)
 
-    def _check_regression_params(self) -> None:
-        super()._check_regression_params()
+    def check_regression_params(self) -> None:
+        """Validate the regression parameters, ``reversible`` included."""
+        super().check_regression_params()
         self._reversible()
 
     # ------------------------------------------------------------------ fitting
@@ -354,7 +355,7 @@ class TransferOperator(DiscreteTimeModel):
 
     def _fit_operator(self, data: Any, lag: int | None) -> None:
         """:meth:`fit` at a resolved ``lag`` (subclasses build their features first)."""
-        self._check_regression_params()
+        self.check_regression_params()
         features = self._fit_features(data, lag)
         pair_lag, lag_ = self._fit_lag(features, data, lag)
         self._accumulate(data, pair_lag, features, lag_, fresh=True)
@@ -392,7 +393,7 @@ class TransferOperator(DiscreteTimeModel):
             from a file). With fewer samples than features so far, the piece is kept (the
             next pieces add to it) and a ``ValueError`` asks for more data.
         """
-        self._check_regression_params()
+        self.check_regression_params()
         data = X
         lag = fit_lag(self, lag, y)
         if getattr(self, "_stats", None) is None:
@@ -429,7 +430,10 @@ class TransferOperator(DiscreteTimeModel):
     #: reversible fits add the X states ("s") against the features of Y
     _PRODUCTS = (("x", "x"), ("x", "y"), ("y", "y"), ("x", "t"))
 
-    def _products(self) -> tuple[tuple[str, str], ...]:
+    def moment_products(self) -> tuple[tuple[str, str], ...]:
+        """The blocks of :class:`dpnets.moments.Moments` a fit of these parameters
+        accumulates: features of X and Y and the Y states, and for reversible fits the X
+        states against the features of Y."""
         if self._reversible():
             return (*self._PRODUCTS, ("y", "s"))
         return self._PRODUCTS
@@ -442,7 +446,7 @@ class TransferOperator(DiscreteTimeModel):
         """
         if not fresh:
             self._check_products(self._stats)
-        stats = Moments(self._products()) if fresh else copy.deepcopy(self._stats)
+        stats = Moments(self.moment_products()) if fresh else copy.deepcopy(self._stats)
         fmap = as_feature_map(features)
         if is_streaming(data):
             loader, shape = self._stream(data, fmap, stats)
@@ -453,18 +457,20 @@ class TransferOperator(DiscreteTimeModel):
             self._check_piece_shape(shape, fresh)
             for seg in new_inputs:
                 for x, y in seg.chunks(FIT_CHUNK):
-                    self._add_chunk(stats, fmap, x, y)
+                    self.add_pairs(stats, fmap, x, y)
         self._check_piece_shape(shape, fresh)
         sources = new_inputs if fresh else [*self._train_inputs, *new_inputs]
-        self._fit_moments(stats, sources, features, lag_, shape)
+        self.fit_from_moments(stats, sources, features, lag_, shape)
 
-    def _fit_moments(
+    def fit_from_moments(
         self, stats: Moments, sources: list, features: Any, lag_: Any, shape: tuple
     ) -> None:
         """The fitted model from accumulated moments ``stats`` of the pairs of ``sources``
         (the training inputs, referenced) on ``features`` at ``lag_``: the one place where
         statistics become a fit (:meth:`fit`, :meth:`partial_fit`, and the bootstrap of
-        :mod:`dpnets.validation`, which sums the moments of resampled trajectories)."""
+        :mod:`dpnets.validation`, which sums the moments of resampled trajectories).
+        The parameters are validated first."""
+        self.check_regression_params()
         self.features_, self.lag_ = features, lag_
         self._stats, self._train_inputs = stats, sources
         self.state_shape_ = tuple(shape)
@@ -475,7 +481,7 @@ class TransferOperator(DiscreteTimeModel):
             check_state_shape(shape, self.state_shape_, type(self).__name__)
 
     @staticmethod
-    def _add_chunk(
+    def add_pairs(
         stats: Moments,
         fmap: FeatureMap,
         x: np.ndarray,
@@ -554,12 +560,12 @@ class TransferOperator(DiscreteTimeModel):
         self.cy_ = cy
         self.features_mean_y_ = ey
         # least-squares coefficients of the state at time lag on psi(X_0) (App. D.2)
-        self.state_coef_ = self._lstsq(xt)
+        self.state_coef_ = self.solve_lstsq(xt)
         self._set_spectrum()
 
     def _check_products(self, m: Moments) -> None:
         """The accumulated statistics must hold the products this fit needs."""
-        if set(self._products()) - set(m.products):
+        if set(self.moment_products()) - set(m.products):
             raise ValueError(
                 "reversible was set after the first partial_fit, whose statistics lack the "
                 "moments a reversible fit needs: call fit, or set reversible before the first "
@@ -615,11 +621,11 @@ class TransferOperator(DiscreteTimeModel):
 
     def _weighted_moments(self, u: np.ndarray, count: int) -> Moments:
         """The moments of every training pair weighted by ``w(x) = b(x)^T u``."""
-        stats = Moments(self._products())
+        stats = Moments(self.moment_products())
         fmap = as_feature_map(self.features_)
         for x, y in self._pair_chunks():
             phi_x = fmap(x)
-            self._add_chunk(stats, fmap, x, y, self._basis(phi_x) @ u, phi_x=phi_x)
+            self.add_pairs(stats, fmap, x, y, self._basis(phi_x) @ u, phi_x=phi_x)
         if stats.count != count:
             raise ValueError(
                 f"reversible='reweight' reads the training data twice, but the second pass "
@@ -665,7 +671,7 @@ class TransferOperator(DiscreteTimeModel):
         for xb, yb in loader:
             xb = check_states(xb, "X batch")
             yb = check_states(yb, "Y batch")
-            self._add_chunk(stats, fmap, xb, yb)
+            self.add_pairs(stats, fmap, xb, yb)
             shape = tuple(yb.shape[1:])
         if shape is None:
             raise ValueError("the Dataset/DataLoader yielded no samples")

@@ -223,9 +223,9 @@ class SpectralModel(TransformerMixin, BaseEstimator):
       inputs (no copy) and compute the features chunk by chunk when needed.
 
     Least squares: the coefficients of an observable are ``(Cx + ridge I)^+ Phi_X^T F / n``,
-    computed by :meth:`_lstsq` from ``cx_pinv_`` (set by :meth:`_regress`). An estimator
+    computed by :meth:`solve_lstsq` from ``cx_pinv_`` (set by :meth:`_regress`). An estimator
     whose basis is orthonormal by construction (kernel regression, whitened features)
-    overrides :meth:`_lstsq` instead. Subclasses implement :meth:`_time_factor` (the
+    overrides :meth:`solve_lstsq` instead. Subclasses implement :meth:`_time_factor` (the
     eigenvalue weight of a forecast ``t`` steps or time units ahead), :meth:`_power` (its
     matrix counterpart, used when the eigenvector matrix is ill-conditioned) and
     :meth:`implied_timescales`.
@@ -272,7 +272,10 @@ class SpectralModel(TransformerMixin, BaseEstimator):
             self.operator_, metric=self.cx_
         )
 
-    def _check_regression_params(self) -> None:
+    def check_regression_params(self) -> None:
+        """Validate the regression parameters (``ridge``, ``rtol``, ``dt``, ``constant``):
+        a ``ValueError`` naming the first bad one. Called by every fit and by
+        :func:`dpnets.load` on a file's configuration."""
         check_real("ridge", self.ridge, 0.0)
         if self.rtol is not None:
             check_real("rtol", self.rtol, 0.0, 1.0, low_open=True, high_open=True)
@@ -297,7 +300,7 @@ class SpectralModel(TransformerMixin, BaseEstimator):
         self.cx_pinv_ = cx_pinv
         self.cx_rank_ = rank
 
-    def _lstsq(self, rhs: np.ndarray) -> np.ndarray:
+    def solve_lstsq(self, rhs: np.ndarray) -> np.ndarray:
         """``(Cx + ridge I)^+ rhs``: least-squares coefficients from ``rhs = Phi_X^T F`` (/ n)."""
         return self.cx_pinv_ @ rhs
 
@@ -398,7 +401,7 @@ class SpectralModel(TransformerMixin, BaseEstimator):
                 f"got {f.shape[0]} rows"
             )
         f_flat = self._weigh(np.asarray(f, dtype=np.float64).reshape(f.shape[0], -1))
-        coef = self._lstsq(self._training_product(f_flat)) / self.n_samples_
+        coef = self.solve_lstsq(self._training_product(f_flat)) / self.n_samples_
         # a 1-D observable (one scalar per sample) gives 1-D forecasts
         return coef, (() if np.ndim(observable) == 1 else tuple(f.shape[1:]))
 
@@ -478,11 +481,11 @@ class SpectralModel(TransformerMixin, BaseEstimator):
         if not ts:
             raise ValueError("t is empty: give a horizon or a non-empty sequence of horizons")
         coef, obs_shape = self._observable_coef(observable)
-        out = self._forecast(self.transform(X), coef, ts)
+        out = self.modal_forecast(self.transform(X), coef, ts)
         shaped = [o.reshape(o.shape[0], *obs_shape) for o in out]
         return shaped[0] if scalar else np.stack(shaped)
 
-    def _forecast(self, phi: np.ndarray, coef: np.ndarray, ts: list) -> list[np.ndarray]:
+    def modal_forecast(self, phi: np.ndarray, coef: np.ndarray, ts: list) -> list[np.ndarray]:
         """:meth:`predict` from the basis values ``phi`` (m, r) and the coefficients ``coef``
         (r, l) of the observable, one (m, l) array per horizon in ``ts``. Linear in the rows
         of ``phi``, so a weighted sum of rows forecasts the weighted sum of the forecasts
@@ -664,16 +667,16 @@ class DiscreteTimeModel(SpectralModel):
             Weights, normalised to mean 1 over the training inputs.
         """
         check_is_fitted(self, "operator_")
-        u = self._stationary_coef()
+        u = self.stationary_coef()
         if X is not None:
             return self.transform(X) @ u
         return np.concatenate([phi @ u for phi in self._training_feature_chunks()])
 
-    def _stationary_coef(self) -> np.ndarray:
+    def stationary_coef(self) -> np.ndarray:
         """``u`` with ``stationary_weights(X) = transform(X) @ u`` (see there), normalised to
         mean weight 1 over the training inputs."""
         k = int(np.argmin(np.abs(self.eigvals_ - 1.0)))
-        u = np.real(self._lstsq(np.conj(self.left_eigvecs_[:, k])))
+        u = np.real(self.solve_lstsq(np.conj(self.left_eigvecs_[:, k])))
         mean = getattr(self, "features_mean_", None)
         if mean is None:
             mean = self._training_product(np.ones((self.n_samples_, 1)))[:, 0] / self.n_samples_

@@ -407,7 +407,7 @@ def _refit_at(model: Any, trajs: list[np.ndarray], lag: int) -> Any:
 # pairs (dpnets.moments.Moments), so the features of each trajectory are computed once, the
 # moments of each trajectory (or bootstrap block) at each lag once, and a resample is their
 # sum weighted by how often each was drawn, then the operator's own finishing maths
-# (TransferOperator._fit_moments). The refits are those of a fit on the resampled
+# (TransferOperator.fit_from_moments). The refits are those of a fit on the resampled
 # trajectories, to round-off (tests/test_validation_cost.py).
 
 
@@ -470,7 +470,7 @@ class _Sums:
         self.features = template.get_params(deep=False)["features"]
         self.shape = tuple(trajs[0].shape[1:])
         self.lags = [int(v) for v in lags]
-        products = template._products()
+        products = template.moment_products()
         fmap = as_feature_map(self.features)
         self.pilot = self.spread = None
         self._reference: dict[int, Moments] = {}
@@ -509,7 +509,7 @@ class _Sums:
             stats = Moments(products)
             for sl in chunks(n - lag, FIT_CHUNK):
                 py = phi[lag:][sl]
-                TransferOperator._add_chunk(
+                TransferOperator.add_pairs(
                     stats, lambda _y, py=py: py, states[sl], states[lag:][sl], phi_x=phi[sl]
                 )
             # every piece's sums about the first piece's pilots: resamples then add up
@@ -555,10 +555,9 @@ class _Sums:
         ]
         template = self.template if template is None else template
         est = type(template)(**{**template.get_params(deep=False), "lag": lag})
-        est._check_regression_params()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # features of another lag
-            est._fit_moments(stats, sources, self.features, lag, self.shape)
+            est.fit_from_moments(stats, sources, self.features, lag, self.shape)
         return est
 
     def ck_sums(self, which: int, counts: Sequence[int]) -> tuple:
@@ -623,18 +622,18 @@ def _ck_from_sums(
 ) -> tuple[np.ndarray, np.ndarray]:
     """:func:`_ck_curves` from sums over the frames: with ``w(x) = v^T z(x)`` the model's
     stationary weights and ``op.transform(x) = B z(x)``, ``sum_x w m_i op.transform(x) =
-    B g_i v``, so a forecast of those rows (linear in them, :meth:`_forecast`) is the sum of
+    B g_i v``, so a forecast of those rows (linear in them, :meth:`modal_forecast`) is the sum of
     the forecasts; the coefficients of ``m_j`` are ``(Cx + ridge)^+ B xm / n``."""
     g, h, xm = sums
     tau = int(model.lag_)
-    v = _basis_map(model, pilot, spread).T @ np.real(model._stationary_coef())
+    v = _basis_map(model, pilot, spread).T @ np.real(model.stationary_coef())
     gv = g @ v  # (S, q): sum_x w(x) m_i(x) z(x)
     norm = gv[:, 0]  # E_pi[m_i], up to the sample count
 
     def propagate(op: TransferOperator, t: int, lag: int) -> np.ndarray:
         b = _basis_map(op, pilot, spread)
-        coef = op._lstsq(b @ xm[lag]) / op.n_samples_
-        return op._forecast(gv @ b.T, coef, [t])[0] / norm[:, None]
+        coef = op.solve_lstsq(b @ xm[lag]) / op.n_samples_
+        return op.modal_forecast(gv @ b.T, coef, [t])[0] / norm[:, None]
 
     predictions, estimates = [], []
     if lag0:
@@ -951,7 +950,7 @@ class _LagScan:
             est = build(lag, usable)
             if _fixed_operator(est):  # fitted from the sums below
                 templates[j] = est
-                key = (id(est.get_params(deep=False)["features"]), est._products())
+                key = (id(est.get_params(deep=False)["features"]), est.moment_products())
                 groups.setdefault(key, []).append(j)
                 continue
             self.fits[j] = _fit_at(est, usable, lag)  # trains the features at this lag

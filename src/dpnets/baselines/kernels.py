@@ -210,7 +210,7 @@ class _KernelRegression(DiscreteTimeModel):
     degree: int
     coef0: float
 
-    def _lstsq(self, rhs: np.ndarray) -> np.ndarray:
+    def solve_lstsq(self, rhs: np.ndarray) -> np.ndarray:
         """The fitted features are orthonormal on the training inputs up to the ridge (the
         kernel estimator whitens them), so least squares reduces to ``Phi_X^T F / n``."""
         return rhs
