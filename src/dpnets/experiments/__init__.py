@@ -49,6 +49,10 @@ EXPERIMENTS: dict[str, tuple[str, str]] = {
         "dpnets.experiments.enhanced_sampling",
         "Learned slow mode as a metadynamics CV through its exported TorchScript file (issue 27)",
     ),
+    "enhanced-sampling-alanine": (
+        "dpnets.experiments.enhanced_sampling_alanine",
+        "Alanine dipeptide: learned slow mode tabulated in OpenMM, well-tempered metadynamics",
+    ),
     "alanine-r-lag": (
         "dpnets.experiments.alanine_sweep",
         "Alanine dipeptide: slowest timescale vs lag and r, equal gradient steps (issue 18)",

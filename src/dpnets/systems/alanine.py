@@ -59,6 +59,7 @@ __all__ = [
     "AlanineDipeptideTrajectory",
     "simulate_alanine_dipeptide",
     "simulate_alanine_ensemble",
+    "build_simulation",
     "dihedral",
     "msm_reference",
     "basin_delta_g",
@@ -197,7 +198,11 @@ def _build_simulation(
     platform: str,
     threads: int,
     initial_phi: float | None = None,
+    prepare: Any = None,
 ) -> Any:
+    """The OpenMM ``Simulation`` of :func:`simulate_alanine_dipeptide`'s settings, at the
+    packaged PDB's positions. ``prepare(system)``, if given, is called on the ``System``
+    before the ``Simulation`` is made (e.g. to add a metadynamics bias force)."""
     openmm = _import_openmm()
     app, unit = openmm.app, openmm.unit
     pdb = app.PDBFile(str(pdb_path()))
@@ -226,11 +231,59 @@ def _build_simulation(
         timestep_fs * unit.femtoseconds,
     )
     integrator.setRandomNumberSeed(int(seed) + 1)  # 0 would mean "pick a random seed"
+    if prepare is not None:
+        prepare(system)
     plat = openmm.Platform.getPlatformByName(platform)
     props = {"Threads": str(threads)} if platform == "CPU" else {}
     sim = app.Simulation(pdb.topology, system, integrator, plat, props)
     sim.context.setPositions(pdb.positions)
     return sim
+
+
+def build_simulation(
+    *,
+    temperature: float = 400.0,
+    timestep_fs: float = 4.0,
+    friction_per_ps: float = 1.0,
+    solvent: str = "vacuum",
+    seed: int = 0,
+    platform: str = "Reference",
+    threads: int = 1,
+    prepare: Any = None,
+) -> tuple[Any, np.ndarray]:
+    """The OpenMM ``Simulation`` of :func:`simulate_alanine_dipeptide` (same force field,
+    integrator and seeding), at the packaged PDB's positions, for running it yourself.
+
+    Parameters
+    ----------
+    temperature, timestep_fs, friction_per_ps, solvent, seed, platform, threads
+        As in :func:`simulate_alanine_dipeptide` (no ``initial_phi`` restraint).
+    prepare : callable, optional
+        ``prepare(system)`` is called on the ``openmm.System`` before the ``Simulation`` is
+        made, e.g. to add a metadynamics bias (``openmm.app.Metadynamics`` adds its force to
+        the system it is given).
+
+    Returns
+    -------
+    (openmm.app.Simulation, ndarray)
+        The simulation (not minimised, no velocities) and the 0-based indices of the heavy
+        atoms among all atoms (order :data:`HEAVY_ATOM_NAMES`).
+    """
+    if solvent not in ("vacuum", "obc2"):
+        raise ValueError(f"solvent must be 'vacuum' or 'obc2', got {solvent!r}.")
+    if platform not in ("Reference", "CPU"):
+        raise ValueError(f"platform must be 'Reference' or 'CPU', got {platform!r}.")
+    sim = _build_simulation(
+        check_finite_scalar(temperature, "temperature"),
+        check_finite_scalar(timestep_fs, "timestep_fs"),
+        check_finite_scalar(friction_per_ps, "friction_per_ps"),
+        solvent,
+        check_positive_int(seed, "seed", minimum=0),
+        platform,
+        check_positive_int(threads, "threads"),
+        prepare=prepare,
+    )
+    return sim, _heavy_indices_and_numbers(sim)[0]
 
 
 def _heavy_indices_and_numbers(sim: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -520,7 +573,9 @@ def msm_reference(
         ``lags_ps``, ``timescales_ps`` (``len(lags) x n_timescales``), ``delta_g`` (kcal/mol,
         from the stationary distribution at the largest lag), ``delta_g_counts`` (from the raw
         histogram, biased unless the frames are in equilibrium), ``slowest_ps`` (the slowest
-        timescale at the largest lag, the converged value), ``n_states``.
+        timescale at the largest lag, the converged value), ``n_states``, ``stationary`` (the
+        MSM's stationary probabilities at the largest lag) of the ``active_cells`` (cell
+        ``i * n_bins + j`` is phi bin ``i``, psi bin ``j``).
     """
     phis = list(phi) if isinstance(phi, (list, tuple)) else [phi]
     psis = list(psi) if isinstance(psi, (list, tuple)) else [psi]
@@ -573,4 +628,6 @@ def msm_reference(
         "delta_g_counts": basin_delta_g(np.concatenate(phis), kT),
         "n_states": n_states,
         "n_bins": n_bins,
+        "stationary": np.asarray(pi, dtype=np.float64).tolist(),
+        "active_cells": np.asarray(keep, dtype=np.int64).tolist(),
     }
