@@ -389,6 +389,8 @@ def test_validation_lags_and_steps_name_the_problem(chain_model):
         ck_test(op, frames, steps=[], memberships=_one_hot)
     with pytest.raises(ValueError, match=r"--lags must be positive integers, got 0"):
         check_lags([0], "--lags", 100)
+    with pytest.raises(ValueError, match=r"^--lags 100 is not shorter than the longest"):
+        check_lags([1, 100], "--lags", 100)  # the option's own name, not --lag (fit's)
 
 
 def _cli(argv, capsys) -> tuple[int, str]:

@@ -801,7 +801,9 @@ def check_lags(values: Any, name: str, longest: int, unit: int = 1) -> np.ndarra
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             raise ValueError(f"{name} must be positive integers, got {v!r} (nothing is rounded)")
         if int(v) * unit >= longest:
-            what = f"{name[:-1]} {int(v)}" + (f" ({int(v) * unit} frames)" if unit > 1 else "")
+            # "lag 60", "step 4 (40 frames)"; an option keeps its own name: "--lags 99999"
+            label = name if name.startswith("-") else name[:-1]
+            what = f"{label} {int(v)}" + (f" ({int(v) * unit} frames)" if unit > 1 else "")
             raise ValueError(
                 f"{what} is not shorter than the longest trajectory ({longest} frames): no "
                 "pair of frames that far apart exists"
