@@ -23,10 +23,10 @@ from dpnets.data import (
     is_streaming,
     to_numpy,
 )
+from dpnets.estimation import estimate_generator, generator_spectrum
 from dpnets.exceptions import check_is_fitted
 from dpnets.io import arrays_to_tensors, register, tensors_to_arrays
 from dpnets.ito import SDE, check_samples, derivatives_in_chunks, warn_if_piecewise_linear
-from dpnets.linalg import eig_biorthogonal
 from dpnets.moments import Moments
 from dpnets.nn.utils import module_device, module_dtype
 from dpnets.params import check_int
@@ -476,34 +476,31 @@ class Generator(SpectralModel):
 
     def _finish(self) -> None:
         """The generator and every fitted array from the accumulated moments."""
-        m: Moments = self._stats
-        second = m.second("x", "x")  # uncentred, the constant function first
-        self.constant_ = self._use_constant_moments(m.mean("x")[1:], m.cov("x", "x")[1:, 1:])
-        keep = slice(0 if self.constant_ else 1, None)
-        cx = second[keep, keep]
-        if self.form == "ito":
-            cxd = m.second("x", "d")[keep, keep]
-        else:
-            cxd = -0.5 * self._dirichlet[keep, keep] / m.weight
-        n, r = m.count, cx.shape[0]
-        if n < r:
-            raise ValueError(f"fewer samples ({n}) than features (r={r}); provide more data")
-        if self.symmetrize:
-            cxd = 0.5 * (cxd + cxd.T)
-        self._regress(cx, cxd)
-        self.cxd_ = cxd
-        self.partial_trace_ = float(np.trace(self.operator_))
-        self.n_samples_, self.n_features_ = n, r
+        fit = estimate_generator(
+            self._stats,
+            self._dirichlet,
+            form=self.form,
+            symmetrize=bool(self.symmetrize),
+            ridge=float(self.ridge),
+            rtol=self.rtol,
+            constant=self.constant,
+        )
+        for name in ("operator", "cx", "cx_pinv", "cx_rank", "state_coef", "constant"):
+            setattr(self, name + "_", getattr(fit, name))
+        self.cxd_, self.partial_trace_ = fit.cxy, float(np.trace(fit.operator))
+        self.n_samples_, self.n_features_ = fit.n_samples, fit.n_features
+        self.eigvals_, self.left_eigvecs_, self.right_eigvecs_ = (
+            fit.eigvals,
+            fit.left_eigvecs,
+            fit.right_eigvecs,
+        )
         self.sample_weight_ = None
         if any(w is not None for w in self._weights):  # normalised to mean one
             raw = [
                 np.ones(s.n) if w is None else w
                 for s, w in zip(self._train_inputs, self._weights, strict=True)
             ]
-            self.sample_weight_ = np.concatenate(raw) * (n / m.weight)
-        # equal-time least-squares coefficients of the state (App. E)
-        self.state_coef_ = self.solve_lstsq(m.second("x", "t")[keep])
-        self._set_spectrum()
+            self.sample_weight_ = np.concatenate(raw) * (fit.n_samples / self._stats.weight)
 
     @staticmethod
     def _check_weights(sample_weight: Any, n: int) -> np.ndarray | None:
@@ -529,31 +526,11 @@ class Generator(SpectralModel):
     )
 
     def _set_spectrum(self) -> None:
-        """Eigen-decomposition on the range of ``Cx`` (the Ritz problem), by whitening.
-
-        With ``Cx + ridge I = U S U^T`` restricted to the ``k = cx_rank_`` eigenvalues above the
-        cut-off, ``M = S^{-1/2} U^T C_d U S^{-1/2}`` (k x k) is similar to ``L`` on the range;
-        its eigenvectors map back to ``R = U S^{-1/2} V`` and ``L = U S^{1/2} W``. A
-        rank-deficient feature map thus yields ``cx_rank_`` genuine eigenpairs, without the
-        spurious zero eigenvalues of the pseudo-inverse's null space.
-        """
-        from dpnets.linalg import default_rtol
-
-        r = self.cx_.shape[0]
-        reg = self.cx_ + float(self.ridge) * np.eye(r)
-        s, u = np.linalg.eigh(0.5 * (reg + reg.T))
-        rtol = default_rtol(r) if self.rtol is None else float(self.rtol)
-        keep = s > rtol * max(s.max(), 0.0)
-        if not keep.any():
-            raise ValueError("the feature covariance is zero: the features vanish on the data")
-        uk, sk = u[:, keep], s[keep]
-        whiten = uk / np.sqrt(sk)
-        m = whiten.T @ self.cxd_ @ whiten
-        w, left, right = eig_biorthogonal(m)
-        order = np.lexsort((-w.imag, -w.real))
-        self.eigvals_ = w[order]
-        self.right_eigvecs_ = whiten @ right[:, order]
-        self.left_eigvecs_ = (uk * np.sqrt(sk)) @ left[:, order]
+        """The eigen-decomposition of a restored generator on the range of ``Cx`` (the Ritz
+        problem, :func:`dpnets.estimation.generator_spectrum`, as in the fit)."""
+        self.eigvals_, self.left_eigvecs_, self.right_eigvecs_ = generator_spectrum(
+            self.cx_, self.cxd_, float(self.ridge), self.rtol
+        )
 
     def transform(self, X: Any) -> np.ndarray:
         """Features ``psi(X)`` (evaluated in ``dtype``), float64 (n, r)."""

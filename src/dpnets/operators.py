@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -28,9 +29,14 @@ from dpnets.data import (
     pair_segments,
     resolve_lag,
 )
+from dpnets.estimation import (
+    REVERSIBLE_CHOICES,
+    estimate_operator,
+    operator_products,
+    operator_spectrum,
+)
 from dpnets.exceptions import check_is_fitted
 from dpnets.io import InvalidModelFile, arrays_to_tensors, register, tensors_to_arrays
-from dpnets.linalg import default_rtol, eig_biorthogonal, sym_matrix_function
 from dpnets.moments import FIT_CHUNK, Moments
 from dpnets.params import check_choice
 from dpnets.spectral import (
@@ -46,96 +52,6 @@ from dpnets.spectral import (
 )
 
 __all__ = ["TransferOperator", "dump_operator", "restore_operator"]
-
-
-def _with_constant(c: np.ndarray, mean_a: np.ndarray, mean_b: np.ndarray) -> np.ndarray:
-    """``E[[1, a] [1, b]^T]`` from ``c = E[a b^T]`` and the means of ``a`` and ``b``."""
-    out = np.empty((c.shape[0] + 1, c.shape[1] + 1))
-    out[0, 0] = 1.0
-    out[0, 1:] = mean_b
-    out[1:, 0] = mean_a
-    out[1:, 1:] = c
-    return out
-
-
-def _standardisation(centre: np.ndarray, cov: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The shift and scale of the basis ``[1, (psi - shift) / scale]`` from the features'
-    mean and centred covariance. A feature constant on the data (up to the round-off of its
-    values) is left unscaled: it then vanishes once centred, and the pseudo-inverse drops
-    it."""
-    sd = np.sqrt(np.maximum(np.diag(cov), 0.0))
-    flat = sd <= 64.0 * np.finfo(np.float64).eps * np.abs(centre)
-    return centre, np.where((sd > 0) & ~flat, sd, 1.0)
-
-
-#: the values of ``TransferOperator(reversible=...)``
-REVERSIBLE_CHOICES = (False, True, "reweight")
-
-
-def _symmetric_spectrum(
-    c0: np.ndarray, ct: np.ndarray, ridge: float, rtol: float | None
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Eigen-triplets of ``T = (C0 + ridge I)^+ Ct`` for symmetric ``C0`` (PSD) and ``Ct``.
-
-    ``T`` is self-adjoint in the inner product of ``C0 + ridge I``, so its spectrum is real:
-    with ``C0 + ridge I = U diag(s) U^T`` (the eigenvalues ``s > rtol * max(s)`` kept, the
-    same cut-off as ``cx_pinv_``) and ``W = U_k diag(s_k)^{-1/2}`` the whitening, the
-    symmetric ``W^T Ct W = V diag(lam) V^T`` (``eigh``) gives the right eigenvectors
-    ``R = W V`` and the left ones ``L = (C0 + ridge I) R = U_k diag(s_k)^{1/2} V``, real,
-    with ``L^T R = I``; each direction of the null space of ``C0 + ridge I`` is an
-    eigenvector of the eigenvalue 0 on both sides (so that ``R L^T = I``, the forecast at
-    one step). Right eigenvectors are scaled to unit empirical norm ``r^T C0 r = 1`` (as
-    :func:`dpnets.linalg.eig_biorthogonal` with ``metric=C0``). Returns the eigenvalues
-    (complex dtype, imaginary parts exactly 0) by decreasing modulus, ``L`` and ``R``.
-    """
-    r = c0.shape[0]
-    c0 = 0.5 * (c0 + c0.T)
-    s, u = np.linalg.eigh(c0 + ridge * np.eye(r))
-    rtol = default_rtol(r) if rtol is None else rtol
-    smax = s.max(initial=0.0)
-    keep = s > rtol * smax if smax > 0 else np.zeros(r, dtype=bool)
-    white = u[:, keep] / np.sqrt(s[keep])
-    m = white.T @ (0.5 * (ct + ct.T)) @ white
-    lam, v = np.linalg.eigh(0.5 * (m + m.T))
-    right = white @ v
-    left = (u[:, keep] * np.sqrt(s[keep])) @ v
-    norms = np.sqrt(np.abs(np.einsum("ij,ij->j", right, c0 @ right)))
-    norms = np.where(norms > np.finfo(np.float64).tiny, norms, 1.0)
-    right, left = right / norms, left * norms
-    vals = np.concatenate([lam, np.zeros(r - lam.size)])
-    right = np.hstack([right, u[:, ~keep]])
-    left = np.hstack([left, u[:, ~keep]])
-    order = np.lexsort((-vals, -np.round(np.abs(vals), 10)))
-    return vals[order].astype(np.complex128), left[:, order], right[:, order]
-
-
-class _BasisMoments:
-    """Moments of the regression basis (with the constant when there is one) from
-    accumulated :class:`Moments` of the raw features: ``cx = E[b(x) b(x)^T]``,
-    ``cxy = E[b(x) b(y)^T]``, ``cy = E[b(y) b(y)^T]``, the means ``ex``, ``ey``, and the
-    cross moments with the states ``xt = E[b(x) y^T]`` and (reversible fits) ``ys =
-    E[b(y) x^T]`` (None when not accumulated)."""
-
-    def __init__(self, m: Moments, shift: np.ndarray, scale: np.ndarray, constant: bool):
-        ss = np.outer(scale, scale)
-        mx, my = m.mean("x"), m.mean("y")
-        ex, ey = (mx - shift) / scale, (my - shift) / scale
-        cx = m.second("x", "x", shift, shift) / ss
-        cxy = m.second("x", "y", shift, shift) / ss
-        cy = m.second("y", "y", shift, shift) / ss
-        xt = m.second("x", "t", shift, 0.0) / scale[:, None]
-        ys = None
-        if ("y", "s") in m.products:
-            ys = m.second("y", "s", shift, 0.0) / scale[:, None]
-        if constant:
-            cx, cy = _with_constant(cx, ex, ex), _with_constant(cy, ey, ey)
-            cxy = _with_constant(cxy, ex, ey)
-            xt = np.vstack([m.mean("t")[None, :], xt])
-            if ys is not None:
-                ys = np.vstack([m.mean("s")[None, :], ys])
-            ex, ey = np.concatenate([[1.0], ex]), np.concatenate([[1.0], ey])
-        self.cx, self.cxy, self.cy, self.ex, self.ey = cx, cxy, cy, ex, ey
-        self.xt, self.ys = xt, ys
 
 
 class TransferOperator(DiscreteTimeModel):
@@ -426,17 +342,10 @@ class TransferOperator(DiscreteTimeModel):
             )
         return f
 
-    #: blocks of the accumulated moments: features of X ("x") and Y ("y"), the Y states ("t");
-    #: reversible fits add the X states ("s") against the features of Y
-    _PRODUCTS = (("x", "x"), ("x", "y"), ("y", "y"), ("x", "t"))
-
     def moment_products(self) -> tuple[tuple[str, str], ...]:
         """The blocks of :class:`dpnets.moments.Moments` a fit of these parameters
-        accumulates: features of X and Y and the Y states, and for reversible fits the X
-        states against the features of Y."""
-        if self._reversible():
-            return (*self._PRODUCTS, ("y", "s"))
-        return self._PRODUCTS
+        accumulates (:func:`dpnets.estimation.operator_products`)."""
+        return operator_products(self._reversible())
 
     def _accumulate(self, data: Any, pair_lag: int, features: Any, lag_: Any, fresh: bool) -> None:
         """Add the pairs of ``data`` to the statistics (new ones when ``fresh``), then refit.
@@ -474,7 +383,16 @@ class TransferOperator(DiscreteTimeModel):
         self.features_, self.lag_ = features, lag_
         self._stats, self._train_inputs = stats, sources
         self.state_shape_ = tuple(shape)
-        self._finish()
+        self._check_products(stats)
+        fit = estimate_operator(
+            stats,
+            ridge=float(self.ridge),
+            rtol=self.rtol,
+            constant=self.constant,
+            reversible=self._reversible(),
+            reweigh=self._weighted_moments,
+        )
+        fit.apply_to(self)  # every fitted array, from the one regression
 
     def _check_piece_shape(self, shape: tuple[int, ...], fresh: bool) -> None:
         if not fresh:
@@ -500,69 +418,6 @@ class TransferOperator(DiscreteTimeModel):
             blocks["s"] = np.reshape(x, (x.shape[0], -1))
         stats.update(blocks, weights)
 
-    def _finish(self) -> None:
-        """The operator and every fitted array from the accumulated moments.
-
-        With the constant the basis is ``[1, (psi - mean) / std]``: its moments are those
-        of the centred features (covariances) scaled by the standard deviations, so no
-        offset of the features cancels. Without it, the uncentred moments of ``psi``.
-        Reversible fits centre and scale by the moments over both time directions and
-        symmetrise the covariances (after reweighting them for ``"reweight"``).
-        """
-        m: Moments = self._stats
-        n = m.count
-        mode = self._reversible()
-        self._check_products(m)
-        mx, my = m.mean("x"), m.mean("y")
-        if mode:  # the mean and covariance over both time directions
-            centre = 0.5 * (mx + my)
-            cov = 0.5 * (m.second("x", "x", centre, centre) + m.second("y", "y", centre, centre))
-        else:
-            centre, cov = mx, m.cov("x", "x")
-        self.constant_ = self._use_constant_moments(centre, cov)
-        k = mx.shape[0]
-        r = k + int(self.constant_)
-        if n < r:
-            raise ValueError(f"fewer samples ({n}) than features (r={r}); provide more data")
-        shift, scale = np.zeros(k), np.ones(k)
-        if self.constant_:
-            shift, scale = _standardisation(centre, cov)
-        self._set_standardisation(shift, scale)
-        b = _BasisMoments(m, shift, scale, self.constant_)
-        self.reweighting_coef_ = None
-        if mode == "reweight":
-            u = self._koopman_weights(b)
-            mw = self._weighted_moments(u, m.count)
-            if self.constant_:
-                # the basis is centred and scaled by the weighted moments over both time
-                # directions (C0 = blockdiag(1, S), as TICA's weighted mean-free features),
-                # and the weights' coefficients rewritten in it: w(x) is unchanged
-                cw = 0.5 * (mw.mean("x") + mw.mean("y"))
-                cov_w = 0.5 * (mw.second("x", "x", cw, cw) + mw.second("y", "y", cw, cw))
-                shift_w, scale_w = _standardisation(cw, cov_w)
-                u0 = u[0] + u[1:] @ ((shift_w - shift) / scale)
-                u = np.concatenate([[u0], u[1:] * scale_w / scale])
-                shift, scale = shift_w, scale_w
-                self._set_standardisation(shift, scale)
-            b = _BasisMoments(mw, shift, scale, self.constant_)
-            self.reweighting_coef_ = u
-        cx, cxy, cy, ex, ey, xt = b.cx, b.cxy, b.cy, b.ex, b.ey, b.xt
-        if mode:
-            cx = cy = 0.5 * (b.cx + b.cy)
-            cxy = 0.5 * (b.cxy + b.cxy.T)
-            ex = ey = 0.5 * (b.ex + b.ey)
-            xt = 0.5 * (b.xt + b.ys)
-        self._regress(cx, cxy, self._c0_rtol(cx) if mode else None)
-        self.cxy_ = cxy
-        self.n_samples_, self.n_features_ = n, r
-        self.features_mean_ = ex
-        # moments of the lagged side, for the VAMP-E score of held-out data
-        self.cy_ = cy
-        self.features_mean_y_ = ey
-        # least-squares coefficients of the state at time lag on psi(X_0) (App. D.2)
-        self.state_coef_ = self.solve_lstsq(xt)
-        self._set_spectrum()
-
     def _check_products(self, m: Moments) -> None:
         """The accumulated statistics must hold the products this fit needs."""
         if set(self.moment_products()) - set(m.products):
@@ -571,43 +426,6 @@ class TransferOperator(DiscreteTimeModel):
                 "moments a reversible fit needs: call fit, or set reversible before the first "
                 "partial_fit"
             )
-
-    def _set_standardisation(self, shift: np.ndarray, scale: np.ndarray) -> None:
-        """``feature_shift_``, ``feature_scale_`` of the basis (None without the constant)."""
-        self.feature_shift_ = shift if self.constant_ else None
-        self.feature_scale_ = scale if self.constant_ else None
-
-    def _c0_rtol(self, c0: np.ndarray) -> float:
-        """The rank cut-off of a reversible fit's ``C0 + ridge I``: ``rtol`` (default
-        ``r * eps``), raised to drop every eigenvalue not above ``|min eigenvalue|`` when
-        ``C0`` is indefinite (covariances reweighted by Koopman weights, some negative):
-        the directions a negative eigenvalue shows to be noise, as deeptime does."""
-        r = c0.shape[0]
-        rtol = default_rtol(r) if self.rtol is None else float(self.rtol)
-        s = np.linalg.eigvalsh(0.5 * (c0 + c0.T) + float(self.ridge) * np.eye(r))
-        smax = float(s.max(initial=0.0))
-        if smax > 0 and s[0] < 0:
-            rtol = max(rtol, -float(s[0]) / smax * (1.0 + 1e-9))
-        return rtol
-
-    def _koopman_weights(self, b: _BasisMoments) -> np.ndarray:
-        """Koopman reweighting (Wu et al. 2017): coefficients ``u`` of the weights
-        ``w(x) = b(x)^T u`` with ``Cxy^T u = Cx u`` (``u = Cx^+ v`` for the eigenvector
-        ``K^T v = v`` of the non-reversible estimator ``K`` at the eigenvalue closest to 1),
-        normalised to mean 1 over the training inputs."""
-        r = b.cx.shape[0]
-        pinv, _ = sym_matrix_function(b.cx + float(self.ridge) * np.eye(r), -1.0, self.rtol)
-        vals, left, _ = eig_biorthogonal(pinv @ b.cxy, metric=b.cx)
-        j = int(np.argmin(np.abs(vals - 1.0)))
-        u = np.real(pinv @ np.conj(left[:, j]))
-        norm = float(b.ex @ u)
-        if not (abs(norm) > 0 and abs(vals[j].imag) == 0):
-            raise ValueError(
-                "reversible='reweight' found no stationary vector of the non-reversible "
-                f"estimator (eigenvalue closest to 1: {vals[j]:.6g}); add the constant "
-                "function to the features (constant='auto')"
-            )
-        return u / norm
 
     def _pair_chunks(self) -> Any:
         """The training pairs again, chunk by chunk (the second pass of Koopman
@@ -619,30 +437,22 @@ class TransferOperator(DiscreteTimeModel):
             for xb, yb in src:
                 yield check_states(xb, "X batch"), check_states(yb, "Y batch")
 
-    def _weighted_moments(self, u: np.ndarray, count: int) -> Moments:
-        """The moments of every training pair weighted by ``w(x) = b(x)^T u``."""
+    def _weighted_moments(self, weight: Callable[[np.ndarray], np.ndarray]) -> Moments:
+        """The moments of every training pair weighted by ``weight(phi_x)`` (the second
+        pass of ``reversible="reweight"``, :func:`dpnets.estimation.estimate_operator`)."""
         stats = Moments(self.moment_products())
         fmap = as_feature_map(self.features_)
         for x, y in self._pair_chunks():
             phi_x = fmap(x)
-            self.add_pairs(stats, fmap, x, y, self._basis(phi_x) @ u, phi_x=phi_x)
-        if stats.count != count:
-            raise ValueError(
-                f"reversible='reweight' reads the training data twice, but the second pass "
-                f"gave {stats.count} pairs and the first {count}: fit on arrays, a Dataset or "
-                "a DataLoader that can be iterated again"
-            )
+            self.add_pairs(stats, fmap, x, y, weight(phi_x), phi_x=phi_x)
         return stats
 
     def _set_spectrum(self) -> None:
-        """The eigen-decomposition; for a reversible fit by a symmetric eigensolver (real
-        eigenvalues and eigenvectors, :func:`_symmetric_spectrum`)."""
-        if not self._reversible():
-            super()._set_spectrum()
-            return
-        ridge = float(self.ridge)
-        spectrum = _symmetric_spectrum(self.cx_, self.cxy_, ridge, self._c0_rtol(self.cx_))
-        self.eigvals_, self.left_eigvecs_, self.right_eigvecs_ = spectrum
+        """The eigen-decomposition of a restored operator
+        (:func:`dpnets.estimation.operator_spectrum`, as in the fit)."""
+        self.eigvals_, self.left_eigvecs_, self.right_eigvecs_ = operator_spectrum(
+            self.operator_, self.cx_, self.cxy_, float(self.ridge), self.rtol, self._reversible()
+        )
 
     def _weigh(self, f: np.ndarray) -> np.ndarray:
         """Observable values on the training samples times the Koopman weights of a

@@ -28,11 +28,10 @@ from dpnets.data import (
     check_frames,
     check_state_shape,
     check_states,
-    pairs,
-    resolve_lag,
     to_numpy,
 )
 from dpnets.exceptions import check_is_fitted
+from dpnets.heldout import HELDOUT_KINDS, heldout_pairs, heldout_score
 from dpnets.io import (
     InvalidModelFile,
     dump_features,
@@ -40,7 +39,7 @@ from dpnets.io import (
     save,
     tensors_to_arrays,
 )
-from dpnets.linalg import eig_biorthogonal, sym_matrix_function
+from dpnets.linalg import eig_biorthogonal
 from dpnets.moments import FIT_CHUNK
 from dpnets.nn.utils import encode
 from dpnets.params import check_choice, check_real
@@ -54,6 +53,8 @@ __all__ = [
     "constant_in_span_moments",
     "prepend_ones",
     "timescales_from_eigvals",
+    "modal_forecast",
+    "stationary_coef",
     "STATIONARY_TOL",
     "features_on_demand",
     "dump_fitted_scalars",
@@ -223,9 +224,9 @@ class SpectralModel(TransformerMixin, BaseEstimator):
       inputs (no copy) and compute the features chunk by chunk when needed.
 
     Least squares: the coefficients of an observable are ``(Cx + ridge I)^+ Phi_X^T F / n``,
-    computed by :meth:`solve_lstsq` from ``cx_pinv_`` (set by :meth:`_regress`). An estimator
-    whose basis is orthonormal by construction (kernel regression, whitened features)
-    overrides :meth:`solve_lstsq` instead. Subclasses implement :meth:`_time_factor` (the
+    computed by :meth:`solve_lstsq` from ``cx_pinv_`` (:func:`dpnets.estimation.regress`).
+    An estimator whose basis is orthonormal by construction (kernel regression, whitened
+    features) overrides :meth:`solve_lstsq` instead. Subclasses implement :meth:`_time_factor` (the
     eigenvalue weight of a forecast ``t`` steps or time units ahead), :meth:`_power` (its
     matrix counterpart, used when the eigenvector matrix is ill-conditioned) and
     :meth:`implied_timescales`.
@@ -284,37 +285,9 @@ class SpectralModel(TransformerMixin, BaseEstimator):
         if hasattr(self, "constant") and not isinstance(self.constant, bool):
             check_choice("constant", self.constant, ("auto", True, False))
 
-    def _regress(self, cx: np.ndarray, c: np.ndarray, rtol: float | None = None) -> None:
-        """Least squares ``operator_ = (Cx + ridge I)^+ C`` (App. D.2 / App. E) and its state
-        (``rtol``: the rank cut-off, default the parameter ``rtol``)."""
-        r = cx.shape[0]
-        if not np.any(cx):
-            raise ValueError(
-                "the feature covariance is zero: the features vanish on the data (a collapsed "
-                "or untrained feature map)"
-            )
-        rtol = self.rtol if rtol is None else rtol
-        cx_pinv, rank = sym_matrix_function(cx + float(self.ridge) * np.eye(r), -1.0, rtol)
-        self.operator_ = cx_pinv @ c
-        self.cx_ = cx
-        self.cx_pinv_ = cx_pinv
-        self.cx_rank_ = rank
-
     def solve_lstsq(self, rhs: np.ndarray) -> np.ndarray:
         """``(Cx + ridge I)^+ rhs``: least-squares coefficients from ``rhs = Phi_X^T F`` (/ n)."""
         return self.cx_pinv_ @ rhs
-
-    def _use_constant(self, phi: np.ndarray) -> bool:
-        """``constant="auto"``: add the constant unless the features already span it."""
-        if self.constant == "auto":
-            return not constant_in_span(phi)
-        return bool(self.constant)
-
-    def _use_constant_moments(self, mean: np.ndarray, cov: np.ndarray) -> bool:
-        """:meth:`_use_constant` from the features' mean and (centred) covariance."""
-        if self.constant == "auto":
-            return not constant_in_span_moments(mean, cov)
-        return bool(self.constant)
 
     # -- hooks the implementations override
     def _time_factor(self, t: float) -> np.ndarray:  # pragma: no cover - abstract
@@ -489,17 +462,10 @@ class SpectralModel(TransformerMixin, BaseEstimator):
         """:meth:`predict` from the basis values ``phi`` (m, r) and the coefficients ``coef``
         (r, l) of the observable, one (m, l) array per horizon in ``ts``. Linear in the rows
         of ``phi``, so a weighted sum of rows forecasts the weighted sum of the forecasts
-        (the Chapman-Kolmogorov sums of :mod:`dpnets.validation`)."""
-        out = []
-        if self._modal_ok():
-            phi_r = phi @ self.right_eigvecs_  # (m, r)
-            lc = self.left_eigvecs_.conj().T @ coef  # (r, l)
-            for s in ts:
-                out.append(((phi_r * self._time_factor(s)) @ lc).real)
-        else:  # defective estimator: fall back to the matrix function
-            for s in ts:
-                out.append(phi @ self._power(s) @ coef)
-        return out
+        (the Chapman-Kolmogorov sums of :mod:`dpnets.validation`); see :func:`modal_forecast`."""
+        return modal_forecast(
+            phi, coef, ts, self.left_eigvecs_, self.right_eigvecs_, self._time_factor, self._power
+        )
 
     def _modal_ok(self) -> bool:
         """Whether forecasts may go through the eigen-decomposition: a well-conditioned
@@ -533,48 +499,28 @@ class SpectralModel(TransformerMixin, BaseEstimator):
         number of features (more features never lower them); VAMP-E is comparable across
         dimensions.
         """
-        from dpnets.scores import projection_score, vamp_score
-
         check_is_fitted(self, "operator_")
-        check_choice("kind", kind, ("vamp1", "vamp2", "vampE", "projection"))
+        check_choice("kind", kind, HELDOUT_KINDS)
         lag = self.lag_ if lag is None else lag
         if lag is None:
             raise ValueError("the model's lag is unknown: pass score(X, lag=k)")
-        p = pairs(X, resolve_lag(X, lag)[0])
+        p = heldout_pairs(X, lag)
         fx, fy = self.transform(p.X), self.transform(p.Y)
-        if kind == "projection":
-            with torch.no_grad():
-                return float(projection_score(torch.as_tensor(fx), torch.as_tensor(fy)))
-        if getattr(self, "constant_", False):  # the constant is the "+1" of the VAMP scores
+        constant = bool(getattr(self, "constant_", False))
+        if constant:  # the constant is the "+1" of the VAMP scores
             fx, fy = fx[:, 1:], fy[:, 1:]
+        training = None
         if kind == "vampE":
-            return self._vamp_e(fx, fy)
-        with torch.no_grad():
-            return float(vamp_score(torch.as_tensor(fx), torch.as_tensor(fy), p=int(kind[-1])))
-
-    def _vamp_e(self, fx: np.ndarray, fy: np.ndarray) -> float:
-        """VAMP-E of the training Koopman model against test features (see :meth:`score`)."""
-        cy, my = getattr(self, "cy_", None), getattr(self, "features_mean_y_", None)
-        if cy is None or my is None or getattr(self, "features_mean_", None) is None:
-            raise ValueError(
-                "VAMP-E needs the training covariances of the lagged features (cy_), which "
-                f"this {type(self).__name__} does not hold: refit it"
+            training = tuple(
+                getattr(self, name, None)
+                for name in ("cx_", "cxy_", "cy_", "features_mean_", "features_mean_y_")
             )
-        k = 1 if getattr(self, "constant_", False) else 0  # drop the constant column
-        mx, my = self.features_mean_[k:], my[k:]
-
-        def centred(c: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-            return c[k:, k:] - np.outer(a, b)
-
-        l0, _ = sym_matrix_function(centred(self.cx_, mx, mx), -0.5, self.rtol)
-        lt, _ = sym_matrix_function(centred(cy, my, my), -0.5, self.rtol)
-        a, s, bt = np.linalg.svd(l0 @ centred(self.cxy_, mx, my) @ lt)
-        u, v = l0 @ a, lt @ bt.T
-        n = fx.shape[0]
-        x0, y0 = fx - fx.mean(0), fy - fy.mean(0)
-        t00, t0t, ttt = x0.T @ x0 / n, x0.T @ y0 / n, y0.T @ y0 / n
-        su = u * s
-        return float(1.0 + np.trace(2.0 * su.T @ t0t @ v - su.T @ t00 @ su @ v.T @ ttt @ v))
+            if any(t is None for t in training):
+                raise ValueError(
+                    "VAMP-E needs the training covariances of the lagged features (cy_), "
+                    f"which this {type(self).__name__} does not hold: refit it"
+                )
+        return heldout_score(fx, fy, kind, constant=constant, training=training, rtol=self.rtol)
 
     def save(self, path: str) -> None:
         """Save to ``path`` atomically (see :func:`dpnets.load`)."""
@@ -674,19 +620,57 @@ class DiscreteTimeModel(SpectralModel):
 
     def stationary_coef(self) -> np.ndarray:
         """``u`` with ``stationary_weights(X) = transform(X) @ u`` (see there), normalised to
-        mean weight 1 over the training inputs."""
-        k = int(np.argmin(np.abs(self.eigvals_ - 1.0)))
-        u = np.real(self.solve_lstsq(np.conj(self.left_eigvecs_[:, k])))
+        mean weight 1 over the training inputs (:func:`stationary_coef`)."""
         mean = getattr(self, "features_mean_", None)
         if mean is None:
             mean = self._training_product(np.ones((self.n_samples_, 1)))[:, 0] / self.n_samples_
-        norm = float(mean @ u)
-        if not abs(norm) > 0:
-            raise ValueError(
-                "the stationary eigenvector has zero mean weight on the training data; add the "
-                "constant function to the features"
-            )
-        return u / norm
+        return stationary_coef(self.eigvals_, self.left_eigvecs_, self.solve_lstsq, mean)
+
+
+def modal_forecast(
+    phi: np.ndarray,
+    coef: np.ndarray,
+    ts: list,
+    left: np.ndarray,
+    right: np.ndarray,
+    time_factor: Callable[[Any], np.ndarray],
+    power: Callable[[Any], np.ndarray],
+) -> list[np.ndarray]:
+    """Forecasts ``sum_i w_i(t) (phi^T r_i) (l_i^H coef)`` for each horizon ``t`` in ``ts``
+    (Eq. 17; ``time_factor(t)``: the eigenvalue weights), or ``phi @ power(t) @ coef`` (the
+    matrix function) when the eigenvector matrix is ill-conditioned or its left and right
+    eigenvectors are not biorthogonal. One (m, l) array per horizon."""
+    out = []
+    if _modal_ok(left, right):
+        phi_r = phi @ right  # (m, r)
+        lc = left.conj().T @ coef  # (r, l)
+        for s in ts:
+            out.append(((phi_r * time_factor(s)) @ lc).real)
+    else:  # defective estimator: fall back to the matrix function
+        for s in ts:
+            out.append(phi @ power(s) @ coef)
+    return out
+
+
+def stationary_coef(
+    eigvals: np.ndarray,
+    left: np.ndarray,
+    solve_lstsq: Callable[[np.ndarray], np.ndarray],
+    mean: np.ndarray,
+) -> np.ndarray:
+    """Coefficients ``u = Cx^+ v`` of the Koopman weights ``w(x) = b(x)^T u``, ``v`` the left
+    eigenvector of the eigenvalue closest to 1 (see
+    :meth:`DiscreteTimeModel.stationary_weights`), normalised to mean weight 1 under the
+    training inputs' basis mean ``mean``."""
+    k = int(np.argmin(np.abs(eigvals - 1.0)))
+    u = np.real(solve_lstsq(np.conj(left[:, k])))
+    norm = float(mean @ u)
+    if not abs(norm) > 0:
+        raise ValueError(
+            "the stationary eigenvector has zero mean weight on the training data; add the "
+            "constant function to the features"
+        )
+    return u / norm
 
 
 def features_on_demand(model: SpectralModel) -> np.ndarray | None:
