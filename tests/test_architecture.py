@@ -123,8 +123,8 @@ def test_no_module_imports_another_modules_private_names():
 #: own layer or the ones below
 LAYERS = [
     ["exceptions", "distributed", "params", "linalg", "base", "nn.registry", "parallel"],
-    ["io", "data", "moments", "nn", "nn.*", "scores", "ito"],
-    ["training", "spectral"],
+    ["io", "data", "moments", "nn", "nn.*", "scores", "heldout", "ito"],
+    ["training", "spectral", "estimation"],
     ["representation", "operators", "generator", "baselines", "baselines.*"],
     ["validation", "plot", "datasets", "systems", "systems.*", "export"],
     ["", "workflow", "experiments", "experiments.*", "cli", "__main__"],

@@ -9,12 +9,14 @@ import pytest
 
 from dpnets import TransferOperator
 from dpnets.baselines import EDMD, MonomialFeatures
+from dpnets.estimation import OperatorFit
 from dpnets.moments import Moments
 from dpnets.systems import MarkovChain, OrnsteinUhlenbeck
 from dpnets.validation import (
     _ck_curves,
     _fit_at,
     _interval,
+    _operator_only,
     _refit_at,
     _Sums,
     _unit_pieces,
@@ -71,11 +73,20 @@ def test_combined_moments_equal_moments_of_the_repeated_samples():
         Moments.combine(parts, [1, 1, 1])
 
 
-def _same_fit(a: TransferOperator, b: TransferOperator) -> None:
-    assert a.constant_ == b.constant_ and a.n_samples_ == b.n_samples_ and a.lag_ == b.lag_
-    for name in ("operator_", "cx_", "cxy_", "cy_", "state_coef_", "features_mean_"):
-        np.testing.assert_allclose(getattr(a, name), getattr(b, name), rtol=1e-10, atol=1e-10)
-    np.testing.assert_allclose(a.eigvals_, b.eigvals_, rtol=1e-10, atol=1e-10)
+def _same_fit(a: OperatorFit, b: TransferOperator) -> None:
+    """A fitted result from sums against the fitted attributes of a direct fit."""
+    assert isinstance(a, OperatorFit)
+    assert a.constant == b.constant_ and a.n_samples == b.n_samples_
+    for name in ("operator", "cx", "cxy", "cy", "state_coef", "features_mean", "eigvals"):
+        np.testing.assert_allclose(getattr(a, name), getattr(b, name + "_"), rtol=1e-10, atol=1e-10)
+    if b.reweighting_coef_ is not None:
+        np.testing.assert_allclose(a.reweighting_coef, b.reweighting_coef_, rtol=1e-10, atol=1e-10)
+
+
+def _sums_of(template: TransferOperator, *args, **kwargs) -> _Sums:
+    """The sums of :mod:`dpnets.validation` for an operator's features and parameters."""
+    features, params = _operator_only(template)
+    return _Sums(features, params, *args, **kwargs)
 
 
 @pytest.mark.parametrize(
@@ -92,7 +103,7 @@ def _same_fit(a: TransferOperator, b: TransferOperator) -> None:
 def test_a_refit_from_sums_equals_the_fit_on_the_resampled_trajectories(make, trajs):
     template = make()
     pieces = _whole(trajs)
-    sums = _Sums(template, trajs, [1, 3], [pieces])
+    sums = _sums_of(template, trajs, [1, 3], [pieces])
     rng = np.random.default_rng(1)
     for _ in range(3):
         pick = rng.integers(len(trajs), size=len(trajs))
@@ -108,7 +119,7 @@ def test_blocks_of_a_single_trajectory_are_the_bootstrap_units():
     units = _unit_pieces([s], 10)
     assert len(units) == 10 and units[0][1] == 0 and units[-1][2] == 3000
     blocks = np.array_split(s, 10)
-    sums = _Sums(TransferOperator(one_hot), [s], [2], [_whole([s]), units])
+    sums = _sums_of(TransferOperator(one_hot), [s], [2], [_whole([s]), units])
     pick = np.array([3, 3, 0, 9, 5, 5, 5, 1, 2, 7])
     fast = sums.fit(2, 1, np.bincount(pick, minlength=10))
     _same_fit(fast, TransferOperator(one_hot, lag=2).fit([blocks[i] for i in pick]))

@@ -51,7 +51,7 @@ from dpnets.spectral import (
     restore_fitted_state,
 )
 
-__all__ = ["TransferOperator", "dump_operator", "restore_operator"]
+__all__ = ["TransferOperator", "pair_moments", "dump_operator", "restore_operator"]
 
 
 class TransferOperator(DiscreteTimeModel):
@@ -427,25 +427,10 @@ class TransferOperator(DiscreteTimeModel):
                 "partial_fit"
             )
 
-    def _pair_chunks(self) -> Any:
-        """The training pairs again, chunk by chunk (the second pass of Koopman
-        reweighting): ``PairSegment`` chunks, or every batch of a DataLoader."""
-        for src in self._train_inputs:
-            if isinstance(src, PairSegment):
-                yield from src.chunks(FIT_CHUNK)
-                continue
-            for xb, yb in src:
-                yield check_states(xb, "X batch"), check_states(yb, "Y batch")
-
     def _weighted_moments(self, weight: Callable[[np.ndarray], np.ndarray]) -> Moments:
         """The moments of every training pair weighted by ``weight(phi_x)`` (the second
         pass of ``reversible="reweight"``, :func:`dpnets.estimation.estimate_operator`)."""
-        stats = Moments(self.moment_products())
-        fmap = as_feature_map(self.features_)
-        for x, y in self._pair_chunks():
-            phi_x = fmap(x)
-            self.add_pairs(stats, fmap, x, y, weight(phi_x), phi_x=phi_x)
-        return stats
+        return pair_moments(self._train_inputs, self.features_, self.moment_products(), weight)
 
     def _set_spectrum(self) -> None:
         """The eigen-decomposition of a restored operator
@@ -493,6 +478,35 @@ class TransferOperator(DiscreteTimeModel):
         "(n, r), computed on demand from the training inputs (they are not stored; None "
         "for a model loaded from a file).",
     )
+
+
+def pair_moments(
+    sources: list,
+    features: Any,
+    products: tuple[tuple[str, str], ...],
+    weight: Callable[[np.ndarray], np.ndarray] | None = None,
+) -> Moments:
+    """The moments ``products`` of the pairs of ``sources`` (``PairSegment`` objects, or
+    DataLoaders of pairs that can be iterated again) on ``features``, chunk by chunk, each
+    pair weighted by ``weight(phi_x)`` when given (the second pass of Koopman reweighting)."""
+    stats = Moments(products)
+    fmap = as_feature_map(features)
+    for x, y in _pair_chunks(sources):
+        phi_x = fmap(x)
+        w = None if weight is None else weight(phi_x)
+        TransferOperator.add_pairs(stats, fmap, x, y, w, phi_x=phi_x)
+    return stats
+
+
+def _pair_chunks(sources: list) -> Any:
+    """The pairs of ``sources`` again, chunk by chunk: ``PairSegment`` chunks, or every
+    batch of a DataLoader."""
+    for src in sources:
+        if isinstance(src, PairSegment):
+            yield from src.chunks(FIT_CHUNK)
+            continue
+        for xb, yb in src:
+            yield check_states(xb, "X batch"), check_states(yb, "Y batch")
 
 
 #: saved arrays; the n x r training features are not saved (file size independent of n)

@@ -21,7 +21,6 @@ from dpnets.data import (
     check_lag,
     check_state_shape,
     is_streaming,
-    pairs,
     resolve_lag,
     state_moments,
     training_source,
@@ -30,6 +29,7 @@ from dpnets.distributed import broadcast_int, broadcast_module, world_size
 from dpnets.distributed import is_active as dist_active
 from dpnets.exceptions import check_is_fitted
 from dpnets.generator import GeneratorLearning
+from dpnets.heldout import heldout_pairs, heldout_score
 from dpnets.io import InvalidModelFile, meta_device, register, restore_module, save, sub_state
 from dpnets.nn.mlp import default_mlp
 from dpnets.nn.registry import describe
@@ -803,9 +803,7 @@ class DPNet(GeneratorLearning, TransformerMixin, BaseEstimator):
         check_choice("objective", objective, SCORES)
         if lag is None:
             lag = self.lag_ if self.lag_ is not None else 1
-        p = pairs(data, resolve_lag(data, lag)[0])
-        fx = self._encode(p.X, False, 8192)
-        fy = self._encode(p.Y, True, 8192)
+        fx, fy = self._pair_features(data, lag)
         loss = make_loss(objective, g, constant=bool(self.constant))
         with torch.no_grad():
             return -float(loss(fx, fy))
@@ -824,7 +822,13 @@ class DPNet(GeneratorLearning, TransformerMixin, BaseEstimator):
         check_is_fitted(self, "encoder_")
         if self.objective in GENERATOR_SCORES:
             return self.evaluate(X, objective=self.objective, gamma=0.0)
-        return self.evaluate(X, objective="projection", gamma=0.0)
+        fx, fy = self._pair_features(X, self.lag_ if self.lag_ is not None else 1)
+        return heldout_score(fx, fy, "projection", constant=bool(self.constant))
+
+    def _pair_features(self, data: Any, lag: int) -> tuple[Tensor, Tensor]:
+        """The features ``psi`` and ``psi'`` of the pairs of ``data`` at ``lag``."""
+        p = heldout_pairs(data, lag)
+        return self._encode(p.X, False, 8192), self._encode(p.Y, True, 8192)
 
     # ------------------------------------------------------------------ persistence
     def save(self, path: str) -> None:

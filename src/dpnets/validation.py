@@ -19,8 +19,9 @@ import numpy as np
 
 from dpnets.base import BaseEstimator, clone, is_fitted
 from dpnets.data import PairSegment, check_frames, check_lag, check_states, chunks, pair_segments
+from dpnets.estimation import OperatorFit, estimate_operator, operator_products
 from dpnets.moments import FIT_CHUNK, Moments
-from dpnets.operators import TransferOperator
+from dpnets.operators import TransferOperator, pair_moments
 from dpnets.params import check_int, check_real, check_seed
 from dpnets.spectral import as_feature_map
 from dpnets.training import progress_bar
@@ -176,12 +177,12 @@ def implied_timescales(
     )
     trajs = _trajectories(data)
     lags = check_lags(lags, "lags", max(t.shape[0] for t in trajs))
-    factory = _factory(estimator, refit_features)
     stationary: list[tuple[float, int]] = []
-    scan = _LagScan(factory, trajs, lags, n_blocks if n_bootstrap else None, progress)
+    boot = n_blocks if n_bootstrap else None
+    scan = _LagScan(estimator, refit_features, trajs, lags, boot, progress)
     ts = np.full((lags.size, k), np.nan)
     for j, est in enumerate(scan.fits):
-        ts[j] = _slowest(est, k, dt, float(lags[j] * dt), stationary)
+        ts[j] = _slowest(est, k, dt, int(lags[j]), stationary)
     _warn_unresolvable(ts, lags, dt, max(t.shape[0] for t in trajs))
     if stationary:
         warnings.warn(
@@ -200,7 +201,12 @@ def implied_timescales(
             scan.n_units,
             n_bootstrap,
             rng,
-            lambda pick: np.stack([_slowest(est, k, dt) for est in scan.resample(pick)]),
+            lambda pick: np.stack(
+                [
+                    _slowest(e, k, dt, lag)
+                    for e, lag in zip(scan.resample(pick), scan.lags, strict=True)
+                ]
+            ),
             progress,
             "implied timescales: bootstrap resamples",
         )
@@ -406,23 +412,31 @@ def _refit_at(model: Any, trajs: list[np.ndarray], lag: int) -> Any:
 # on a fixed feature map needs only the counts, sums and products of its features over the
 # pairs (dpnets.moments.Moments), so the features of each trajectory are computed once, the
 # moments of each trajectory (or bootstrap block) at each lag once, and a resample is their
-# sum weighted by how often each was drawn, then the operator's own finishing maths
-# (TransferOperator.fit_from_moments). The refits are those of a fit on the resampled
-# trajectories, to round-off (tests/test_validation_cost.py).
+# sum weighted by how often each was drawn, then the operator's estimator on those moments
+# (dpnets.estimation.estimate_operator), whose fitted result (an OperatorFit) is read
+# directly: no estimator is cloned or refitted. The refits are those of a fit on the
+# resampled trajectories, to round-off (tests/test_validation_cost.py).
+
+#: the parameters of a TransferOperator that the regression on moments reads
+_REGRESSION_PARAMS = ("ridge", "rtol", "constant", "reversible")
 
 
-def _fixed_operator(est: Any) -> bool:
-    """Whether ``est`` is a plain :class:`TransferOperator` on a fixed feature map (not an
-    unfitted feature estimator that its ``fit`` would train): the fast path applies."""
+def _operator_only(est: Any, refit_features: bool = False) -> tuple[Any, dict] | None:
+    """``(features, regression parameters)`` when refitting ``est`` means refitting only the
+    regression of a plain :class:`TransferOperator` on a fixed feature map (its fitted
+    ``features_``, unless ``refit_features``), else None: a feature estimator that is
+    trained at each fit (unfitted, or retrained with ``refit_features``), or another
+    estimator."""
     if type(est) is not TransferOperator:
-        return False
-    f = est.get_params(deep=False)["features"]
-    return not (isinstance(f, BaseEstimator) and hasattr(f, "transform") and not is_fitted(f))
-
-
-def _on_features(model: Any) -> TransferOperator:
-    """An unfitted copy of a fitted plain :class:`TransferOperator` on its fitted features."""
-    return type(model)(**{**model.get_params(deep=False), "features": model.features_})
+        return None
+    params = est.get_params(deep=False)
+    features = params["features"]
+    if not refit_features and getattr(est, "features_", None) is not None:
+        features = est.features_
+    if isinstance(features, BaseEstimator) and hasattr(features, "transform"):
+        if refit_features or not is_fitted(features):
+            return None
+    return features, {name: params[name] for name in _REGRESSION_PARAMS}
 
 
 def _encode(fmap: Callable[[np.ndarray], np.ndarray], traj: np.ndarray) -> np.ndarray:
@@ -459,19 +473,19 @@ class _Sums:
 
     def __init__(
         self,
-        template: TransferOperator,
+        features: Any,
+        params: dict,
         trajs: list[np.ndarray],
         lags: Sequence[int],
         pieces: list[list[tuple[int, int, int]]],
         memberships: Callable | None = None,
         tau: int | None = None,
     ):
-        self.template = template
-        self.features = template.get_params(deep=False)["features"]
+        self.features, self.params = features, params
         self.shape = tuple(trajs[0].shape[1:])
         self.lags = [int(v) for v in lags]
-        products = template.moment_products()
-        fmap = as_feature_map(self.features)
+        products = operator_products(params["reversible"])
+        fmap = as_feature_map(features)
         self.pilot = self.spread = None
         self._reference: dict[int, Moments] = {}
         done: dict[tuple[int, int, int], _Piece] = {}
@@ -531,13 +545,9 @@ class _Sums:
         return piece
 
     def fit(
-        self,
-        lag: int,
-        which: int,
-        counts: Sequence[int],
-        template: TransferOperator | None = None,
-    ) -> TransferOperator | None:
-        """The operator (the parameters of ``template``, default the one of the sums)
+        self, lag: int, which: int, counts: Sequence[int], params: dict | None = None
+    ) -> OperatorFit | None:
+        """The operator (regression parameters ``params``, default those of the sums)
         fitted at ``lag`` on the pieces of set ``which``, each taken ``counts[j]`` times
         (None when no piece is longer than the lag)."""
         parts = [
@@ -548,17 +558,20 @@ class _Sums:
         if not parts:
             return None
         stats = Moments.combine([p.moments[lag] for p, _ in parts], [c for _, c in parts])
+        params = self.params if params is None else params
         sources = [
             PairSegment(p.states, p.states, 0, lag, p.states.shape[0] - lag)
             for p, c in parts
             for _ in range(c)
         ]
-        template = self.template if template is None else template
-        est = type(template)(**{**template.get_params(deep=False), "lag": lag})
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)  # features of another lag
-            est.fit_from_moments(stats, sources, self.features, lag, self.shape)
-        return est
+        return estimate_operator(
+            stats,
+            ridge=float(params["ridge"]),
+            rtol=params["rtol"],
+            constant=params["constant"],
+            reversible=params["reversible"],
+            reweigh=lambda weight: pair_moments(sources, self.features, stats.products, weight),
+        )
 
     def ck_sums(self, which: int, counts: Sequence[int]) -> tuple:
         """The membership sums ``(g, h, xm)`` of the pieces of set ``which``, weighted."""
@@ -598,22 +611,23 @@ def _check_pieces(
             pair_segments([trajs[i][a:b] for i, a, b in pieces], int(lag))
 
 
-def _basis_map(op: TransferOperator, pilot: np.ndarray, spread: np.ndarray) -> np.ndarray:
+def _basis_map(op: OperatorFit, pilot: np.ndarray, spread: np.ndarray) -> np.ndarray:
     """``B`` with ``op.transform(x) = B @ [1, (psi(x) - pilot) / spread]`` (the basis of a
     fit is affine in the raw features ``psi``: ``[1, (psi - shift) / scale]`` or ``psi``)."""
     k = pilot.size
     raw = np.concatenate([pilot[:, None], np.diag(spread)], axis=1)  # psi = raw @ z
-    if not op.constant_:
+    if not op.constant:
         return raw
-    shift = op.feature_shift_ if op.feature_shift_ is not None else np.zeros(k)
-    scale = op.feature_scale_ if op.feature_scale_ is not None else np.ones(k)
+    shift = op.feature_shift if op.feature_shift is not None else np.zeros(k)
+    scale = op.feature_scale if op.feature_scale is not None else np.ones(k)
     raw[:, 0] -= shift
     return np.concatenate([np.eye(1, k + 1), raw / scale[:, None]], axis=0)
 
 
 def _ck_from_sums(
-    model: TransferOperator,
-    refit: Callable[[int], TransferOperator],
+    model: OperatorFit,
+    tau: int,
+    refit: Callable[[int], OperatorFit],
     sums: tuple,
     steps: np.ndarray,
     lag0: bool,
@@ -622,18 +636,18 @@ def _ck_from_sums(
 ) -> tuple[np.ndarray, np.ndarray]:
     """:func:`_ck_curves` from sums over the frames: with ``w(x) = v^T z(x)`` the model's
     stationary weights and ``op.transform(x) = B z(x)``, ``sum_x w m_i op.transform(x) =
-    B g_i v``, so a forecast of those rows (linear in them, :meth:`modal_forecast`) is the sum of
-    the forecasts; the coefficients of ``m_j`` are ``(Cx + ridge)^+ B xm / n``."""
+    B g_i v``, so a forecast of those rows (linear in them, :meth:`OperatorFit.forecast`) is
+    the sum of the forecasts; the coefficients of ``m_j`` are ``(Cx + ridge)^+ B xm / n``. The
+    model at ``tau`` and its refits are fitted results."""
     g, h, xm = sums
-    tau = int(model.lag_)
     v = _basis_map(model, pilot, spread).T @ np.real(model.stationary_coef())
     gv = g @ v  # (S, q): sum_x w(x) m_i(x) z(x)
     norm = gv[:, 0]  # E_pi[m_i], up to the sample count
 
-    def propagate(op: TransferOperator, t: int, lag: int) -> np.ndarray:
+    def propagate(op: OperatorFit, t: int, lag: int) -> np.ndarray:
         b = _basis_map(op, pilot, spread)
-        coef = op.solve_lstsq(b @ xm[lag]) / op.n_samples_
-        return op.modal_forecast(gv @ b.T, coef, [t])[0] / norm[:, None]
+        coef = op.solve_lstsq(b @ xm[lag]) / op.n_samples
+        return op.forecast(gv @ b.T, coef, [t])[0] / norm[:, None]
 
     predictions, estimates = [], []
     if lag0:
@@ -742,15 +756,16 @@ def bootstrap_spectrum(
 
     def leading(est: Any) -> np.ndarray:
         vals = np.full(k, np.nan, dtype=np.complex128)
-        ev = np.asarray(est.eig())[:k]
+        ev = _eigvals(est)[:k]
         vals[: ev.size] = ev
         return vals
 
     desc = "eigenvalues: bootstrap resamples"
-    if not refit_features and type(model) is TransferOperator:  # refits from sums
+    regression = _operator_only(model, refit_features)
+    if regression is not None:  # refits from sums
         units = _unit_pieces(trajs, n_blocks)
         _check_pieces(trajs, units, [tau])
-        sums = _Sums(_on_features(model), trajs, [tau], [units])
+        sums = _Sums(*regression, trajs, [tau], [units])
         samples = _resample(
             len(units),
             n_bootstrap,
@@ -891,25 +906,34 @@ def _warn_unresolvable(ts: np.ndarray, lags: np.ndarray, dt: float, longest: int
     )
 
 
+def _eigvals(est: Any) -> np.ndarray:
+    """The eigenvalues of a fitted estimator or of a fitted result (:class:`OperatorFit`)."""
+    return est.eigvals if isinstance(est, OperatorFit) else np.asarray(est.eig())
+
+
 def _slowest(
     est: Any,
     k: int,
     dt: float,
-    lag_time: float = 0.0,
+    lag: int,
     stationary: list[tuple[float, int]] | None = None,
 ) -> np.ndarray:
-    """The ``k`` slowest finite timescales of a fit (NaN where fewer exist, or all NaN for
-    no fit); ``stationary`` (if given) collects ``(lag_time, count)`` where more than one real
-    eigenvalue is 1 (infinite timescales)."""
+    """The ``k`` slowest finite timescales of a fit at ``lag`` (an estimator or an
+    :class:`OperatorFit`; NaN where fewer exist, or all NaN for no fit); ``stationary`` (if
+    given) collects ``(lag time, count)`` where more than one real eigenvalue is 1 (infinite
+    timescales)."""
     out = np.full(k, np.nan)
     if est is None:
         return out
-    ts = np.asarray(est.implied_timescales(dt), dtype=np.float64)
+    if isinstance(est, OperatorFit):
+        ts = est.implied_timescales(lag * dt)
+    else:
+        ts = np.asarray(est.implied_timescales(dt), dtype=np.float64)
     if stationary is not None:
-        eig = np.asarray(est.eig())
+        eig = _eigvals(est)
         n_unit = int(np.sum(np.isposinf(ts) & (np.abs(eig.imag) < 1e-8) & (eig.real > 0)))
         if n_unit > 1:
-            stationary.append((lag_time, n_unit))
+            stationary.append((float(lag * dt), n_unit))
     finite = np.sort(ts[np.isfinite(ts) & (ts > 0)])[::-1][:k]
     out[: finite.size] = finite
     return out
@@ -928,12 +952,14 @@ class _LagScan:
 
     def __init__(
         self,
-        build: Callable,
+        estimator: Any,
+        refit_features: bool,
         trajs: list[np.ndarray],
         lags: np.ndarray,
         n_blocks: int | None,
         progress: bool = False,
     ):
+        build = _factory(estimator, refit_features)
         self.build, self.trajs, self.lags = build, trajs, [int(v) for v in lags]
         boot = n_blocks is not None
         whole = _whole(trajs)
@@ -942,39 +968,43 @@ class _LagScan:
         sets = [whole] if self.units == whole else [whole, self.units]
         self.boot = len(sets) - 1
         self.fits: list[Any] = [None] * len(self.lags)
-        # per lag: (sums, template) for the fast path, or None (refit on each resample)
-        self.plan: list[tuple[_Sums, TransferOperator, int] | None] = [None] * len(self.lags)
+        # per lag: (sums, regression parameters, set of pieces) for the refits from sums,
+        # or None (refit on each resample)
+        self.sums: list[tuple[_Sums, dict, int] | None] = [None] * len(self.lags)
         groups: dict[tuple, list[int]] = {}
-        templates: dict[int, TransferOperator] = {}
+        regressions: dict[int, tuple[Any, dict]] = {}
+        fixed = _operator_only(estimator, refit_features)  # the same at every lag
         for j in progress_bar(range(len(self.lags)), progress, "implied timescales: lags"):
             lag = self.lags[j]
             usable = [t for t in trajs if t.shape[0] > lag]
-            est = build(lag, usable)
-            if _fixed_operator(est):  # fitted from the sums below
-                templates[j] = est
-                key = (id(est.get_params(deep=False)["features"]), est.moment_products())
+            est = None if fixed is not None else build(lag, usable)
+            regression = fixed if fixed is not None else _operator_only(est, refit_features)
+            if regression is not None:  # fitted from the sums below
+                regressions[j] = regression
+                features, params = regression
+                key = (id(features), operator_products(params["reversible"]))
                 groups.setdefault(key, []).append(j)
                 continue
             self.fits[j] = _fit_at(est, usable, lag)  # trains the features at this lag
-            if boot and type(self.fits[j]) is TransferOperator:
-                template = _on_features(self.fits[j])
-                sums = _Sums(template, trajs, [lag], [self.units])
-                self.plan[j] = (sums, template, 0)
+            trained = _operator_only(self.fits[j])
+            if boot and trained is not None:
+                self.sums[j] = (_Sums(*trained, trajs, [lag], [self.units]), trained[1], 0)
         ones = [1] * len(trajs)
         for js in groups.values():
-            sums = _Sums(templates[js[0]], trajs, [self.lags[j] for j in js], sets)
+            sums = _Sums(*regressions[js[0]], trajs, [self.lags[j] for j in js], sets)
             for j in js:
-                self.fits[j] = sums.fit(self.lags[j], 0, ones, templates[j])
-                self.plan[j] = (sums, templates[j], self.boot)
+                params = regressions[j][1]
+                self.fits[j] = sums.fit(self.lags[j], 0, ones, params)
+                self.sums[j] = (sums, params, self.boot)
 
     def resample(self, pick: np.ndarray) -> list[Any]:
         """The fits at every lag on the units ``pick`` (None where no unit is longer)."""
         counts = np.bincount(pick, minlength=self.n_units)
         out = []
-        for lag, plan in zip(self.lags, self.plan, strict=True):
+        for lag, plan in zip(self.lags, self.sums, strict=True):
             if plan is not None:
-                sums, template, which = plan
-                out.append(sums.fit(lag, which, counts, template))
+                sums, params, which = plan
+                out.append(sums.fit(lag, which, counts, params))
                 continue
             units = [self.trajs[i][a:b] for i, a, b in (self.units[p] for p in pick)]
             usable = [t for t in units if t.shape[0] > lag]
@@ -1219,11 +1249,14 @@ def _ck_test_from_sums(
     if units != whole:
         _check_pieces(trajs, units, lags)
     sets = [whole] if units == whole else [whole, units]
-    sums = _Sums(_on_features(model), trajs, sorted(set(lags)), sets, memberships, tau)
+    features, params = _operator_only(model)
+    sums = _Sums(features, params, trajs, sorted(set(lags)), sets, memberships, tau)
     ones = [1] * len(trajs)
-    point = model if model.holds_training_data else sums.fit(tau, 0, ones)
+    # the model's own fit where it holds its training data, else re-estimated on trajs
+    point = OperatorFit.from_model(model) if model.holds_training_data else sums.fit(tau, 0, ones)
     out.predictions, out.estimates = _ck_from_sums(
         point,
+        tau,
         lambda lag: sums.fit(lag, 0, ones),
         sums.ck_sums(0, ones),
         steps,
@@ -1232,14 +1265,15 @@ def _ck_test_from_sums(
         sums.spread,
     )
     if n_bootstrap:
-        which = len(sets) - 1
+        resampled = len(sets) - 1  # the set of pieces the resamples draw from
 
         def statistic(pick: np.ndarray) -> np.ndarray:
             counts = np.bincount(pick, minlength=len(units))
             curves = _ck_from_sums(
-                sums.fit(tau, which, counts),
-                lambda lag: sums.fit(lag, which, counts),
-                sums.ck_sums(which, counts),
+                sums.fit(tau, resampled, counts),
+                tau,
+                lambda lag: sums.fit(lag, resampled, counts),
+                sums.ck_sums(resampled, counts),
                 steps,
                 lag0,
                 sums.pilot,
