@@ -19,7 +19,7 @@ from dpnets.data import Pairs, pairs, resolve_lag
 from dpnets.linalg import sym_matrix_function
 from dpnets.scores import projection_score, vamp_score
 
-__all__ = ["heldout_score", "heldout_pairs", "vamp_e_score", "HELDOUT_KINDS"]
+__all__ = ["heldout_score", "basis_score", "heldout_pairs", "vamp_e_score", "HELDOUT_KINDS"]
 
 #: the held-out scores :func:`heldout_score` computes
 HELDOUT_KINDS = ("vamp1", "vamp2", "vampE", "projection")
@@ -78,6 +78,23 @@ def heldout_score(
         if kind in ("vamp1", "vamp2"):
             return float(vamp_score(x, y, p=int(kind[-1])))
     raise ValueError(f"kind must be one of {', '.join(map(repr, HELDOUT_KINDS))}, got {kind!r}")
+
+
+def basis_score(
+    bx: np.ndarray,
+    by: np.ndarray,
+    kind: str = "vamp2",
+    *,
+    constant: bool = False,
+    training: tuple | None = None,
+    rtol: float | None = None,
+) -> float:
+    """:func:`heldout_score` of a fitted operator from its basis on the held-out pairs
+    (``[1, psi]`` when ``constant``: the constant column is the ``1`` of the scores, so it
+    is dropped here)."""
+    if constant:
+        bx, by = bx[:, 1:], by[:, 1:]
+    return heldout_score(bx, by, kind, constant=constant, training=training, rtol=rtol)
 
 
 def vamp_e_score(

@@ -31,7 +31,7 @@ from dpnets.data import (
     to_numpy,
 )
 from dpnets.exceptions import check_is_fitted
-from dpnets.heldout import HELDOUT_KINDS, heldout_pairs, heldout_score
+from dpnets.heldout import HELDOUT_KINDS, basis_score, heldout_pairs
 from dpnets.io import (
     InvalidModelFile,
     dump_features,
@@ -497,7 +497,8 @@ class SpectralModel(TransformerMixin, BaseEstimator):
         All equal deeptime's ``VAMP(...).score(r, test_model=...)`` with all dimensions kept
         (tested to 1e-8). VAMP-1/2 scores are comparable only between models with the same
         number of features (more features never lower them); VAMP-E is comparable across
-        dimensions.
+        dimensions. Computed by :func:`dpnets.heldout.heldout_score`, the held-out score of
+        every estimator (and of :func:`dpnets.validation.cross_validate`).
         """
         check_is_fitted(self, "operator_")
         check_choice("kind", kind, HELDOUT_KINDS)
@@ -505,10 +506,6 @@ class SpectralModel(TransformerMixin, BaseEstimator):
         if lag is None:
             raise ValueError("the model's lag is unknown: pass score(X, lag=k)")
         p = heldout_pairs(X, lag)
-        fx, fy = self.transform(p.X), self.transform(p.Y)
-        constant = bool(getattr(self, "constant_", False))
-        if constant:  # the constant is the "+1" of the VAMP scores
-            fx, fy = fx[:, 1:], fy[:, 1:]
         training = None
         if kind == "vampE":
             training = tuple(
@@ -520,7 +517,14 @@ class SpectralModel(TransformerMixin, BaseEstimator):
                     "VAMP-E needs the training covariances of the lagged features (cy_), "
                     f"which this {type(self).__name__} does not hold: refit it"
                 )
-        return heldout_score(fx, fy, kind, constant=constant, training=training, rtol=self.rtol)
+        return basis_score(
+            self.transform(p.X),
+            self.transform(p.Y),
+            kind,
+            constant=bool(getattr(self, "constant_", False)),
+            training=training,
+            rtol=self.rtol,
+        )
 
     def save(self, path: str) -> None:
         """Save to ``path`` atomically (see :func:`dpnets.load`)."""

@@ -20,9 +20,10 @@ import numpy as np
 from dpnets.base import BaseEstimator, clone, is_fitted
 from dpnets.data import PairSegment, check_frames, check_lag, check_states, chunks, pair_segments
 from dpnets.estimation import OperatorFit, estimate_operator, operator_products
+from dpnets.heldout import HELDOUT_KINDS, basis_score, heldout_pairs
 from dpnets.moments import FIT_CHUNK, Moments
 from dpnets.operators import TransferOperator, pair_moments
-from dpnets.params import check_int, check_real, check_seed
+from dpnets.params import check_choice, check_int, check_real, check_seed
 from dpnets.spectral import as_feature_map
 from dpnets.training import progress_bar
 
@@ -1047,12 +1048,40 @@ def cross_validate(
         if len(trajs) > 1:
             raise ValueError(f"{len(trajs)} trajectories cannot make {cv} folds; lower cv")
         folds = [[block] for block in _blocks(trajs[0], cv)]
+    regression = _operator_only(estimator, refit_features)
+    if regression is not None:
+        return _cross_validate_from_sums(*regression, folds, lag, kind)
     build = _factory(estimator, refit_features)
     scores = np.empty(cv)
     for f in range(cv):
         train = [t for g, fold in enumerate(folds) if g != f for t in fold]
         est = _fit_at(build(lag, train), train, lag)
         scores[f] = est.score(folds[f], lag=lag, kind=kind)
+    return scores
+
+
+def _cross_validate_from_sums(
+    features: Any, params: dict, folds: list[list[np.ndarray]], lag: int, kind: str
+) -> np.ndarray:
+    """:func:`cross_validate` of a plain :class:`TransferOperator` on fixed features: each
+    fold's operator from the summed moments of the other folds' trajectories (encoded once),
+    scored on the held-out fold by :func:`dpnets.heldout.basis_score` (the score of
+    :meth:`TransferOperator.score`)."""
+    check_choice("kind", kind, HELDOUT_KINDS)
+    trajs = [t for fold in folds for t in fold]
+    fold_of = [f for f, fold in enumerate(folds) for _ in fold]
+    _check_pieces(trajs, _whole(trajs), [lag])
+    sums = _Sums(features, params, trajs, [lag], [_whole(trajs)])
+    fmap = as_feature_map(features)
+    scores = np.empty(len(folds))
+    for f, fold in enumerate(folds):
+        fit = sums.fit(lag, 0, [int(g != f) for g in fold_of])
+        p = heldout_pairs(fold, lag)
+        training = (fit.cx, fit.cxy, fit.cy, fit.features_mean, fit.features_mean_y)
+        bx, by = fit.basis(fmap(p.X)), fit.basis(fmap(p.Y))
+        scores[f] = basis_score(
+            bx, by, kind, constant=fit.constant, training=training, rtol=params["rtol"]
+        )
     return scores
 
 
