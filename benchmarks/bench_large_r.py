@@ -28,9 +28,9 @@ from dpnets import TransferOperator
 
 #: (label, function name, where the function is defined) of the steps ``--steps`` reports
 STEPS = (
-    ("features + moments", "_add_chunk", "dpnets/operators.py"),
-    ("constant test", "constant_in_span_moments", "dpnets/operators.py"),
-    ("_regress (eigh, pinv)", "_regress", "dpnets/operators.py"),
+    ("features + moments", "add_pairs", "dpnets/operators.py"),
+    ("constant test", "constant_in_span_moments", "dpnets/spectral.py"),
+    ("regress (eigh, pinv)", "regress", "dpnets/estimation.py"),
     ("  symmetric eigh", "eigh", "scipy/linalg/_decomp.py"),
     ("eig_biorthogonal", "eig_biorthogonal", "dpnets/linalg.py"),
     ("  LAPACK geev", "_geev", "dpnets/linalg.py"),

@@ -26,7 +26,8 @@ def vamp2_scorer(estimator: Any, X: Any, y: Any = None) -> float:
     The estimator's own ``score(X)``, which is the held-out VAMP-2 score for every dpnets
     estimator of lagged pairs (a :class:`dpnets.DPNet`: the unpenalised projection score of
     ``[1, psi]`` at its lag, comparable across ``gamma``, objectives and learning rates), so
-    ``GridSearchCV``'s default scoring gives the same; kept for explicit ``scoring=``.
+    ``GridSearchCV``'s default scoring gives the same; kept for explicit ``scoring=``. Every
+    ``score`` computes it with :func:`dpnets.heldout.heldout_score`, the one held-out score.
     """
     return float(estimator.score(X))
 

@@ -506,7 +506,7 @@ class SpectralModel(TransformerMixin, BaseEstimator):
         if lag is None:
             raise ValueError("the model's lag is unknown: pass score(X, lag=k)")
         p = heldout_pairs(X, lag)
-        training = None
+        training, rtol = None, None
         if kind == "vampE":
             training = tuple(
                 getattr(self, name, None)
@@ -517,13 +517,14 @@ class SpectralModel(TransformerMixin, BaseEstimator):
                     "VAMP-E needs the training covariances of the lagged features (cy_), "
                     f"which this {type(self).__name__} does not hold: refit it"
                 )
+            rtol = self.rtol
         return basis_score(
             self.transform(p.X),
             self.transform(p.Y),
             kind,
             constant=bool(getattr(self, "constant_", False)),
             training=training,
-            rtol=self.rtol,
+            rtol=rtol,
         )
 
     def save(self, path: str) -> None:
