@@ -186,3 +186,33 @@ def test_dpnet_consistency_option_trains_on_windows_and_lowers_the_penalty():
         DPNet(MLP(1, (8,), 2), lagged_encoder=MLP(1, (8,), 2), consistency=1.0).fit(x)
     with pytest.raises(ValueError, match="consistency_steps"):
         DPNet(MLP(1, (8,), 2), consistency=1.0, consistency_steps=1).fit(x)
+
+
+@pytest.mark.parametrize("name", [n for n in CASES if n != "Generator"])
+def test_every_score_is_the_one_heldout_score(name, walk):
+    """score(), scikit-learn's scorer and the features' VAMP-2 by heldout.heldout_score agree
+    for every estimator of lagged pairs (issue 34: one held-out score)."""
+    from dpnets.base import vamp2_scorer
+    from dpnets.heldout import heldout_score
+
+    torch.manual_seed(0)
+    model = CASES[name]().fit(walk)
+    test = np.cumsum(np.random.default_rng(1).standard_normal((400, 1)), axis=0) * 0.1
+    score = model.score(test)
+    assert vamp2_scorer(model, test) == score
+    fx, fy = model.transform(test[:-1]), model.transform(test[1:])
+    if isinstance(model, SpectralModel):
+        constant = bool(getattr(model, "constant_", False))  # kernels: no constant
+        if constant:
+            assert np.all(fx[:, 0] == 1.0)
+            fx, fy = fx[:, 1:], fy[:, 1:]
+        assert score == heldout_score(fx, fy, "vamp2", constant=constant)
+        # VAMP-2 of psi is the projection score of [1, psi] (Mardt et al.; Eq. 7)
+        proj = heldout_score(fx, fy, "projection", constant=True)
+        assert abs(score - proj) < 1e-8 * score
+    else:  # a feature learner: P^0 of [1, psi] and [1, psi'] in the network's dtype
+        fy = model.transform(test[1:], lagged=True)
+        assert score == heldout_score(fx, fy, "projection", constant=True)
+        x64, y64 = fx.astype(np.float64), fy.astype(np.float64)
+        vamp2 = heldout_score(x64, y64, "vamp2")
+        assert abs(heldout_score(x64, y64, "projection", constant=True) - vamp2) < 1e-8 * vamp2

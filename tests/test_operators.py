@@ -125,3 +125,38 @@ def test_stationary_weights_reweigh_off_equilibrium_ensemble_to_pi():
     assert np.abs(raw - pi).max() > 0.05  # the unweighted histogram is biased
     # weights of given states, and the same function evaluated elsewhere
     np.testing.assert_allclose(op.stationary_weights(np.arange(6)), est / raw, rtol=1e-8)
+
+
+def test_the_operator_is_a_pure_function_of_the_moments():
+    """estimation.estimate_operator: counts of a Markov chain in, the count estimator out,
+    as an immutable result that the estimator's fitted attributes are set from."""
+    import dataclasses
+
+    from dpnets.estimation import OperatorFit, estimate_operator, operator_products
+    from dpnets.moments import Moments
+
+    chain = MarkovChain.random(4, seed=3)
+    s = chain.sample(5000, seed=0)
+    stats = Moments(operator_products())
+    TransferOperator.add_pairs(stats, chain.one_hot, s[:-1], s[1:])
+    fit = estimate_operator(stats, constant=False)
+    counts = np.zeros((4, 4))
+    np.add.at(counts, (s[:-1], s[1:]), 1.0)
+    # one-hot features: T = Cx^+ Cxy is the row-normalised count matrix, exactly
+    np.testing.assert_allclose(fit.operator, counts / counts.sum(1, keepdims=True), atol=1e-12)
+    assert fit.n_samples == 4999 and fit.n_features == 4 and not fit.constant
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fit.operator = None
+    # the estimator's fit is this result, attribute for attribute
+    op = TransferOperator(chain.one_hot, constant=False).fit(s)
+    same = OperatorFit.from_model(op)
+    for field in dataclasses.fields(OperatorFit):
+        a, b = getattr(fit, field.name), getattr(same, field.name)
+        if isinstance(a, np.ndarray):
+            np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
+        else:
+            assert a == b, field.name
+    # "auto" finds the constant in the span of the indicators: the same regression
+    auto = estimate_operator(stats)
+    assert not auto.constant
+    np.testing.assert_array_equal(auto.operator, fit.operator)

@@ -291,3 +291,22 @@ def test_features_trained_at_each_lag_are_kept_for_the_resamples_at_that_lag():
     assert res.samples.shape == (5, 2, 1) and np.all(np.isfinite(res.samples))
     # OU with rate 1: the slowest timescale is 1 (time units of dt = 0.1 frames: 10 frames)
     np.testing.assert_allclose(np.median(res.samples, axis=0), 10.0, rtol=0.3)
+
+
+@pytest.mark.parametrize("kind", ["vamp1", "vamp2", "vampE"])
+@pytest.mark.parametrize("single", [False, True])
+def test_cross_validate_from_sums_equals_fit_and_score_on_each_fold(kind, single):
+    from dpnets.validation import cross_validate
+
+    trajs = [np.concatenate(_ou(4, 300))] if single else _ou(6, 300)
+    make = lambda: TransferOperator(MonomialFeatures(2), lag=2)  # noqa: E731
+    scores = cross_validate(make(), trajs, lag=2, cv=3, kind=kind, seed=1)
+    if single:
+        folds = [[b] for b in np.array_split(trajs[0], 3)]
+    else:
+        order = np.random.default_rng(1).permutation(len(trajs))
+        folds = [[trajs[i] for i in part] for part in np.array_split(order, 3)]
+    for f in range(3):
+        train = [t for g, fold in enumerate(folds) if g != f for t in fold]
+        direct = make().fit(train).score(folds[f], kind=kind)
+        assert abs(scores[f] - direct) < 1e-10 * max(1.0, abs(direct))
