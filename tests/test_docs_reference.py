@@ -22,6 +22,8 @@ API = DOCS / "api"
 MODULES = [
     "dpnets",
     "dpnets.scores",
+    "dpnets.heldout",
+    "dpnets.estimation",
     "dpnets.validation",
     "dpnets.baselines",
     "dpnets.plot",

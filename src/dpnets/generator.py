@@ -472,9 +472,9 @@ class Generator(SpectralModel):
         self._stats, self._dirichlet = stats, dirichlet
         self._train_inputs, self._weights = inputs, weights
         self.state_shape_ = shape
-        self._finish()
+        self._set_fit_from_moments()
 
-    def _finish(self) -> None:
+    def _set_fit_from_moments(self) -> None:
         """The generator and every fitted array from the accumulated moments."""
         fit = estimate_generator(
             self._stats,
