@@ -376,9 +376,11 @@ class TransferOperator(DiscreteTimeModel):
     ) -> None:
         """The fitted model from accumulated moments ``stats`` of the pairs of ``sources``
         (the training inputs, referenced) on ``features`` at ``lag_``: the one place where
-        statistics become a fit (:meth:`fit`, :meth:`partial_fit`, and the bootstrap of
-        :mod:`dpnets.validation`, which sums the moments of resampled trajectories).
-        The parameters are validated first."""
+        the estimator's statistics become its fit (:meth:`fit`, :meth:`partial_fit`). The
+        parameters are validated first; the regression is
+        :func:`dpnets.estimation.estimate_operator` (which :mod:`dpnets.validation` calls
+        on the summed moments of resampled trajectories), and every fitted attribute is set
+        from its :class:`~dpnets.estimation.OperatorFit`."""
         self.check_regression_params()
         self.features_, self.lag_ = features, lag_
         self._stats, self._train_inputs = stats, sources
