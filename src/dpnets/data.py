@@ -15,11 +15,12 @@ mini-batches by tensor indexing, with no per-sample collation.
 
 from __future__ import annotations
 
+import functools
 import math
 import mmap
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -30,6 +31,8 @@ from dpnets.distributed import shard
 __all__ = [
     "check_frames",
     "TrainingSource",
+    "Prepared",
+    "standardise",
     "training_source",
     "split_batchers",
     "state_moments",
@@ -954,7 +957,7 @@ class TrainingSource:
     the three things training needs, in this order: :meth:`states` (a pass over the
     training states, for the input standardisation), :meth:`split` (the random
     train/validation split into batchers) and :meth:`first` (two states, to size and check
-    the encoder).
+    the encoder); :meth:`prepare` hands over all three in one call.
 
     Attributes
     ----------
@@ -1057,6 +1060,60 @@ class TrainingSource:
             transform=transform,
             sharded=sharded,
         )
+
+    def prepare(
+        self,
+        *,
+        standardize: str,
+        val_fraction: float,
+        batch_size: int,
+        generator: torch.Generator,
+        device: torch.device,
+        dtype: torch.dtype,
+        sharded: bool = False,
+        standardize_batches: bool = True,
+    ) -> Prepared:
+        """Everything training takes from the source, in one call and in this order: the
+        input standardisation (``standardize``: ``"coordinate"``, ``"global"`` or
+        ``"none"``; float64 mean and spread of the training states, :func:`state_moments`),
+        the random split into batchers (:meth:`split`; batches standardised unless
+        ``standardize_batches`` is False) and the first two states (:meth:`first`, as
+        given)."""
+        shift = scale = transform = None
+        if standardize != "none":
+            ndim = len(self.state_shape)
+            axes = tuple(range(ndim + 1)) if standardize == "global" else (0,)
+            shift, std = state_moments(self.states(), axes)
+            scale = np.where(np.isfinite(std) & (std > 0), std, 1.0)
+            if standardize_batches:
+                transform = functools.partial(standardise, shift=shift, scale=scale)
+        train, val, n_train = self.split(
+            val_fraction=val_fraction,
+            batch_size=batch_size,
+            generator=generator,
+            device=device,
+            dtype=dtype,
+            transform=transform,
+            sharded=sharded,
+        )
+        return Prepared(shift, scale, train, val, n_train, self.first())
+
+
+class Prepared(NamedTuple):
+    """What :meth:`TrainingSource.prepare` hands to training: the standardisation
+    (``shift``, ``scale``; None without), the batchers and the first two states."""
+
+    shift: np.ndarray | None
+    scale: np.ndarray | None
+    train: Any
+    val: Any
+    n_train: int
+    first: np.ndarray
+
+
+def standardise(x: Any, shift: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """The input standardisation ``(x - shift) / scale``, in float64."""
+    return (np.asarray(x, dtype=np.float64) - shift) / scale
 
 
 def training_source(data: object, lag: int, steps: int = 0) -> TrainingSource:

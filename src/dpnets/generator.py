@@ -17,6 +17,7 @@ from torch import Tensor, nn
 
 from dpnets.data import (
     PairSegment,
+    Prepared,
     TrainingSource,
     check_state_shape,
     check_states,
@@ -96,14 +97,18 @@ class GeneratorLearning:
         return TrainingSource.of_samples(check_samples(data))
 
     def _fit_samples(
-        self, source: TrainingSource, enc: nn.Module, run: tuple, device: torch.device
+        self,
+        prepared: Prepared,
+        sizes: tuple[tuple[int, ...], int],
+        enc: nn.Module,
+        run: tuple,
+        device: torch.device,
     ) -> Any:
-        """Continuous-time mode: maximise ``P_d^gamma`` (Thm. 2, Eq. 14) on samples of pi."""
-        gen = run[2]
+        """Continuous-time mode: maximise ``P_d^gamma`` (Thm. 2, Eq. 14) on samples of pi
+        (``prepared``: batches of raw samples; ``sizes``: ``(state_shape, 0)``)."""
         if self.objective == "generator":
             warn_if_piecewise_linear(enc)
         dtype = module_dtype(enc)
-        self._set_scaler(source, enc)
         # derivatives are taken through the standardisation, with respect to the raw states
         fmap = self._compose(enc, device, dtype)
         form = "ito" if self.objective == "generator" else "dirichlet"
@@ -116,9 +121,8 @@ class GeneratorLearning:
                 return sde.ito_derivative(fmap, xb)
             return sde.diffusion_jacobian(fmap, xb)
 
-        settings = {**self._split_settings(gen, device, dtype), "transform": None}
-        train_batches, val_batches, n_train = source.split(**settings)
-        sample = torch.as_tensor(source.first()).to(device=device, dtype=dtype)
+        train_batches, val_batches, n_train = prepared.train, prepared.val, prepared.n_train
+        sample = torch.as_tensor(prepared.first).to(device=device, dtype=dtype)
         r = self._feature_dim(fmap, sample, n_train)
 
         def batch_loss(batch: tuple[Tensor, Tensor]) -> Tensor:
@@ -132,7 +136,7 @@ class GeneratorLearning:
             train_batches,
             val_score,
             run,
-            (n_train, source.state_shape, r),
+            (n_train, sizes[0], r),
         )
 
     def _evaluate_generator(self, data: Any, objective: str, gamma: float) -> float:

@@ -16,13 +16,14 @@ from torch.utils.data import DataLoader
 
 from dpnets.base import BaseEstimator, TransformerMixin, fit_lag
 from dpnets.data import (
+    Prepared,
     TrainingSource,
     check_frames,
     check_lag,
     check_state_shape,
     is_streaming,
     resolve_lag,
-    state_moments,
+    standardise,
     training_source,
 )
 from dpnets.distributed import broadcast_int, broadcast_module, world_size
@@ -468,9 +469,13 @@ class DPNet(GeneratorLearning, TransformerMixin, BaseEstimator):
                 enc = self._initial_module(self.encoder, source.state_shape).to(device)
                 if self._sharded():
                     broadcast_module(enc)
+                settings = self._prepare_settings(enc, len(source.state_shape), run[2], device)
+                prepared = source.prepare(**settings)  # standardisation, split, first states
+                self._set_scaler(prepared, settings["standardize"], source)
+                sizes = (source.state_shape, source.steps)
                 if self.objective in GENERATOR_SCORES:
-                    return self._fit_samples(source, enc, run, device)
-                return self._fit_pairs(source, model_lag, enc, run, device)
+                    return self._fit_samples(prepared, sizes, enc, run, device)
+                return self._fit_pairs(prepared, sizes, model_lag, enc, run, device)
 
     def _initial_module(self, module: nn.Module | None, state_shape: Any) -> nn.Module:
         """The module training starts from: a copy of ``module`` (re-initialised from
@@ -491,29 +496,26 @@ class DPNet(GeneratorLearning, TransformerMixin, BaseEstimator):
 
     def _fit_pairs(
         self,
-        source: TrainingSource,
+        prepared: Prepared,
+        sizes: tuple[tuple[int, ...], int],
         model_lag: int | None,
         enc: nn.Module,
         run: tuple,
         device: torch.device,
     ) -> DPNet:
-        """Discrete-time mode: maximise the score on lagged pairs (or windows)."""
-        gen = run[2]
+        """Discrete-time mode: maximise the score on lagged pairs (or windows); ``sizes``
+        is ``(state_shape, steps)``."""
+        state_shape, steps = sizes
         template = self._lagged_template(enc)
         lag_enc = template.to(device) if template is not None else None
         if lag_enc is not None and self._sharded():
             broadcast_module(lag_enc)
         dtype = module_dtype(enc)
         loss_fn = make_loss(self.objective, float(self.gamma), constant=bool(self.constant))
-        steps = source.steps
         if steps:
             loss_fn = MultistepLoss(loss_fn, float(self.consistency), bool(self.constant))
-
-        state_shape = source.state_shape
-        self._set_scaler(source, enc)
-        split = self._split_settings(gen, device, dtype)
-        train_batches, val_batches, n_train = source.split(**split)
-        sample = torch.as_tensor(self._scaled(source.first()))
+        train_batches, val_batches, n_train = prepared.train, prepared.val, prepared.n_train
+        sample = torch.as_tensor(self._scaled(prepared.first))
 
         def to_dev(t: Tensor) -> Tensor:  # batches are standardised at conversion
             return t.to(device, non_blocking=True).to(dtype)
@@ -653,24 +655,19 @@ class DPNet(GeneratorLearning, TransformerMixin, BaseEstimator):
             return "coordinate" if state_ndim == 1 and _affine_first(enc) else "none"
         return mode
 
-    def _set_scaler(self, source: TrainingSource, enc: nn.Module) -> None:
-        """Fit ``input_shift_`` / ``input_scale_`` on the training states (float64)."""
-        mode = self._standardize_mode(enc, len(source.state_shape))
-        if mode == "none":
-            self.input_shift_ = self.input_scale_ = None
-            if self.standardize == "auto":
-                _warn_extreme_scale(next(iter(source.states())))
-            return
-        axes = tuple(range(len(source.state_shape) + 1)) if mode == "global" else (0,)
-        mean, std = state_moments(source.states(), axes)
-        self.input_shift_ = mean
-        self.input_scale_ = np.where(np.isfinite(std) & (std > 0), std, 1.0)
+    def _set_scaler(self, prepared: Prepared, mode: str, source: TrainingSource) -> None:
+        """``input_shift_`` / ``input_scale_`` (float64, from the training states: see
+        :meth:`dpnets.data.TrainingSource.prepare`); inputs left as given are checked for
+        an extreme scale under ``standardize="auto"``."""
+        self.input_shift_, self.input_scale_ = prepared.shift, prepared.scale
+        if mode == "none" and self.standardize == "auto":
+            _warn_extreme_scale(next(iter(source.states())))
 
     def _scaled(self, x: np.ndarray) -> np.ndarray:
         """Standardised states (float64), or ``x`` itself without standardisation."""
         if getattr(self, "input_shift_", None) is None:
             return x
-        return (np.asarray(x, dtype=np.float64) - self.input_shift_) / self.input_scale_
+        return standardise(x, self.input_shift_, self.input_scale_)
 
     def _scaler_module(self, device: torch.device, dtype: torch.dtype) -> InputScaler | None:
         if getattr(self, "input_shift_", None) is None:
@@ -698,19 +695,22 @@ class DPNet(GeneratorLearning, TransformerMixin, BaseEstimator):
         )
         return self._compose(enc, module_device(enc), module_dtype(enc))
 
-    def _split_settings(
-        self, gen: torch.Generator, device: torch.device, dtype: torch.dtype
+    def _prepare_settings(
+        self, enc: nn.Module, state_ndim: int, gen: torch.Generator, device: torch.device
     ) -> dict[str, Any]:
-        """The settings of :meth:`dpnets.data.TrainingSource.split` for this fit: the
-        validation fraction, batch size, standardisation and sharding."""
+        """The settings of :meth:`dpnets.data.TrainingSource.prepare` for this fit: the
+        standardisation, validation fraction, batch size, the batches' dtype and device,
+        and sharding. The generator objectives standardise inside the feature map (their
+        derivatives are taken with respect to the raw states), not the batches."""
         return {
+            "standardize": self._standardize_mode(enc, state_ndim),
             "val_fraction": self.val_fraction,
             "batch_size": self.batch_size,
             "generator": gen,
             "device": device,
-            "dtype": dtype,
-            "transform": self._scaled if self.input_shift_ is not None else None,
+            "dtype": module_dtype(enc),
             "sharded": self._sharded(),
+            "standardize_batches": self.objective not in GENERATOR_SCORES,
         }
 
     def _feature_dim(self, enc: nn.Module, sample: Tensor, n_train: int) -> int:
