@@ -23,10 +23,11 @@ Setting
   psi, cos psi]`` at a lag of 10 ps and its :class:`dpnets.TransferOperator`. Its slowest
   non-constant eigenfunction ``s = phi_1`` is exported with :func:`dpnets.export` taking the
   raw torsions (radians) through :class:`dpnets.export.TorsionInputs`.
-* Into the engine: OpenMM-Torch's wheels need CUDA, so the exported file is tabulated on a
-  periodic ``n_grid x n_grid`` grid of (phi, psi) as a ``Continuous2DFunction`` of two
+* Into the engine: OpenMM-Torch's CPU wheel (``acellera-openmmtorch-cpu`` 1.10) needs
+  torch < 2.13, so it cannot share dpnets' environment; here the exported file is tabulated
+  on a periodic ``n_grid x n_grid`` grid of (phi, psi) as a ``Continuous2DFunction`` of two
   ``CustomTorsionForce`` angles inside a ``CustomCVForce``
-  (:func:`dpnets.export.openmm_torsion_cv`). The tabulated CV is checked against the
+  (:func:`dpnets.engines.openmm_torsion_cv`). The tabulated CV is checked against the
   TorchScript file at the centres of the grid cells (the interpolation error) and, during
   the run, at every saved frame (the engine's CV value against the file at the frame's
   torsions).
@@ -471,7 +472,7 @@ def _one_seed(
 ) -> dict[str, Any]:
     from openmm import app
 
-    from dpnets.export import openmm_torsion_cv
+    from dpnets.engines import openmm_torsion_cv
 
     kT = R_KJ * float(cfg["temperature"])
     fit = _fit_cv(seed, cfg, out, progress)
