@@ -306,7 +306,7 @@ def export_fit(
             out,
             modes,
             dtype,
-            inputs=TorsionInputs(len(phi)),
+            inputs=TorsionInputs(len(phi), len(psi)),
             input_shape=(len(quads),),
             input_names=names,
             metadata={**meta_base, "engine_inputs": "torsions (radians)"},

@@ -82,17 +82,22 @@ def minimum_image(d: torch.Tensor, box: torch.Tensor) -> torch.Tensor:
 
 class TorsionInputs(nn.Module):
     """Raw backbone torsions ``[phi_1..phi_m, psi_1..psi_k]`` (radians, as PLUMED's
-    ``TORSION`` and mdtraj compute them) to the dihedral features of
-    :func:`dpnets.datasets.read_trajectories`: ``[sin phi, cos phi, sin psi, cos psi]``
-    blocks."""
+    ``TORSION`` and mdtraj compute them; ``m = n_phi``, ``k = n_psi``, default ``m``) to the
+    dihedral features of :func:`dpnets.datasets.read_trajectories`: ``[sin phi, cos phi,
+    sin psi, cos psi]`` blocks."""
 
-    def __init__(self, n_phi: int) -> None:
+    def __init__(self, n_phi: int, n_psi: int | None = None) -> None:
         super().__init__()
         self.n_phi = int(n_phi)
+        n_psi = self.n_phi if n_psi is None else int(n_psi)
+        phi, psi = list(range(self.n_phi)), list(range(self.n_phi, self.n_phi + n_psi))
+        # feature j = sin(angle[which[j]] + offset[j]), cos a = sin(a + pi/2): three ops
+        self.register_buffer("which", torch.tensor(phi + phi + psi + psi, dtype=torch.long))
+        half = [0.0] * self.n_phi + [np.pi / 2] * self.n_phi + [0.0] * n_psi + [np.pi / 2] * n_psi
+        self.register_buffer("offset", torch.tensor(half, dtype=torch.float64))
 
     def forward(self, angles: torch.Tensor, box: torch.Tensor | None = None) -> torch.Tensor:
-        phi, psi = angles[:, : self.n_phi], angles[:, self.n_phi :]
-        return torch.cat([torch.sin(phi), torch.cos(phi), torch.sin(psi), torch.cos(psi)], 1)
+        return torch.sin(angles.index_select(1, self.which) + self.offset.to(angles.dtype))
 
 
 class PositionTorsions(nn.Module):
@@ -108,6 +113,9 @@ class PositionTorsions(nn.Module):
         self.register_buffer("flat", q.reshape(-1).clone())
         self.n = int(q.shape[0])
         self.n_phi = int(n_phi)
+        k, m = self.n_phi, self.n  # [sin phi, cos phi, sin psi, cos psi] from [sin.., cos..]
+        order = [*range(k), *range(m, m + k), *range(k, m), *range(m + k, 2 * m)]
+        self.register_buffer("order", torch.tensor(order, dtype=torch.long))
 
     def forward(self, x: torch.Tensor, box: torch.Tensor | None = None) -> torch.Tensor:
         p = x.index_select(1, self.flat).reshape(x.shape[0], self.n, 4, 3)
@@ -120,9 +128,7 @@ class PositionTorsions(nn.Module):
         y = (b1 * c1).sum(-1) * torch.linalg.vector_norm(b2, dim=-1)
         c = (c1 * c2).sum(-1)  # the angle is atan2(y, c) (mdtraj)
         r = torch.sqrt(y * y + c * c)
-        s, co = y / r, c / r
-        k = self.n_phi
-        return torch.cat([s[:, :k], co[:, :k], s[:, k:], co[:, k:]], 1)
+        return torch.cat([y / r, c / r], 1).index_select(1, self.order)
 
 
 class PositionDistances(nn.Module):
@@ -199,6 +205,7 @@ class _SlowModes(nn.Module):
         features: nn.Module,
         weight: torch.Tensor,
         bias: torch.Tensor,
+        head: bool,
         input_shape: Sequence[int],
         loop: bool,
         meta: dict[str, Any],
@@ -208,6 +215,7 @@ class _SlowModes(nn.Module):
         self.features = features
         self.register_buffer("weight", weight)
         self.register_buffer("bias", bias)
+        self.head = bool(head)  # False: the head is folded into the encoder's last layer
         self.input_shape = [int(d) for d in input_shape]
         self.n_dims = len(self.input_shape)
         self.loop = bool(loop)
@@ -229,7 +237,7 @@ class _SlowModes(nn.Module):
             phi = torch.cat([self.features(z[i : i + 1]) for i in range(z.shape[0])], 0)
         else:
             phi = self.features(z)
-        out = torch.addmm(self.bias, phi, self.weight)
+        out = torch.addmm(self.bias, phi, self.weight) if self.head else phi
         if single:
             out = out.squeeze(0)
         return out.to(dtype)
@@ -356,6 +364,43 @@ def _folded(module: nn.Module) -> nn.Module:
         first.weight.copy_(w.to(first.weight.dtype))
         first.bias.copy_(b.to(first.bias.dtype))
     return enc
+
+
+def _with_head(
+    module: nn.Module, weight: torch.Tensor, bias: torch.Tensor
+) -> tuple[nn.Module, bool]:
+    """``(module, folded)``: the affine head ``psi @ weight + bias`` folded into the last
+    ``Linear`` layer of the feature map where it is one we can see (a Linear, our MLP, a
+    Sequential ending in one; computed in float64), so the exported forward is the encoder
+    alone; else ``(module, False)``."""
+    from dpnets.nn.mlp import MLP
+
+    def merged(lin: nn.Linear) -> nn.Linear:
+        w_l = lin.weight.detach().double()
+        b_l = lin.bias.detach().double() if lin.bias is not None else torch.zeros(w_l.shape[0])
+        new = nn.Linear(lin.in_features, weight.shape[1], dtype=torch.float64)
+        with torch.no_grad():
+            new.weight.copy_(weight.T @ w_l)
+            new.bias.copy_(b_l.double() @ weight + bias)
+        return new
+
+    def swap(mod: nn.Module) -> nn.Module | None:
+        if isinstance(mod, nn.Linear):
+            return merged(mod)
+        if isinstance(mod, MLP) and isinstance(mod.net[-1], nn.Linear):
+            mod.net[len(mod.net) - 1] = merged(mod.net[-1])
+            mod.out_dim = int(weight.shape[1])
+            return mod
+        if isinstance(mod, nn.Sequential) and len(mod):
+            last = swap(mod[-1])
+            if last is None:
+                return None
+            mod[len(mod) - 1] = last
+            return mod
+        return None
+
+    out = swap(copy.deepcopy(module))
+    return (module, False) if out is None else (out, True)
 
 
 def _prepared(module: nn.Module, dtype: torch.dtype) -> nn.Module:
@@ -530,8 +575,10 @@ def _export(
         for t in [*source.parameters(), *source.buffers()]
         if t.is_floating_point()
     )
-    feats = _prepared(_folded(source), dtype)
     modes = _check_modes(modes, int(np.asarray(model.eigvals_).size))
+    weight, bias = _affine_head(model, modes)  # the basis and eigenvectors, one affine map
+    folded, head_folded = _with_head(_folded(source), weight, bias)
+    feats = _prepared(folded, dtype)
     state_shape = tuple(int(d) for d in model.state_shape_)
     if inputs is None:
         if input_shape is not None and tuple(input_shape) != state_shape:
@@ -573,7 +620,6 @@ def _export(
     with torch.no_grad():
         z = None if ex is None else pre(ex)
     compiled, loop = _compiled(feats, z, "example=")
-    weight, bias = _affine_head(model, modes)
     meta = _metadata(model, modes, dtype)
     meta["inputs"] = {
         "shape": list(in_shape),
@@ -587,12 +633,15 @@ def _export(
         compiled,
         weight.to(dtype).contiguous(),
         bias.to(dtype).contiguous(),
+        not head_folded,
         in_shape,
         loop,
         meta,
     )
-    try:
-        scripted = torch.jit.script(wrapper)
+    try:  # frozen: the flags and weights become constants, dead branches go
+        scripted = torch.jit.freeze(
+            torch.jit.script(wrapper.eval()), preserved_attrs=["modes", "eigenvalues", "lag_time"]
+        )
     except Exception as err:  # noqa: BLE001 - should not happen: report it plainly
         raise ExportError(
             f"the exported module cannot be compiled: {' '.join(str(err).split())[:300]}"
