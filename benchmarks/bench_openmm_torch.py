@@ -211,13 +211,15 @@ class _Trivial:
         torch.jit.script(Trivial()).save(str(out))
 
 
-def throughput(work: Path, steps: dict) -> list[dict]:
+def throughput(work: Path, steps: dict, rounds: int) -> list[dict]:
+    """ns/day of each (platform, CV) set-up: interleaved rounds, the best of each (a shared
+    machine's load only slows a run down)."""
     import openmm
     from openmm import app
     from openmmtorch import TorchForce
 
     _Trivial.save(work / "trivial_openmm.pt")
-    rows = []
+    sims = {}
     for plat_name in ("Reference", "CPU"):
         for cv in (None, "trivial", "cv32", "cv64"):
             pdb, system = amber_system()
@@ -229,20 +231,25 @@ def throughput(work: Path, steps: dict) -> list[dict]:
             sim = app.Simulation(pdb.topology, system, integ, plat, props)
             sim.context.setPositions(pdb.positions)
             sim.step(20)
-            n = steps["plain" if cv is None else "cv"]
+            sims[(plat_name, cv)] = sim
+    best: dict = {k: 0.0 for k in sims}
+    for _ in range(rounds):
+        for key, sim in sims.items():
+            n = steps["plain" if key[1] is None else "cv"]
             t0 = time.perf_counter()
             sim.step(n)
             sec = time.perf_counter() - t0
-            ns_day = n * 0.002e-3 / sec * 86400
-            rows.append(
-                {
-                    "platform": plat_name + (" (1 thread)" if plat_name == "CPU" else ""),
-                    "cv": cv or "none",
-                    "steps": n,
-                    "ns_per_day": ns_day,
-                }
-            )
-    return rows
+            best[key] = max(best[key], n * 0.002e-3 / sec * 86400)
+    return [
+        {
+            "platform": plat + (" (1 thread)" if plat == "CPU" else ""),
+            "cv": cv or "none",
+            "steps": steps["plain" if cv is None else "cv"],
+            "rounds": rounds,
+            "ns_per_day": v,
+        }
+        for (plat, cv), v in best.items()
+    ]
 
 
 def main() -> None:
@@ -265,11 +272,11 @@ def main() -> None:
 
     torch.set_num_threads(1)
     if args.smoke:
-        runs, frames, stride, epochs, n_fd, meta_steps = 1, 60, 50, 1, 1, 200
+        runs, frames, stride, epochs, n_fd, meta_steps, rounds = 1, 60, 50, 1, 1, 200, 1
         steps = {"plain": 200, "cv": 50}
     else:
-        runs, frames, stride, epochs, n_fd, meta_steps = 4, 500, 250, 30, 3, 4000
-        steps = {"plain": 20000, "cv": 5000}
+        runs, frames, stride, epochs, n_fd, meta_steps, rounds = 4, 500, 250, 30, 3, 4000, 5
+        steps = {"plain": 10000, "cv": 2000}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         t0 = time.perf_counter()
@@ -304,7 +311,7 @@ def main() -> None:
             "setup_seconds": time.perf_counter() - t0,
             "values_and_forces": check_values_and_forces(work, ref, n_fd),
             "metadynamics": metadynamics(work, ref, meta_steps),
-            "throughput": throughput(work, steps),
+            "throughput": throughput(work, steps, rounds),
         }
     print(json.dumps(result, indent=1))
     if args.smoke:
@@ -313,6 +320,12 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "openmm_torch.json").write_text(json.dumps(result, indent=1))
     lines = [
+        f"OpenMM-Torch {result['versions']['openmmtorch']}, openmm "
+        f"{result['versions']['openmm']}, torch {result['versions']['torch']}; alanine "
+        "dipeptide in vacuum, 2 fs; best of interleaved rounds on a shared 2-core VM. "
+        "trivial: a TorchScript energy sum(x^2) (OpenMM-Torch's own cost per step); cv32 / "
+        "cv64: the positions-in slow mode (float32 / float64 file).",
+        "",
         "| platform | CV | ns/day |",
         "|---|---|---|",
         *[
