@@ -150,3 +150,32 @@ def test_torchforce_cv_in_openmm_metadynamics(exported):
     pos = sim.context.getState(getPositions=True).getPositions(asNumpy=True)
     s_file = float(torch.jit.load(str(work / "cv.pt"))(torch.tensor(pos._value))[0])
     assert abs(meta.getCollectiveVariables(sim)[0] - s_file) < 1e-6 * np.ptp(ref)
+
+
+def test_periodic_box_from_openmm_torch(exported):
+    """With ``setUsesPeriodicBoundaryConditions(True)`` OpenMM-Torch passes the box vectors:
+    atoms moved by whole (triclinic) box vectors give the CV of the whole molecule."""
+    work, xyz, _ = exported
+    a, b, c = [2.0, 0.0, 0.0], [0.5, 2.2, 0.0], [-0.4, 0.7, 2.6]  # OpenMM's reduced form
+    system = openmm.System()
+    system.setDefaultPeriodicBoxVectors(
+        openmm.Vec3(*a) * unit.nanometer,
+        openmm.Vec3(*b) * unit.nanometer,
+        openmm.Vec3(*c) * unit.nanometer,
+    )
+    for _ in range(xyz.shape[1]):
+        system.addParticle(12.0)
+    force = TorchForce(str(work / "cv_openmm.pt"))
+    force.setUsesPeriodicBoundaryConditions(True)
+    force.setForceGroup(1)
+    system.addForce(force)
+    ctx = openmm.Context(
+        system, openmm.VerletIntegrator(0.001), openmm.Platform.getPlatformByName("Reference")
+    )
+    whole = _context(work / "cv_openmm.pt", "Reference", xyz.shape[1])
+    box = np.array([a, b, c])
+    rng = np.random.default_rng(0)
+    for i in (0, 100, 200):
+        moved = xyz[i] + rng.integers(-1, 2, size=(xyz.shape[1], 3)) @ box
+        assert abs(_energy(ctx, moved) - _energy(whole, xyz[i])) < 1e-9
+        assert abs(_energy(whole, moved) - _energy(whole, xyz[i])) > 1e-4  # the box matters
