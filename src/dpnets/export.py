@@ -498,10 +498,14 @@ def export(
     ``i = 0`` is the constant function) exactly as :meth:`SpectralModel.eigenfunctions`
     reports them, from the raw inputs: input standardisation, encoder, feature basis
     (``[1, (psi - feature_shift_) / feature_scale_]`` when the operator added the
-    constant) and the real parts of the chosen right eigenvectors. Load it with
+    constant) and the real parts of the chosen right eigenvectors, the last two folded into
+    one affine map (into the encoder's last ``Linear`` layer where it has one). Load it with
     ``torch.jit.load(path)`` (no dpnets needed); ``cv(x)`` maps ``(B, *input_shape)`` to
-    ``(B, len(modes))`` (one state ``input_shape`` to ``(len(modes),)``) and is
-    differentiable with respect to ``x``. Its metadata (modes, eigenvalues, timescales, lag,
+    ``(B, len(modes))`` (one state ``input_shape`` to ``(len(modes),)``), in ``x``'s dtype
+    (computed in ``dtype``), and is differentiable with respect to ``x``; ``cv(x, box)``
+    passes the periodic box vectors ``(3, 3)`` to the input map (OpenMM-Torch's
+    ``boxvectors``). Nothing is checked per call: a wrong shape fails inside torch. Its
+    metadata (modes, eigenvalues, timescales, lag,
     ``dt``, inputs) are the JSON file :data:`METADATA_FILE` inside it
     (:func:`read_metadata`) and the attributes ``cv.modes``, ``cv.eigenvalues`` (real
     parts) and ``cv.lag_time``.
@@ -520,12 +524,13 @@ def export(
         Eigenfunctions to export, in the order of :meth:`SpectralModel.eig` (decreasing
         modulus; 1 is the slowest non-constant one).
     dtype : torch.float32 or torch.float64, default float32
-        Precision of the exported computation (PLUMED feeds float32; inputs of another
-        floating dtype are cast).
+        Precision of the exported computation; inputs are cast to it and the result back to
+        the input's dtype (PLUMED feeds float32, so a float64 file runs there too).
     inputs : nn.Module, optional
         A map from what the engine gives to the model's states, applied first
-        (:class:`TorsionInputs`, :class:`AtomSelection`; must be scriptable); default:
-        the model's states themselves.
+        (:class:`TorsionInputs`, :class:`PositionTorsions`, :class:`PositionDistances`,
+        :class:`AtomSelection`, which also take the box; or any scriptable module with
+        ``forward(x)``); default: the model's states themselves.
     input_shape : sequence of int, optional
         Shape of one engine input when ``inputs`` is given (default: the model's state
         shape).
