@@ -21,7 +21,7 @@ for a in "$@"; do [ "$a" = "--smoke" ] && SMOKE="--smoke"; done
 if [ ! -x "$ENV/bin/python" ]; then
   python3 -m venv "$ENV"
   nice "$ENV/bin/pip" install "torch==2.12.*" "openmm==8.5.2" "acellera-openmmtorch-cpu==1.10" \
-    mdtraj numpy scipy matplotlib pytest
+    mdtraj numpy scipy matplotlib pytest deeptime
 fi
 nice "$ENV/bin/pip" install -q --no-deps --force-reinstall "$ROOT"
 "$ENV/bin/python" -c "import torch, openmm, openmmtorch; print('torch', torch.__version__, 'openmm', openmm.__version__)"
