@@ -419,7 +419,10 @@ def _write_plumed(
     ]
     for line, label in zip(lines, labels, strict=True):
         text.append(f"{line}   # {label}")
-    text.append(f"cv: PYTORCH_MODEL FILE={out.resolve()} ARG={','.join(names)}")
+    file = str(out.resolve())
+    if any(c.isspace() for c in file):  # PLUMED reads a value with spaces in braces
+        file = "{" + file + "}"
+    text.append(f"cv: PYTORCH_MODEL FILE={file} ARG={','.join(names)}")
     for k, m in enumerate(modes):
         lam = meta["eigenvalues"][k]
         ts = meta["timescales"][k]
