@@ -31,6 +31,7 @@ MODULES = [
     "dpnets.systems",
     "dpnets.datasets",
     "dpnets.export",
+    "dpnets.engines",
 ]
 
 _DIRECTIVE = re.compile(r"^(\s*)\.\. ([\w:-]+)::\s*(\S*)\s*$")
