@@ -6,7 +6,8 @@
 # process (see bench_scale.py's docstring). About 15 min on the dev box (2 shared cores).
 #
 # Usage, from the repository root:  bash benchmarks/scale_cpu.sh [--smoke]
-# --smoke: tiny sizes, the table to a temporary folder (never the committed results).
+# --smoke: both runs at tiny sizes (MLP only, no peer: bench_scale.py's own --smoke covers the
+# rest), the table to a temporary folder (never the committed results).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="src${PYTHONPATH:+:$PYTHONPATH}"
@@ -14,7 +15,7 @@ py="${PYTHON:-python3}"
 args=(--devices cpu --threads 1 --clock cpu --steps 30)
 if [[ "${1:-}" == "--smoke" ]]; then
     out="$(mktemp -d)/cpu.md"
-    args=(--smoke --devices cpu --clock cpu --out "$out")
+    args=(--smoke --devices cpu --clock cpu --models mlp --no-peer --out "$out")
 else
     out=auto
     args+=(--out auto)
