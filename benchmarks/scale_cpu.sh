@@ -3,7 +3,7 @@
 # runs of bench_scale.py on one thread with the CPU clock, 30 repetitions, MLP and SchNet at
 # r in {8, 64}, deeptime's VAMPNet row next to the MLP ones; the first with glibc's default
 # allocator settings, the second (appended) with GLIBC_TUNABLES that keep freed memory in the
-# process (see bench_scale.py's docstring). About 15 min on the dev box (2 shared cores).
+# process (see bench_scale.py's docstring). About 35 min on the dev box (2 shared cores, loaded).
 #
 # Usage, from the repository root:  bash benchmarks/scale_cpu.sh [--smoke]
 # --smoke: both runs at tiny sizes (MLP only, no peer: bench_scale.py's own --smoke covers the
