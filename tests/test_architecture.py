@@ -126,7 +126,7 @@ LAYERS = [
     ["io", "data", "moments", "nn", "nn.*", "scores", "ito"],
     ["training", "spectral"],
     ["representation", "operators", "generator", "baselines", "baselines.*"],
-    ["validation", "plot", "datasets", "systems", "systems.*", "export"],
+    ["validation", "plot", "datasets", "systems", "systems.*", "export", "engines", "fitfolder"],
     ["", "workflow", "experiments", "experiments.*", "cli", "__main__"],
 ]
 

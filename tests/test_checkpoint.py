@@ -50,6 +50,7 @@ def test_a_fit_killed_with_sigkill_resumes_to_the_uninterrupted_result(tmp_path,
         from dpnets import DPNet
         from dpnets.nn import MLP
         x = np.load({str(data)!r})
+        torch.set_num_threads({torch.get_num_threads()})  # the parent's: same kernels
         torch.manual_seed(0)
         net = DPNet(MLP(1, (16,), 3), epochs=6, batch_size=256, seed=0, progress=False)
         def die(epoch, model):

@@ -29,6 +29,7 @@ MODULES = [
     "dpnets.systems",
     "dpnets.datasets",
     "dpnets.export",
+    "dpnets.engines",
 ]
 
 _DIRECTIVE = re.compile(r"^(\s*)\.\. ([\w:-]+)::\s*(\S*)\s*$")

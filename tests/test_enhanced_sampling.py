@@ -99,8 +99,9 @@ def test_alanine_metadynamics_engine_matches_exported_file(tmp_path):
     from openmm import app
 
     from dpnets import TransferOperator, export
+    from dpnets.engines import openmm_torsion_cv
     from dpnets.experiments import enhanced_sampling_alanine as esa
-    from dpnets.export import TorsionInputs, openmm_torsion_cv
+    from dpnets.export import TorsionInputs
 
     rng = np.random.default_rng(0)
     ang = np.cumsum(rng.normal(scale=20.0, size=(2000, 2)), 0) % 360.0 - 180.0

@@ -136,13 +136,23 @@ def test_exported_file_reproduces_eigenfunctions_without_dpnets(models, tmp_path
 
 
 def test_one_state_and_dtype_casts(models, tmp_path):
-    x, op32, _ = models
+    x, op32, op64 = models
     export(op32, tmp_path / "cv.pt", modes=1)
     cv = torch.jit.load(str(tmp_path / "cv.pt"))
-    one = cv(torch.tensor(x[3]))  # float64 input cast to float32, one state -> (n_modes,)
-    assert one.shape == (1,) and one.dtype == torch.float32
+    # float64 input computed in float32, given back in the input's dtype; one state ->
+    # (n_modes,)
+    one = cv(torch.tensor(x[3]))
+    assert one.shape == (1,) and one.dtype == torch.float64
     assert abs(float(one[0]) - op32.eigenfunctions(x[3:4]).real[0, 1]) < 1e-5
-    with pytest.raises(Exception, match=r"expected inputs of shape \(batch, 2\)"):
+    # a float64 file fed float32 (as PLUMED feeds it) answers float32, with float64 inside
+    export(op64, tmp_path / "cv64.pt", modes=[1, 2], dtype=torch.float64)
+    cv64 = torch.jit.load(str(tmp_path / "cv64.pt"))
+    x32 = torch.tensor(x[:20], dtype=torch.float32)
+    got = cv64(x32)
+    assert got.dtype == torch.float32
+    ref = op64.eigenfunctions(x32.double().numpy()).real[:, [1, 2]]
+    assert _rel(got.double().numpy(), ref) < 1e-6
+    with pytest.raises(Exception):  # noqa: B017 - a wrong shape fails inside the network
         cv(torch.zeros(4, 3))
 
 
@@ -313,7 +323,7 @@ def test_plumed_dat_torsions_match_the_topology(tmp_path):
     phi_idx, phi = md.compute_phi(traj)
     psi_idx, psi = md.compute_psi(traj)
     assert torsions == {"phi1": phi_idx[0].tolist(), "psi1": psi_idx[0].tolist()}
-    assert "cv: PYTORCH_MODEL FILE=cv.pt ARG=phi1,psi1" in plumed
+    assert f"cv: PYTORCH_MODEL FILE={out.resolve()} ARG=phi1,psi1" in plumed
     assert "OPES_METAD ARG=cv.node-0" in plumed
     # the module takes the raw torsions (radians) and gives the model's eigenfunctions
     op = load(fit / "model.pt")
@@ -333,7 +343,7 @@ def _check_openmm_table(path: Path, torsions: dict, phi_atoms, psi_atoms) -> Non
     torsions of the pdb are mdtraj's (the convention of the exported inputs)."""
     openmm = pytest.importorskip("openmm")
     md = pytest.importorskip("mdtraj")
-    from dpnets.export import openmm_torsion_cv
+    from dpnets.engines import openmm_torsion_cv
 
     force, estimate = openmm_torsion_cv(path, [torsions["phi1"], torsions["psi1"]], n_grid=121)
     rng = np.random.default_rng(0)

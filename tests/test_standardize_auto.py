@@ -55,18 +55,24 @@ def test_inputs_left_as_given_warn_when_their_scale_is_extreme():
 
 def test_a_users_periodic_encoder_under_the_defaults_on_the_logistic_map():
     """The noisy logistic map with nn.Sequential(sin/cos(2 pi x), MLP): left as given, the
-    features of [1, psi] reach spectral error 0.098 and optimality gap 0.617 (seed 0; seeds
-    0-2: 0.074-0.128 and 0.62, benchmarks/bench_standardize_auto.py); standardised, the
-    embedding loses its period and the gap is 2.47."""
+    embedding keeps its period; standardised, it loses it.
+
+    A seed reproduces a fit bit for bit on one machine but not across CPUs of this kind:
+    MKL picks its float32 matmul kernels by CPU (seed 0 gives spectral error 0.098 on an
+    AMD EPYC, 0.100 there with ``MKL_CBWR=COMPATIBLE``, 0.127 on another machine), so
+    every bound sits outside the spread measured over seeds 0-5
+    (``benchmarks/bench_standardize_auto.py --seeds 6``): left as given, spectral error
+    0.060-0.130 and optimality gap 0.617-0.620; standardised, 0.200-0.205 and 2.467-2.472.
+    The gap separates the two by a factor of four, so it carries the assertion."""
     system = LogisticMap()
     x = system.sample(65_536, seed=0)
     out = {}
     for mode in ("auto", "coordinate"):
-        torch.manual_seed(0)
         enc = nn.Sequential(Periodic(), MLP(2, (64, 64), 4))
         net = DPNet(enc, lag=1, seed=0, standardize=mode, progress=False, device="cpu").fit(x)
         out[mode] = system.representation_metrics(
             lambda s, net=net: np.column_stack([np.ones(len(s)), net.transform(s)]), n_eigs=3
         )
-    assert out["auto"]["spectral_error"] < 0.12 and out["auto"]["optimality_gap"] < 1.15
-    assert out["coordinate"]["optimality_gap"] > 2.0
+    assert out["auto"]["optimality_gap"] < 1.0  # spread 0.617-0.620
+    assert out["coordinate"]["optimality_gap"] > 2.0  # spread 2.467-2.472
+    assert out["auto"]["spectral_error"] < 0.18  # spread 0.060-0.130

@@ -1,5 +1,5 @@
 """Command line: ``dpnets fit``, ``analyze``, ``transform``, ``forecast`` on the user's files
-(:mod:`dpnets.workflow`), ``dpnets export`` (:mod:`dpnets.export`), ``dpnets demo`` and
+(:mod:`dpnets.workflow`), ``dpnets export`` (:mod:`dpnets.engines`), ``dpnets demo`` and
 ``dpnets reproduce NAME``.
 
 A user error (a missing or unreadable file, a bad option, a non-empty output folder) prints
@@ -281,8 +281,12 @@ def _parser() -> argparse.ArgumentParser:
     p_ex = sub.add_parser(
         "export",
         help="write slow modes as a TorchScript file for MD engines (PLUMED, OpenMM-Torch)",
-        epilog="examples:\n  dpnets export fit/ --modes 1,2 --out cv.pt      # + plumed.dat "
-        "for dihedral/distance fits\n  dpnets export model.pt --modes 1 --out cv.pt --double\n",
+        epilog="examples:\n"
+        "  dpnets export fit/ --modes 1,2 --out plumed/cv.pt --topology system.pdb"
+        "   # + plumed.dat\n"
+        "  dpnets export fit/ --input positions --topology system.pdb --out cv.pt"
+        "   # OpenMM-Torch\n"
+        "  dpnets export model.pt --modes 1 --out cv.pt --double\n",
         formatter_class=raw,
     )
     p_ex.add_argument("fit", help="a folder written by dpnets fit, or a model file")
@@ -301,7 +305,29 @@ def _parser() -> argparse.ArgumentParser:
     p_ex.add_argument(
         "--double",
         action="store_true",
-        help="compute in float64 (default float32, what PLUMED's PYTORCH_MODEL feeds)",
+        help="compute in float64 inside (default float32); the file answers in the input's "
+        "dtype, so PLUMED's float32 runs either",
+    )
+    p_ex.add_argument(
+        "--input",
+        choices=("auto", "features", "positions"),
+        default="auto",
+        help="what the file takes: positions (all the engine topology's atoms, nm; "
+        "OpenMM-Torch), features (torsions/distances as PLUMED computes them, + plumed.dat); "
+        "default auto: features for dihedral/distance fits, positions for position fits",
+    )
+    p_ex.add_argument(
+        "--topology",
+        default=None,
+        help="the engine's topology (e.g. the all-atom PDB it simulates): atoms are matched "
+        "to the fit's by chain, residue and atom name (default: the fit's topology)",
+    )
+    p_ex.add_argument(
+        "--temperature",
+        type=float,
+        default=None,
+        help="simulation temperature in K for the plumed.dat sketches (default: a "
+        "placeholder PLUMED refuses until set)",
     )
 
     p_rep = sub.add_parser(
@@ -433,10 +459,19 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "export":
         import torch
 
-        from dpnets.export import export_fit, parse_modes
+        from dpnets.engines import export_fit
+        from dpnets.export import parse_modes
 
         dtype = torch.float64 if args.double else torch.float32
-        written = export_fit(args.fit, args.out, parse_modes(args.modes), dtype)
+        written = export_fit(
+            args.fit,
+            args.out,
+            parse_modes(args.modes),
+            dtype,
+            inputs=args.input,
+            topology=args.topology,
+            temperature=args.temperature,
+        )
         print("wrote " + ", ".join(written))
         return 0
     from dpnets.experiments import run_experiment

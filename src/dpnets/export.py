@@ -4,30 +4,28 @@ self-contained TorchScript file for the simulation engines.
 :func:`export` writes the right eigenfunctions ``phi_i(x) = psi(x)^T r_i`` of a fitted
 model (paper Eq. 16; real parts, normalised exactly as :meth:`SpectralModel.eigenfunctions`
 reports them) as a TorchScript module computed from the model's raw inputs: the input
-standardisation of a DPNet (:class:`dpnets.representation.InputScaler`), the encoder, the
-operator's feature basis (the constant prepended and the features centred and scaled, as
-:class:`dpnets.TransferOperator` does with ``constant="auto"``) and the chosen columns of the
-right eigenvectors. Loading it needs torch only (``torch.jit.load`` in Python,
-``torch::jit::load`` in C++: PLUMED's ``PYTORCH_MODEL`` and OpenMM-Torch), and it is
-differentiable with respect to its inputs, so an engine gets the biasing forces by
-backpropagation.
+standardisation of a DPNet (folded into the encoder's first linear layer where it is one),
+the encoder, and the operator's feature basis (the constant prepended and the features
+centred and scaled, as :class:`dpnets.TransferOperator` does with ``constant="auto"``) with
+the chosen columns of the right eigenvectors, folded into one affine map. Loading it needs
+torch only (``torch.jit.load`` in Python, ``torch::jit::load`` in C++: PLUMED's
+``PYTORCH_MODEL`` and OpenMM-Torch), and it is differentiable with respect to its inputs, so
+an engine gets the biasing forces by backpropagation. Every check that does not depend on
+the values happens here, at export time: the file's ``forward`` is the bare computation.
 
-:func:`export_fit` does the same for a folder written by ``dpnets fit`` on molecular
-dynamics files and makes the module take what the engine computes: the raw backbone
-torsions in radians (``sin``/``cos`` inside), the pairwise distances in nm, or all the
-atoms' positions in nm (the atom selection inside); it writes next to the model a
-``plumed.dat`` (``TORSION``/``DISTANCE`` from the topology's atoms, ``PYTORCH_MODEL``, an
-``OPES_METAD`` sketch) or an OpenMM-Torch recipe.
+Input maps put the engine's quantities in front of the model: :class:`TorsionInputs`
+(torsions in radians, PLUMED's ``TORSION``), :class:`PositionTorsions`,
+:class:`PositionDistances` and :class:`AtomSelection` (the engine's positions, with periodic
+images when a box is passed). :mod:`dpnets.engines` exports ``dpnets fit`` folders for an
+engine's topology and writes the engine recipes.
 """
 
 from __future__ import annotations
 
 import copy
-import glob
 import io as _stdio
 import json
 import os
-import sys
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -46,11 +44,12 @@ from dpnets.spectral import SpectralModel
 __all__ = [
     "ExportError",
     "export",
-    "export_fit",
     "parse_modes",
     "read_metadata",
-    "openmm_torsion_cv",
+    "minimum_image",
     "TorsionInputs",
+    "PositionTorsions",
+    "PositionDistances",
     "AtomSelection",
     "METADATA_FILE",
 ]
@@ -67,49 +66,146 @@ class ExportError(ValueError):
 
 
 # ------------------------------------------------------------------------------ input maps
+# Every input map takes ``(x, box)``: ``x`` a batch of engine inputs, ``box`` the periodic box
+# vectors (3, 3) in nm as OpenMM-Torch passes them (rows a, b, c in OpenMM's reduced form: a
+# along x, b in the xy plane), or None without periodic boundary conditions.
+
+
+def minimum_image(d: torch.Tensor, box: torch.Tensor) -> torch.Tensor:
+    """Displacements ``d (..., 3)`` reduced to their nearest periodic image in the triclinic
+    ``box`` (rows a, b, c; OpenMM's reduced form: ``a = (ax, 0, 0)``, ``b = (bx, by, 0)``)."""
+    d = d - box[2] * torch.round(d[..., 2:3] / box[2, 2])
+    d = d - box[1] * torch.round(d[..., 1:2] / box[1, 1])
+    d = d - box[0] * torch.round(d[..., 0:1] / box[0, 0])
+    return d
+
+
 class TorsionInputs(nn.Module):
     """Raw backbone torsions ``[phi_1..phi_m, psi_1..psi_k]`` (radians, as PLUMED's
-    ``TORSION`` and mdtraj compute them) to the dihedral features of
-    :func:`dpnets.datasets.read_trajectories`: ``[sin phi, cos phi, sin psi, cos psi]``
-    blocks."""
+    ``TORSION`` and mdtraj compute them; ``m = n_phi``, ``k = n_psi``, default ``m``) to the
+    dihedral features of :func:`dpnets.datasets.read_trajectories`: ``[sin phi, cos phi,
+    sin psi, cos psi]`` blocks."""
 
-    def __init__(self, n_phi: int) -> None:
+    def __init__(self, n_phi: int, n_psi: int | None = None) -> None:
         super().__init__()
         self.n_phi = int(n_phi)
+        n_psi = self.n_phi if n_psi is None else int(n_psi)
+        phi, psi = list(range(self.n_phi)), list(range(self.n_phi, self.n_phi + n_psi))
+        # feature j = sin(angle[which[j]] + offset[j]), cos a = sin(a + pi/2): three ops
+        self.register_buffer("which", torch.tensor(phi + phi + psi + psi, dtype=torch.long))
+        half = [0.0] * self.n_phi + [np.pi / 2] * self.n_phi + [0.0] * n_psi + [np.pi / 2] * n_psi
+        self.register_buffer("offset", torch.tensor(half, dtype=torch.float64))
 
-    def forward(self, angles: torch.Tensor) -> torch.Tensor:
-        phi, psi = angles[:, : self.n_phi], angles[:, self.n_phi :]
-        return torch.cat([torch.sin(phi), torch.cos(phi), torch.sin(psi), torch.cos(psi)], 1)
+    def forward(self, angles: torch.Tensor, box: torch.Tensor | None = None) -> torch.Tensor:
+        return torch.sin(angles.index_select(1, self.which) + self.offset.to(angles.dtype))
+
+
+class PositionTorsions(nn.Module):
+    """The engine's positions ``(B, n_atoms, 3)`` (nm) to the dihedral features of
+    :func:`dpnets.datasets.read_trajectories` (``[sin phi, cos phi, sin psi, cos psi]``
+    blocks) of the torsions ``quads`` (``(m, 4)`` 0-based atom indices, the ``n_phi`` phi
+    torsions first), with mdtraj's (and PLUMED's ``TORSION``) sign convention; bond vectors
+    are taken to their nearest periodic image when a box is given."""
+
+    def __init__(self, quads: Any, n_phi: int) -> None:
+        super().__init__()
+        q = torch.as_tensor(np.asarray(quads, dtype=np.int64).reshape(-1, 4))
+        self.register_buffer("flat", q.reshape(-1).clone())
+        self.n = int(q.shape[0])
+        self.n_phi = int(n_phi)
+        k, m = self.n_phi, self.n  # [sin phi, cos phi, sin psi, cos psi] from [sin.., cos..]
+        order = [*range(k), *range(m, m + k), *range(k, m), *range(m + k, 2 * m)]
+        self.register_buffer("order", torch.tensor(order, dtype=torch.long))
+
+    def forward(self, x: torch.Tensor, box: torch.Tensor | None = None) -> torch.Tensor:
+        p = x.index_select(1, self.flat).reshape(x.shape[0], self.n, 4, 3)
+        b = p[:, :, 1:] - p[:, :, :-1]  # the three bond vectors
+        if box is not None:
+            b = minimum_image(b, box)
+        b1, b2, b3 = b[:, :, 0], b[:, :, 1], b[:, :, 2]
+        c1 = torch.linalg.cross(b2, b3, dim=-1)
+        c2 = torch.linalg.cross(b1, b2, dim=-1)
+        y = (b1 * c1).sum(-1) * torch.linalg.vector_norm(b2, dim=-1)
+        c = (c1 * c2).sum(-1)  # the angle is atan2(y, c) (mdtraj)
+        r = torch.sqrt(y * y + c * c)
+        return torch.cat([y / r, c / r], 1).index_select(1, self.order)
+
+
+class PositionDistances(nn.Module):
+    """The engine's positions ``(B, n_atoms, 3)`` (nm) to the distances of atom ``pairs``
+    (``(m, 2)`` 0-based; nearest periodic image when a box is given), as
+    ``mdtraj.compute_distances`` and PLUMED's ``DISTANCE`` give them."""
+
+    def __init__(self, pairs: Any) -> None:
+        super().__init__()
+        pr = torch.as_tensor(np.asarray(pairs, dtype=np.int64).reshape(-1, 2))
+        self.register_buffer("i", pr[:, 0].clone())
+        self.register_buffer("j", pr[:, 1].clone())
+
+    def forward(self, x: torch.Tensor, box: torch.Tensor | None = None) -> torch.Tensor:
+        d = x.index_select(1, self.j) - x.index_select(1, self.i)
+        if box is not None:
+            d = minimum_image(d, box)
+        return torch.linalg.vector_norm(d, dim=-1)
 
 
 class AtomSelection(nn.Module):
     """All the atoms' positions ``(B, n_all, 3)`` to those of the selected atoms (0-based
-    ``indices``, in the order of the training data)."""
+    ``indices``, in the order of the training data). With a box, each selected atom is
+    moved to its periodic image nearest the first selected one (a molecule smaller than half
+    the box comes out whole)."""
 
     def __init__(self, indices: Sequence[int]) -> None:
         super().__init__()
         self.register_buffer("indices", torch.as_tensor(np.asarray(indices), dtype=torch.long))
 
-    def forward(self, positions: torch.Tensor) -> torch.Tensor:
-        return positions.index_select(1, self.indices)
+    def forward(self, positions: torch.Tensor, box: torch.Tensor | None = None) -> torch.Tensor:
+        p = positions.index_select(1, self.indices)
+        if box is not None:
+            p = p[:, :1] + minimum_image(p - p[:, :1], box)
+        return p
+
+
+class _NoInputs(nn.Module):
+    """The model's own states as the engine inputs."""
+
+    def forward(self, x: torch.Tensor, box: torch.Tensor | None = None) -> torch.Tensor:
+        return x
+
+
+class _OneArgument(nn.Module):
+    """A user's input map ``forward(x)`` in the ``(x, box)`` form (the box is not used)."""
+
+    def __init__(self, module: nn.Module) -> None:
+        super().__init__()
+        self.module = module
+
+    def forward(self, x: torch.Tensor, box: torch.Tensor | None = None) -> torch.Tensor:
+        return self.module(x)
+
+
+_INPUT_MAPS = (TorsionInputs, PositionTorsions, PositionDistances, AtomSelection, _NoInputs)
 
 
 class _SlowModes(nn.Module):
     """The exported function: engine inputs -> chosen eigenfunctions (real parts).
 
-    ``forward(x)``: ``x`` of shape ``(B, *input_shape)`` gives ``(B, n_modes)``; a single
-    state ``input_shape`` gives ``(n_modes,)``. Inputs of another floating dtype are cast to
-    the module's.
+    ``forward(x, box=None)``: ``x`` of shape ``(B, *input_shape)`` gives ``(B, n_modes)``; a
+    single state ``input_shape`` gives ``(n_modes,)``; ``box`` (3, 3): the periodic box
+    vectors (nm) as OpenMM-Torch passes them. The computation runs in the module's dtype and
+    the result comes back in the input's (PLUMED feeds float32 to a float64 file). The
+    operator's feature basis (the constant, the centring and scaling) and the eigenvectors
+    are folded into one affine map at export time; nothing is checked per call (the shapes
+    are checked at export).
     """
 
     def __init__(
         self,
         inputs: nn.Module,
         features: nn.Module,
-        coef: torch.Tensor,
-        shift: torch.Tensor | None,
-        scale: torch.Tensor | None,
-        constant: bool,
+        weight: torch.Tensor,
+        bias: torch.Tensor,
+        head: bool,
         input_shape: Sequence[int],
         loop: bool,
         meta: dict[str, Any],
@@ -117,49 +213,34 @@ class _SlowModes(nn.Module):
         super().__init__()
         self.inputs = inputs
         self.features = features
-        self.register_buffer("coef", coef)
-        k = coef.shape[0] - int(constant)
-        self.scaled = shift is not None
-        self.register_buffer(
-            "shift", shift if shift is not None else torch.zeros(k, dtype=coef.dtype)
-        )
-        self.register_buffer(
-            "scale", scale if scale is not None else torch.ones(k, dtype=coef.dtype)
-        )
-        self.constant = bool(constant)
+        self.register_buffer("weight", weight)
+        self.register_buffer("bias", bias)
+        self.head = bool(head)  # False: the head is folded into the encoder's last layer
         self.input_shape = [int(d) for d in input_shape]
+        self.n_dims = len(self.input_shape)
         self.loop = bool(loop)
         # plain attributes, readable on the loaded module (cv.modes, cv.eigenvalues, ...)
         self.modes = [int(m) for m in meta["modes"]]
         self.eigenvalues = [float(v[0]) for v in meta["eigenvalues"]]
         self.lag_time = float(meta["lag_time"]) if meta["lag_time"] is not None else -1.0
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x.to(self.coef.dtype)
-        single = x.dim() == len(self.input_shape)
+    def forward(self, x: torch.Tensor, box: torch.Tensor | None = None) -> torch.Tensor:
+        dtype = x.dtype if x.is_floating_point() else self.weight.dtype
+        x = x.to(self.weight.dtype)
+        single = x.dim() == self.n_dims
         if single:
             x = x.unsqueeze(0)
-        if x.dim() != len(self.input_shape) + 1 or list(x.shape[1:]) != self.input_shape:
-            raise ValueError(
-                "expected inputs of shape (batch, "
-                + ", ".join([str(d) for d in self.input_shape])
-                + ") or one state of shape ("
-                + ", ".join([str(d) for d in self.input_shape])
-                + ")"
-            )
-        z = self.inputs(x)
-        if self.loop:  # a feature map traced on one state
+        if box is not None:
+            box = box.to(self.weight.dtype)
+        z = self.inputs(x, box)
+        if self.loop and z.shape[0] > 1:  # a feature map traced on one state
             phi = torch.cat([self.features(z[i : i + 1]) for i in range(z.shape[0])], 0)
         else:
             phi = self.features(z)
-        if self.scaled:
-            phi = (phi - self.shift) / self.scale
-        if self.constant:
-            phi = torch.cat([torch.ones_like(phi[:, :1]), phi], 1)
-        out = phi @ self.coef
+        out = torch.addmm(self.bias, phi, self.weight) if self.head else phi
         if single:
-            out = out[0]
-        return out
+            out = out.squeeze(0)
+        return out.to(dtype)
 
 
 # ------------------------------------------------------------------------------ the model
@@ -237,6 +318,89 @@ def parse_modes(text: str) -> list[int]:
     if not modes:
         raise ExportError(f"--modes {text!r}: give mode numbers separated by commas, e.g. 1,2")
     return modes
+
+
+def _first_linear(enc: nn.Module) -> nn.Linear | None:
+    """The encoder's first operation when it is a ``Linear`` layer we can see (a Linear, our
+    MLP, a Sequential starting with one), else None."""
+    from dpnets.nn.mlp import MLP
+
+    if isinstance(enc, nn.Linear):
+        return enc
+    if isinstance(enc, MLP) and isinstance(enc.net[0], nn.Linear):
+        return enc.net[0]
+    if isinstance(enc, nn.Sequential) and len(enc) and isinstance(enc[0], nn.Linear):
+        return enc[0]
+    return None
+
+
+def _folded(module: nn.Module) -> nn.Module:
+    """``module`` with a DPNet's input standardisation folded into the encoder's first
+    ``Linear`` layer (``W (x - m) / s + b = (W / s) x + (b - (W / s) m)``, computed in
+    float64): one affine map less per call. A copy; the module itself when nothing folds."""
+    from dpnets.representation import InputScaler
+
+    if not (
+        isinstance(module, nn.Sequential)
+        and len(module) == 2
+        and isinstance(module[0], InputScaler)
+    ):
+        return module
+    scaler, enc = module[0], module[1]
+    first = _first_linear(enc)
+    shift, scale = scaler.shift.detach().double(), scaler.scale.detach().double()
+    if first is None or shift.dim() != 1 or shift.numel() != first.in_features:
+        return module
+    enc = copy.deepcopy(enc)
+    first = _first_linear(enc)
+    assert first is not None
+    with torch.no_grad():
+        w = first.weight.detach().double() / scale
+        b = -(w @ shift)
+        if first.bias is not None:
+            b = b + first.bias.detach().double()
+        else:
+            first.bias = nn.Parameter(torch.zeros_like(first.weight[:, 0]))
+        first.weight.copy_(w.to(first.weight.dtype))
+        first.bias.copy_(b.to(first.bias.dtype))
+    return enc
+
+
+def _with_head(
+    module: nn.Module, weight: torch.Tensor, bias: torch.Tensor
+) -> tuple[nn.Module, bool]:
+    """``(module, folded)``: the affine head ``psi @ weight + bias`` folded into the last
+    ``Linear`` layer of the feature map where it is one we can see (a Linear, our MLP, a
+    Sequential ending in one; computed in float64), so the exported forward is the encoder
+    alone; else ``(module, False)``."""
+    from dpnets.nn.mlp import MLP
+
+    def merged(lin: nn.Linear) -> nn.Linear:
+        w_l = lin.weight.detach().double()
+        b_l = lin.bias.detach().double() if lin.bias is not None else torch.zeros(w_l.shape[0])
+        new = nn.Linear(lin.in_features, weight.shape[1], dtype=torch.float64)
+        with torch.no_grad():
+            new.weight.copy_(weight.T @ w_l)
+            new.bias.copy_(b_l.double() @ weight + bias)
+        return new
+
+    def swap(mod: nn.Module) -> nn.Module | None:
+        if isinstance(mod, nn.Linear):
+            return merged(mod)
+        if isinstance(mod, MLP) and isinstance(mod.net[-1], nn.Linear):
+            mod.net[len(mod.net) - 1] = merged(mod.net[-1])
+            mod.out_dim = int(weight.shape[1])
+            return mod
+        if isinstance(mod, nn.Sequential) and len(mod):
+            last = swap(mod[-1])
+            if last is None:
+                return None
+            mod[len(mod) - 1] = last
+            return mod
+        return None
+
+    out = swap(copy.deepcopy(module))
+    return (module, False) if out is None else (out, True)
 
 
 def _prepared(module: nn.Module, dtype: torch.dtype) -> nn.Module:
@@ -334,10 +498,14 @@ def export(
     ``i = 0`` is the constant function) exactly as :meth:`SpectralModel.eigenfunctions`
     reports them, from the raw inputs: input standardisation, encoder, feature basis
     (``[1, (psi - feature_shift_) / feature_scale_]`` when the operator added the
-    constant) and the real parts of the chosen right eigenvectors. Load it with
+    constant) and the real parts of the chosen right eigenvectors, the last two folded into
+    one affine map (into the encoder's last ``Linear`` layer where it has one). Load it with
     ``torch.jit.load(path)`` (no dpnets needed); ``cv(x)`` maps ``(B, *input_shape)`` to
-    ``(B, len(modes))`` (one state ``input_shape`` to ``(len(modes),)``) and is
-    differentiable with respect to ``x``. Its metadata (modes, eigenvalues, timescales, lag,
+    ``(B, len(modes))`` (one state ``input_shape`` to ``(len(modes),)``), in ``x``'s dtype
+    (computed in ``dtype``), and is differentiable with respect to ``x``; ``cv(x, box)``
+    passes the periodic box vectors ``(3, 3)`` to the input map (OpenMM-Torch's
+    ``boxvectors``). Nothing is checked per call: a wrong shape fails inside torch. Its
+    metadata (modes, eigenvalues, timescales, lag,
     ``dt``, inputs) are the JSON file :data:`METADATA_FILE` inside it
     (:func:`read_metadata`) and the attributes ``cv.modes``, ``cv.eigenvalues`` (real
     parts) and ``cv.lag_time``.
@@ -356,12 +524,13 @@ def export(
         Eigenfunctions to export, in the order of :meth:`SpectralModel.eig` (decreasing
         modulus; 1 is the slowest non-constant one).
     dtype : torch.float32 or torch.float64, default float32
-        Precision of the exported computation (PLUMED feeds float32; inputs of another
-        floating dtype are cast).
+        Precision of the exported computation; inputs are cast to it and the result back to
+        the input's dtype (PLUMED feeds float32, so a float64 file runs there too).
     inputs : nn.Module, optional
         A map from what the engine gives to the model's states, applied first
-        (:class:`TorsionInputs`, :class:`AtomSelection`; must be scriptable); default:
-        the model's states themselves.
+        (:class:`TorsionInputs`, :class:`PositionTorsions`, :class:`PositionDistances`,
+        :class:`AtomSelection`, which also take the box; or any scriptable module with
+        ``forward(x)``); default: the model's states themselves.
     input_shape : sequence of int, optional
         Shape of one engine input when ``inputs`` is given (default: the model's state
         shape).
@@ -411,8 +580,10 @@ def _export(
         for t in [*source.parameters(), *source.buffers()]
         if t.is_floating_point()
     )
-    feats = _prepared(source, dtype)
     modes = _check_modes(modes, int(np.asarray(model.eigvals_).size))
+    weight, bias = _affine_head(model, modes)  # the basis and eigenvectors, one affine map
+    folded, head_folded = _with_head(_folded(source), weight, bias)
+    feats = _prepared(folded, dtype)
     state_shape = tuple(int(d) for d in model.state_shape_)
     if inputs is None:
         if input_shape is not None and tuple(input_shape) != state_shape:
@@ -420,7 +591,7 @@ def _export(
                 f"input_shape={tuple(input_shape)} differs from the model's state shape "
                 f"{state_shape}; give inputs= (a module mapping one to the other)"
             )
-        pre: nn.Module = nn.Identity()
+        pre: nn.Module = _NoInputs()
         in_shape = state_shape
     else:
         if not isinstance(inputs, nn.Module):
@@ -428,6 +599,8 @@ def _export(
         if input_shape is None:
             raise ExportError("input_shape is needed with inputs= (the shape of one input)")
         pre = _prepared(inputs, dtype)
+        if not isinstance(pre, _INPUT_MAPS):
+            pre = _OneArgument(pre)
         in_shape = tuple(int(d) for d in input_shape)
     if input_names is not None and len(list(input_names)) != int(np.prod(in_shape)):
         raise ExportError(
@@ -452,11 +625,6 @@ def _export(
     with torch.no_grad():
         z = None if ex is None else pre(ex)
     compiled, loop = _compiled(feats, z, "example=")
-
-    const = bool(getattr(model, "constant_", False))
-    shift = getattr(model, "feature_shift_", None) if const else None
-    scale = getattr(model, "feature_scale_", None) if const else None
-    coef = torch.as_tensor(np.real(np.asarray(model.right_eigvecs_)[:, modes]), dtype=dtype)
     meta = _metadata(model, modes, dtype)
     meta["inputs"] = {
         "shape": list(in_shape),
@@ -468,16 +636,17 @@ def _export(
     wrapper = _SlowModes(
         pre_s,
         compiled,
-        coef.contiguous(),
-        None if shift is None else torch.as_tensor(shift, dtype=dtype),
-        None if scale is None else torch.as_tensor(scale, dtype=dtype),
-        const,
+        weight.to(dtype).contiguous(),
+        bias.to(dtype).contiguous(),
+        not head_folded,
         in_shape,
         loop,
         meta,
     )
-    try:
-        scripted = torch.jit.script(wrapper)
+    try:  # frozen: the flags and weights become constants, dead branches go
+        scripted = torch.jit.freeze(
+            torch.jit.script(wrapper.eval()), preserved_attrs=["modes", "eigenvalues", "lag_time"]
+        )
     except Exception as err:  # noqa: BLE001 - should not happen: report it plainly
         raise ExportError(
             f"the exported module cannot be compiled: {' '.join(str(err).split())[:300]}"
@@ -488,8 +657,35 @@ def _export(
     buf = _stdio.BytesIO()
     torch.jit.save(scripted, buf, _extra_files=extra)
     data = buf.getvalue()
-    atomic_write(path, lambda fh: fh.write(data))
+    _write(path, data)
     return meta
+
+
+def _write(path: str | os.PathLike, data: bytes) -> None:
+    """Write ``data`` atomically, creating missing folders; one-line ExportError on failure."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(path, lambda fh: fh.write(data))
+    except OSError as err:
+        raise ExportError(f"{path}: cannot write ({err.strerror or err})") from err
+
+
+def _affine_head(model: Any, modes: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(W, b)`` (float64) with ``features @ W + b`` equal to the chosen eigenfunctions: the
+    operator's basis ``[1, (psi - shift) / scale]`` and the real parts of the right
+    eigenvectors folded into one affine map."""
+    coef = torch.as_tensor(np.real(np.asarray(model.right_eigvecs_)[:, modes]), dtype=torch.float64)
+    if not bool(getattr(model, "constant_", False)):
+        return coef, torch.zeros(coef.shape[1], dtype=torch.float64)
+    c0, w = coef[0], coef[1:]
+    shift = getattr(model, "feature_shift_", None)
+    if shift is None:
+        return w, c0
+    shift = torch.as_tensor(np.asarray(shift), dtype=torch.float64)
+    scale = torch.as_tensor(np.asarray(model.feature_scale_), dtype=torch.float64)
+    w = w / scale[:, None]
+    return w, c0 - shift @ w
 
 
 def _check_against_model(
@@ -524,374 +720,3 @@ def read_metadata(path: str | os.PathLike) -> dict[str, Any]:
     if not raw:
         raise ExportError(f"{path}: no dpnets metadata (not written by dpnets export)")
     return json.loads(raw)
-
-
-# ------------------------------------------------------------------------------ fit folders
-def _read_config(folder: Path) -> dict[str, Any]:
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover - Python 3.10
-        try:
-            import tomli as tomllib
-        except ImportError as err:
-            raise ExportError("reading config.toml on Python 3.10 needs tomli") from err
-    path = folder / "config.toml"
-    try:
-        with open(path, "rb") as fh:
-            return tomllib.load(fh)
-    except FileNotFoundError as err:
-        raise ExportError(f"{path}: no such file (not a dpnets fit folder)") from err
-    except tomllib.TOMLDecodeError as err:
-        raise ExportError(f"{path}: not valid TOML ({err})") from err
-
-
-def _topology(data: dict[str, Any], folder: Path) -> tuple[Any, Any, str]:
-    """``(mdtraj, topology, path)`` of a fit's MD data (relative paths: from the current
-    folder, else from the fit folder)."""
-    top_path = str(data.get("topology") or "")
-    if not top_path:
-        raise ExportError(f"{folder}/config.toml: the fit has no topology file")
-    candidates = [Path(top_path), folder / top_path]
-    found = next((p for p in candidates if p.is_file()), None)
-    if found is None:
-        raise ExportError(f"{top_path}: the fit's topology file is not found")
-    try:
-        import mdtraj as md
-    except ImportError as err:
-        raise ExportError(
-            "exporting a molecular-dynamics fit needs mdtraj: pip install 'dpnets[md]'"
-        ) from err
-    try:
-        top = md.load_topology(str(found))
-    except Exception as err:  # noqa: BLE001
-        raise ExportError(f"{found}: cannot read topology ({err})") from err
-    return md, top, str(found)
-
-
-def _first_positions(md: Any, data: dict[str, Any], top_path: str, folder: Path) -> np.ndarray:
-    """All the atoms' positions (nm) of the first frame of the fit's first file."""
-    for pattern in data.get("paths") or []:
-        for cand in (pattern, str(folder / pattern)):
-            files = sorted(glob.glob(cand, recursive=True))
-            if files:
-                try:
-                    return md.load_frame(files[0], 0, top=top_path).xyz[0]
-                except Exception:  # noqa: BLE001 - try the topology's own coordinates
-                    break
-    try:
-        return md.load(top_path).xyz[0]
-    except Exception as err:  # noqa: BLE001
-        raise ExportError(
-            f"{top_path}: no positions to trace the SchNet feature map on (the fit's "
-            f"trajectory files are not found and the topology holds no coordinates: {err})"
-        ) from err
-
-
-def _atom_label(top: Any, i: int) -> str:
-    a = top.atom(int(i))
-    return f"{a.residue.name}{a.residue.resSeq}-{a.name}"
-
-
-def export_fit(
-    fit: str | os.PathLike,
-    out: str | os.PathLike,
-    modes: Sequence[int] | int = (1,),
-    dtype: torch.dtype = torch.float32,
-) -> list[str]:
-    """``dpnets export``: export a fit folder's (or model file's) slow modes for an engine.
-
-    For a folder written by ``dpnets fit`` on molecular-dynamics files, the exported module
-    takes what the engine computes and a recipe is written next to ``out``:
-
-    * ``features = "dihedrals"``: the raw backbone torsions ``[phi.., psi..]`` in radians
-      (``sin``/``cos`` inside); ``plumed.dat`` defines them with ``TORSION ATOMS=...``
-      (1-based atom indices of the topology, mdtraj's phi/psi atoms), loads the model with
-      ``PYTORCH_MODEL FILE=... ARG=...`` and sketches ``OPES_METAD`` on the slowest mode;
-    * ``features = "distances"``: the pairwise distances of the selected atoms in nm
-      (``DISTANCE ATOMS=i,j``) and the same ``plumed.dat``;
-    * ``features = "positions"`` (SchNet): the positions of *all* the topology's atoms in
-      nm, ``(n_atoms, 3)`` or ``(B, n_atoms, 3)``, with the atom selection inside;
-      invariant to translations and rotations (SchNet sees distances only); an
-      OpenMM-Torch recipe (``openmm_torch_recipe.py``) is written.
-
-    Other fits (and model files) export on the model's own states (:func:`export`).
-
-    Returns
-    -------
-    list of str
-        The files written (the model first).
-    """
-    from dpnets.io import load
-
-    fit = Path(fit)
-    out = Path(out)
-    if fit.is_dir():
-        model_path = fit / "model.pt"
-        if not model_path.is_file():
-            raise ExportError(f"{fit}: not a dpnets fit folder (no model.pt)")
-        config = _read_config(fit)
-    elif fit.is_file():
-        model_path, config = fit, {}
-    else:
-        raise ExportError(f"{fit}: no such fit folder or model file")
-    model = load(model_path)
-    data = dict(config.get("data") or {})
-    kind = str(data.get("features") or "raw")
-    shape = tuple(getattr(model, "state_shape_", ()))
-    if kind == "raw" and data.get("topology") and len(shape) == 2 and shape[1] == 3:
-        kind = "positions"  # MD files read with features="raw" are atom positions
-    md_fit = bool(data.get("topology")) and kind in ("dihedrals", "distances", "positions")
-    if not md_fit:
-        export(model, out, modes, dtype, metadata={"source": str(fit)})
-        return [str(out)]
-    md, top, top_path = _topology(data, fit)
-    written = [str(out)]
-    if kind == "dihedrals":
-        probe = md.Trajectory(np.zeros((1, top.n_atoms, 3), dtype=np.float32), top)
-        phi = np.asarray(md.compute_phi(probe)[0], dtype=np.int64).reshape(-1, 4)
-        psi = np.asarray(md.compute_psi(probe)[0], dtype=np.int64).reshape(-1, 4)
-        atoms = [*phi.reshape(-1, 4), *psi.reshape(-1, 4)]
-        names = [f"phi{k + 1}" for k in range(len(phi))] + [f"psi{k + 1}" for k in range(len(psi))]
-        expected = 2 * len(atoms)
-        if tuple(model.state_shape_) != (expected,):
-            raise ExportError(
-                f"{top_path}: the topology has {len(phi)} phi and {len(psi)} psi torsions "
-                f"({expected} sin/cos features), but the model takes states of shape "
-                f"{tuple(model.state_shape_)}"
-            )
-        meta = export(
-            model,
-            out,
-            modes,
-            dtype,
-            inputs=TorsionInputs(len(phi)),
-            input_shape=(len(atoms),),
-            input_names=names,
-            metadata={"source": str(fit), "engine_inputs": "torsions (radians)"},
-        )
-        lines = [
-            f"{n}: TORSION ATOMS={','.join(str(int(i) + 1) for i in a)}"
-            for n, a in zip(names, atoms, strict=True)
-        ]
-        labels = [" ".join(_atom_label(top, i) for i in a) for a in atoms]
-        written.append(_write_plumed(out, meta, names, lines, labels, top_path))
-    elif kind == "distances":
-        from dpnets.datasets import select_atoms
-
-        sel = select_atoms(top, str(data.get("selection") or "heavy"), source=top_path)
-        i, j = np.triu_indices(len(sel), k=1)
-        pairs = np.stack([sel[i], sel[j]], axis=1)
-        if tuple(model.state_shape_) != (len(pairs),):
-            raise ExportError(
-                f"{top_path}: the selection gives {len(pairs)} distances, but the model "
-                f"takes states of shape {tuple(model.state_shape_)}"
-            )
-        names = [f"d{k + 1}" for k in range(len(pairs))]
-        meta = export(
-            model,
-            out,
-            modes,
-            dtype,
-            input_names=names,
-            metadata={"source": str(fit), "engine_inputs": "distances (nm)"},
-        )
-        lines = [
-            f"{n}: DISTANCE ATOMS={a + 1},{b + 1}" for n, (a, b) in zip(names, pairs, strict=True)
-        ]
-        labels = [f"{_atom_label(top, a)} {_atom_label(top, b)}" for a, b in pairs]
-        written.append(_write_plumed(out, meta, names, lines, labels, top_path))
-    else:
-        from dpnets.datasets import select_atoms
-
-        sel = select_atoms(top, str(data.get("selection") or "heavy"), source=top_path)
-        if tuple(model.state_shape_) != (len(sel), 3):
-            raise ExportError(
-                f"{top_path}: the selection has {len(sel)} atoms, but the model takes states "
-                f"of shape {tuple(model.state_shape_)}"
-            )
-        example = _first_positions(md, data, top_path, fit)
-        meta = export(
-            model,
-            out,
-            modes,
-            dtype,
-            inputs=AtomSelection(sel),
-            input_shape=(top.n_atoms, 3),
-            example=example[None],
-            metadata={
-                "source": str(fit),
-                "engine_inputs": "positions of all the topology's atoms (nm)",
-                "selection": [int(a) for a in sel],
-            },
-        )
-        written.append(_write_openmm_recipe(out, meta, top.n_atoms, top_path))
-    return written
-
-
-def _write_plumed(
-    out: Path, meta: dict, names: list[str], lines: list[str], labels: list[str], top: str
-) -> str:
-    """``plumed.dat`` next to ``out``: the inputs, the model, an OPES_METAD sketch."""
-    path = out.parent / "plumed.dat"
-    modes = meta["modes"]
-    comps = [f"cv.node-{k}" for k in range(len(modes))]
-    text = [
-        f"# written by dpnets export: the slow modes {modes} of {meta.get('source', '')}",
-        f"# atoms: 1-based indices of {top}; lengths in nm, angles in radians (PLUMED units)",
-        "# PLUMED must be built with the PyTorch module (--enable-libtorch) for PYTORCH_MODEL",
-    ]
-    for line, label in zip(lines, labels, strict=True):
-        text.append(f"{line}   # {label}")
-    text.append(f"cv: PYTORCH_MODEL FILE={out.name} ARG={','.join(names)}")
-    for k, m in enumerate(modes):
-        lam = meta["eigenvalues"][k]
-        ts = meta["timescales"][k]
-        ts_s = "" if ts is None else f", implied timescale {ts:.4g}"
-        text.append(f"# {comps[k]}: eigenfunction {m} (eigenvalue {lam[0]:.5g}{ts_s})")
-    text += [
-        "",
-        "# Enhanced sampling on the slowest mode (a sketch: choose BARRIER, in kJ/mol, to",
-        "# the free-energy barrier you expect, and PACE/SIGMA to your system):",
-        f"# opes: OPES_METAD ARG={comps[0]} PACE=500 BARRIER=40",
-        f"# or: metad: METAD ARG={comps[0]} PACE=500 HEIGHT=1.2 SIGMA=0.05 BIASFACTOR=10 TEMP=300",
-        f"PRINT ARG={','.join(names[:4] + comps)} STRIDE=100 FILE=COLVAR",
-        "",
-    ]
-    body = "\n".join(text).encode()
-    atomic_write(path, lambda fh: fh.write(body))
-    return str(path)
-
-
-_OPENMM_RECIPE = '''"""OpenMM-Torch recipe for the slow modes exported by dpnets export.
-
-{file} maps the positions of all {n_atoms} atoms of {top} (nm; one state (n_atoms, 3) or
-a batch (B, n_atoms, 3)) to the eigenfunctions {modes}; it is invariant to translations and
-rotations (SchNet sees interatomic distances only), and keeps molecules whole as they are
-given (no periodic wrapping inside). OpenMM-Torch needs a scalar: the wrapper below picks one
-mode. Run it with your System and Simulation (openmm, openmmtorch installed).
-"""
-
-import openmm
-import torch
-from openmm import app, unit
-from openmmtorch import TorchForce
-
-
-class SlowMode(torch.nn.Module):
-    def __init__(self, path: str, k: int = 0):
-        super().__init__()
-        self.cv = torch.jit.load(path)
-        self.k = k
-
-    def forward(self, positions: torch.Tensor) -> torch.Tensor:
-        return self.cv(positions.unsqueeze(0))[0, self.k]
-
-
-torch.jit.script(SlowMode("{file}", 0)).save("{stem}_openmm.pt")
-cv_force = TorchForce("{stem}_openmm.pt")  # the CV: its "energy" is the eigenfunction
-
-# As a biased collective variable of OpenMM's own well-tempered metadynamics:
-# bias = app.BiasVariable(cv_force, minValue=-3.0, maxValue=3.0, biasWidth=0.1, periodic=False)
-# meta = app.Metadynamics(system, [bias], 300 * unit.kelvin, biasFactor=10.0,
-#                         height=1.0 * unit.kilojoules_per_mole, frequency=500)
-# simulation = app.Simulation(topology, system, integrator)   # after creating meta
-# meta.step(simulation, 1_000_000)
-#
-# Or inside a CustomCVForce of your own:
-# cvf = openmm.CustomCVForce("0.5 * k * (s - s0)^2")
-# cvf.addGlobalParameter("k", 100.0); cvf.addGlobalParameter("s0", 0.0)
-# cvf.addCollectiveVariable("s", cv_force)
-# system.addForce(cvf)
-'''
-
-
-def _write_openmm_recipe(out: Path, meta: dict, n_atoms: int, top: str) -> str:
-    path = out.parent / "openmm_torch_recipe.py"
-    text = _OPENMM_RECIPE.format(
-        file=out.name, stem=out.stem, n_atoms=n_atoms, top=top, modes=meta["modes"]
-    ).encode()
-    atomic_write(path, lambda fh: fh.write(text))
-    return str(path)
-
-
-# ------------------------------------------------------------------------------ OpenMM (CPU)
-def openmm_torsion_cv(
-    path: str | os.PathLike,
-    torsions: Sequence[Sequence[int]],
-    output: int = 0,
-    n_grid: int = 121,
-) -> tuple[Any, float]:
-    """An OpenMM ``CustomCVForce`` whose energy is a two-torsion CV file, tabulated.
-
-    OpenMM-Torch's wheels need CUDA; on a CPU machine the exported function of two torsions
-    (a ``dpnets export`` of a fit on one phi/psi pair) goes into OpenMM as a periodic
-    bicubic spline (``Continuous2DFunction``) of two ``CustomTorsionForce`` angles, on an
-    ``n_grid x n_grid`` grid over ``[-pi, pi]^2``. Its "energy" (kJ/mol) is the CV value, so
-    it can be a ``BiasVariable`` of ``openmm.app.Metadynamics`` or a term of a bias.
-
-    Parameters
-    ----------
-    path : path
-        A file written by :func:`export` that takes two torsions in radians.
-    torsions : two sequences of 4 ints
-        0-based atom indices of the two torsions, in the order of the file's inputs (for a
-        ``dpnets export`` of a dihedral fit: phi then psi, as in its ``plumed.dat``).
-    output : int, default 0
-        Which of the file's outputs (``cv.node-k``) to tabulate.
-    n_grid : int, default 121
-        Grid points per angle (the last equals the first: periodic).
-
-    Returns
-    -------
-    (openmm.CustomCVForce, float)
-        The force, and the interpolation error estimate: the largest difference between the
-        spline and the file at the centres of the grid cells, relative to the CV's range.
-    """
-    import openmm
-
-    meta = read_metadata(path)
-    if meta.get("inputs", {}).get("shape") != [2]:
-        raise ExportError(
-            f"{path}: takes inputs of shape {meta.get('inputs', {}).get('shape')}; the "
-            "tabulated OpenMM force needs a CV of two torsions (radians)"
-        )
-    if not 0 <= int(output) < len(meta["modes"]):
-        raise ExportError(f"output={output}: {path} has {len(meta['modes'])} outputs")
-    tors = [list(map(int, t)) for t in torsions]
-    if len(tors) != 2 or any(len(t) != 4 for t in tors):
-        raise ExportError(f"torsions must be two lists of 4 atom indices, got {torsions!r}")
-    if int(n_grid) < 8:
-        raise ExportError(f"n_grid must be at least 8, got {n_grid}")
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", r".*torch\.jit\.", DeprecationWarning)
-        cv = torch.jit.load(os.fspath(path), map_location="cpu")
-    n = int(n_grid)
-    g = np.linspace(-np.pi, np.pi, n)
-
-    def table(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        x = np.stack([a.ravel(), b.ravel()], 1)
-        with torch.no_grad():
-            return cv(torch.tensor(x, dtype=torch.float64))[:, int(output)].double().numpy()
-
-    ga, gb = np.meshgrid(g, g, indexing="ij")  # [i, j] = (phi_i, psi_j)
-    values = table(ga, gb).reshape(n, n)
-    values[-1, :], values[:, -1] = values[0, :], values[:, 0]  # exactly periodic
-    func = openmm.Continuous2DFunction(
-        n, n, values.T.ravel().tolist(), -np.pi, np.pi, -np.pi, np.pi, True
-    )  # OpenMM's order: x fastest
-    force = openmm.CustomCVForce("cv(t1, t2)")
-    force.addTabulatedFunction("cv", func)
-    for name, atoms in zip(("t1", "t2"), tors, strict=True):
-        t = openmm.CustomTorsionForce("theta")
-        t.addTorsion(*atoms, [])
-        force.addCollectiveVariable(name, t)
-    # interpolation error at the cell centres, by OpenMM's own spline through a bicubic
-    # estimate: compare the file with the spline evaluated by scipy's periodic cubic spline
-    from scipy.interpolate import RectBivariateSpline
-
-    mid = 0.5 * (g[1:] + g[:-1])
-    spline = RectBivariateSpline(g, g, values, kx=3, ky=3, s=0)
-    ma, mb = np.meshgrid(mid, mid, indexing="ij")
-    exact = table(ma, mb).reshape(ma.shape)
-    err = float(np.abs(spline(mid, mid) - exact).max() / max(np.ptp(values), 1e-300))
-    return force, err

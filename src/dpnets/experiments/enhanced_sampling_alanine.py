@@ -23,13 +23,17 @@ Setting
   psi, cos psi]`` at a lag of 10 ps and its :class:`dpnets.TransferOperator`. Its slowest
   non-constant eigenfunction ``s = phi_1`` is exported with :func:`dpnets.export` taking the
   raw torsions (radians) through :class:`dpnets.export.TorsionInputs`.
-* Into the engine: OpenMM-Torch's wheels need CUDA, so the exported file is tabulated on a
-  periodic ``n_grid x n_grid`` grid of (phi, psi) as a ``Continuous2DFunction`` of two
+* Into the engine: OpenMM-Torch's CPU wheel (``acellera-openmmtorch-cpu`` 1.10) needs
+  torch < 2.13, so it cannot share dpnets' environment; here the exported file is tabulated
+  on a periodic ``n_grid x n_grid`` grid of (phi, psi) as a ``Continuous2DFunction`` of two
   ``CustomTorsionForce`` angles inside a ``CustomCVForce``
-  (:func:`dpnets.export.openmm_torsion_cv`). The tabulated CV is checked against the
+  (:func:`dpnets.engines.openmm_torsion_cv`). The tabulated CV is checked against the
   TorchScript file at the centres of the grid cells (the interpolation error) and, during
   the run, at every saved frame (the engine's CV value against the file at the frame's
-  torsions).
+  torsions). ``run(engine="openmm-torch")`` evaluates the network itself at every step
+  instead: the slow mode exported with the 22 atoms' positions in
+  (:class:`dpnets.export.PositionTorsions`) in an OpenMM-Torch ``TorchForce`` (needs
+  ``openmmtorch``, a side environment: ``benchmarks/openmm_torch_side_env.sh``).
 * Biasing: ``openmm.app.Metadynamics`` on that CV (one non-periodic ``BiasVariable``
   covering the whole range of the table; well-tempered, bias factor 4, Gaussians of
   1 kJ/mol every ps with a width of ``sigma_fraction`` of the CV's range) for ``build_ps``,
@@ -311,6 +315,20 @@ def _fit_cv(seed: int, cfg: dict[str, Any], out: Path, progress: bool) -> dict[s
         input_names=["phi", "psi"],
         metadata={"engine_inputs": "backbone torsions phi, psi (radians)"},
     )
+    positions_path = None
+    if cfg.get("engine", "tabulated") == "openmm-torch":  # the 22 atoms' positions in
+        from dpnets.export import PositionTorsions
+
+        phi_atoms, psi_atoms = _torsion_atoms()
+        positions_path = out / f"cv_seed{seed}_positions.pt"
+        export(
+            op,
+            positions_path,
+            modes=[1],
+            inputs=PositionTorsions([phi_atoms, psi_atoms], 1),
+            input_shape=(22, 3),
+            metadata={"engine_inputs": "positions of the 22 atoms (nm)"},
+        )
     # the file against the model on the training frames (its inputs are the raw torsions)
     cv = torch.jit.load(str(path))
     ang = np.deg2rad(np.concatenate([[t.phi, t.psi] for t in trajs], axis=1).T)
@@ -321,6 +339,7 @@ def _fit_cv(seed: int, cfg: dict[str, Any], out: Path, progress: bool) -> dict[s
     phi_all = np.concatenate([t.phi for t in trajs])
     return {
         "path": path,
+        "positions_path": positions_path,
         "cv": cv,
         "eigenvalue_1": float(op.eig()[1].real),
         "timescale_1_ps": float(op.implied_timescales()[1]),
@@ -466,18 +485,55 @@ def _delta_g_kT(phi: np.ndarray, weights: np.ndarray) -> float:
     return float(-np.log(pb / pa)) if pb > 0 and pa > 0 else float("nan")
 
 
+class _SlowMode(torch.nn.Module):
+    """One output of an exported file as OpenMM-Torch's scalar energy."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__()
+        self.cv = torch.jit.load(path)
+
+    def forward(
+        self, positions: torch.Tensor, boxvectors: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        return self.cv(positions, boxvectors)[0]
+
+
+def _torch_force(fit: dict[str, Any], out: Path, seed: int, n_grid: int) -> tuple[Any, Any]:
+    """The positions-in file as an OpenMM-Torch ``TorchForce`` (the network at every step),
+    and the file's values on the (phi, psi) grid (the CV's range, as the table gives it)."""
+    try:
+        from openmmtorch import TorchForce
+    except ImportError as err:
+        raise ImportError(
+            "engine='openmm-torch' needs OpenMM-Torch (its CPU wheel acellera-openmmtorch-cpu "
+            "1.10 needs torch < 2.13: benchmarks/openmm_torch_side_env.sh builds such an "
+            "environment)"
+        ) from err
+    wrapped = out / f"cv_seed{seed}_openmm.pt"
+    torch.jit.script(_SlowMode(str(fit["positions_path"]))).save(str(wrapped))
+    g = np.linspace(-np.pi, np.pi, n_grid)
+    ga, gb = np.meshgrid(g, g, indexing="ij")
+    with torch.no_grad():
+        grid = fit["cv"](torch.tensor(np.stack([ga.ravel(), gb.ravel()], 1)))[:, 0].numpy()
+    return TorchForce(str(wrapped)), grid
+
+
 def _one_seed(
     seed: int, cfg: dict[str, Any], ref: dict[str, Any], out: Path, progress: bool
 ) -> dict[str, Any]:
     from openmm import app
 
-    from dpnets.export import openmm_torsion_cv
+    from dpnets.engines import openmm_torsion_cv
 
     kT = R_KJ * float(cfg["temperature"])
     fit = _fit_cv(seed, cfg, out, progress)
     phi_atoms, psi_atoms = _torsion_atoms()
-    force, interp = openmm_torsion_cv(fit["path"], [phi_atoms, psi_atoms], n_grid=cfg["n_grid"])
-    table = np.asarray(force.getTabulatedFunction(0).getFunctionParameters()[2])
+    if cfg.get("engine", "tabulated") == "openmm-torch":
+        force, table = _torch_force(fit, out, seed, int(cfg["n_grid"]))
+        interp = 0.0  # the network itself at every step
+    else:
+        force, interp = openmm_torsion_cv(fit["path"], [phi_atoms, psi_atoms], n_grid=cfg["n_grid"])
+        table = np.asarray(force.getTabulatedFunction(0).getFunctionParameters()[2])
     lo, hi = float(table.min()), float(table.max())
     pad = 0.05 * (hi - lo)
     sigma = float(cfg["sigma_fraction"]) * (hi - lo)
@@ -634,6 +690,7 @@ def run(
     out: str | Path = Path("dpnets-out") / "enhanced-sampling-alanine",
     device: str | None = None,
     progress: bool = True,
+    engine: str = "tabulated",
 ) -> str:
     """Fit on short runs, export the slowest mode, bias it in OpenMM, and compare.
 
@@ -652,6 +709,12 @@ def run(
         Ignored (CPU: the simulation is the cost; accepted for the common interface).
     progress : bool, default True
         Progress lines of the simulations and fits.
+    engine : {"tabulated", "openmm-torch"}, default "tabulated"
+        How OpenMM evaluates the CV: the file tabulated on a (phi, psi) grid
+        (:func:`dpnets.engines.openmm_torsion_cv`, dpnets' own environment), or the network
+        itself at every step, a file taking the 22 atoms' positions in an OpenMM-Torch
+        ``TorchForce`` (needs ``openmmtorch``: a side environment,
+        ``benchmarks/openmm_torch_side_env.sh``).
 
     Returns
     -------
@@ -659,7 +722,9 @@ def run(
         The results table (markdown).
     """
     del device
-    cfg = QUICK if quick else CONFIG
+    if engine not in ("tabulated", "openmm-torch"):
+        raise ValueError(f"engine must be 'tabulated' or 'openmm-torch', got {engine!r}")
+    cfg = {**(QUICK if quick else CONFIG), "engine": engine}
     n_seeds = 1 if seeds is None else int(seeds)
     if n_seeds < 1:
         raise ValueError(f"seeds must be >= 1, got {seeds}")

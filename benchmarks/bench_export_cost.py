@@ -1,0 +1,180 @@
+"""The cost of an exported collective variable per MD step (issue 33, item 2).
+
+One forward + backward on one state (what an engine does at every step: the CV and its
+gradient with respect to the inputs) of the file ``dpnets.export`` writes, against the same
+encoder scripted bare (same widths and dtype), in one run, float32 and float64:
+
+* ``features``: the file on the model's own states (what it computes beyond the encoder:
+  the basis and eigenvectors, folded into one affine map) against the bare encoder: the
+  goal is <= 1.3x;
+* ``torsions``: the file taking PLUMED's torsions (sin/cos inside), against the bare
+  encoder (which gets the sin/cos features ready made) and against the bare encoder behind
+  the same scripted sin/cos map;
+* ``positions``: the file taking the 22 atoms' positions of alanine dipeptide (torsions
+  computed inside), against the bare encoder behind the same scripted torsion map.
+
+Measured single-threaded (``torch.set_num_threads(1)``), interleaved rounds, median over
+rounds of the mean per call. The MD throughput with and without the CV in OpenMM-Torch is
+measured in the side environment (``benchmarks/openmm_torch_side_env.sh``).
+
+    PYTHONPATH=src python benchmarks/bench_export_cost.py [--smoke] [--rounds 15]
+        [--calls 400] [--out benchmarks/results/export_cost/export_cost.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import platform
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import torch
+
+warnings.filterwarnings("ignore", category=DeprecationWarning)
+
+
+def fit_model(dim_in: int, widths: tuple[int, ...], r: int, double: bool, epochs: int):
+    """A DPNet + TransferOperator on sin/cos of two slow torsions (4 features)."""
+    from dpnets import DPNet, TransferOperator
+    from dpnets.nn import MLP
+
+    rng = np.random.default_rng(0)
+    n = 3000
+    ang = np.zeros((n, 2))
+    for t in range(1, n):
+        ang[t] = ang[t - 1] + 0.3 * rng.normal(size=2) - 0.05 * np.sin(2 * ang[t - 1])
+    x = np.concatenate([np.sin(ang[:, :1]), np.cos(ang[:, :1]), np.sin(ang[:, 1:])], 1)
+    x = np.concatenate([x, np.cos(ang[:, 1:])], 1)[:, :dim_in]
+    enc = MLP(dim_in, widths, r, activation="celu")
+    if double:
+        enc = enc.double()
+    net = DPNet(enc, epochs=epochs, batch_size=256, progress=False, seed=0).fit(x)
+    return TransferOperator(net).fit(x), x
+
+
+def per_call(fn, x: torch.Tensor, calls: int) -> float:
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        xi = x.detach().requires_grad_(True)
+        y = fn(xi)
+        (g,) = torch.autograd.grad(y.sum(), xi)
+    return (time.perf_counter() - t0) / calls
+
+
+def bench(dtype: torch.dtype, rounds: int, calls: int, epochs: int, widths) -> dict:
+    from dpnets.export import PositionTorsions, TorsionInputs, export
+    from dpnets.systems.alanine import pdb_path
+
+    double = dtype == torch.float64
+    op, x = fit_model(4, widths, 3, double, epochs)
+    enc = copy.deepcopy(op.features_.encoder_).to(dtype).eval()
+    for p in enc.parameters():
+        p.requires_grad_(False)
+    bare = torch.jit.script(enc)
+    import mdtraj as md
+
+    top = md.load(str(pdb_path()))
+    phi = md.compute_phi(top)[0]
+    psi = md.compute_psi(top)[0]
+    quads = np.concatenate([phi, psi])
+    tors_map = torch.jit.script(PositionTorsions(quads, 1).to(dtype))
+    bare_pos = torch.jit.script(torch.nn.Sequential(PositionTorsions(quads, 1), enc).to(dtype))
+    bare_tors = torch.jit.script(torch.nn.Sequential(TorsionInputs(1), enc).to(dtype))
+    with tempfile.TemporaryDirectory() as tmp:
+        export(op, f"{tmp}/f.pt", modes=[1], dtype=dtype)
+        export(op, f"{tmp}/t.pt", modes=[1], dtype=dtype, inputs=TorsionInputs(1), input_shape=(2,))
+        export(
+            op,
+            f"{tmp}/p.pt",
+            modes=[1],
+            dtype=dtype,
+            inputs=PositionTorsions(quads, 1),
+            input_shape=(top.n_atoms, 3),
+        )
+        files = {k: torch.jit.load(f"{tmp}/{k}.pt") for k in "ftp"}
+    state = torch.tensor(x[100], dtype=dtype)
+    angles = torch.tensor([-1.3, 1.1], dtype=dtype)
+    pos = torch.tensor(top.xyz[0], dtype=dtype)
+    assert torch.allclose(
+        bare_pos(pos[None]), bare(tors_map(pos[None])), rtol=1e-5, atol=1e-6
+    )  # the same computation
+    cases = {
+        "bare encoder (features, batch of 1)": (lambda s: bare(s.unsqueeze(0)), state),
+        "exported, features in": (files["f"], state),
+        "bare sin/cos map + encoder (torsions)": (lambda s: bare_tors(s.unsqueeze(0)), angles),
+        "exported, torsions in": (files["t"], angles),
+        "bare torsion map + encoder (positions)": (lambda s: bare_pos(s.unsqueeze(0)), pos),
+        "exported, positions in": (files["p"], pos),
+    }
+    for fn, inp in cases.values():  # warm-up: TorchScript profiles its first calls
+        per_call(fn, inp, 50)
+    times: dict[str, list[float]] = {k: [] for k in cases}
+    for _ in range(rounds):
+        for k, (fn, inp) in cases.items():
+            times[k].append(per_call(fn, inp, calls))
+    med = {k: float(np.median(v)) * 1e6 for k, v in times.items()}
+    b = med["bare encoder (features, batch of 1)"]
+    bt = med["bare sin/cos map + encoder (torsions)"]
+    bp = med["bare torsion map + encoder (positions)"]
+    return {
+        "dtype": str(dtype).removeprefix("torch."),
+        "encoder": f"MLP 4-{'-'.join(map(str, widths))}-3 (celu)",
+        "us_per_call_fwd_bwd": med,
+        "ratio_features_in": med["exported, features in"] / b,
+        "ratio_torsions_in": med["exported, torsions in"] / b,
+        "ratio_torsions_in_same_map": med["exported, torsions in"] / bt,
+        "ratio_positions_in": med["exported, positions in"] / bp,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--smoke", action="store_true", help="tiny: seconds, no file written")
+    ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--calls", type=int, default=400)
+    ap.add_argument("--out", default="benchmarks/results/export_cost/export_cost.json")
+    ap.add_argument("--label", default="", help="a label stored with the results")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    from dpnets.nn.mlp import DEFAULT_WIDTHS
+
+    widths = tuple(DEFAULT_WIDTHS)
+    rounds, calls, epochs = args.rounds, args.calls, 3
+    if args.smoke:
+        rounds, calls, epochs, widths = 2, 20, 1, (16, 16)
+    rows = [bench(dt, rounds, calls, epochs, widths) for dt in (torch.float32, torch.float64)]
+    for r in rows:
+        print(f"\n{r['dtype']}, {r['encoder']}: fwd+bwd per call on one state (us)")
+        for k, v in r["us_per_call_fwd_bwd"].items():
+            print(f"  {k:42s} {v:8.1f}")
+        print(
+            f"  exported / bare: features in {r['ratio_features_in']:.2f}, torsions in "
+            f"{r['ratio_torsions_in']:.2f} (against the bare encoder on sin/cos features; "
+            f"{r['ratio_torsions_in_same_map']:.2f} with the same map), positions in "
+            f"{r['ratio_positions_in']:.2f} (goal <= 1.3)"
+        )
+    if args.smoke:
+        return
+    result = {
+        "label": args.label,
+        "torch": torch.__version__,
+        "machine": platform.machine(),
+        "processor": platform.processor(),
+        "threads": torch.get_num_threads(),
+        "rounds": rounds,
+        "calls": calls,
+        "rows": rows,
+    }
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1))
+    print(f"\nwrote {out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,596 @@
+"""Learned slow modes in the molecular-dynamics engines: a ``dpnets fit`` folder exported
+for the engine's own topology, and the engine-side recipes (``plumed.dat``, an OpenMM-Torch
+script, a tabulated OpenMM force for CPU-only OpenMM).
+
+:func:`export_fit` (``dpnets export``) makes the TorchScript file of :func:`dpnets.export`
+take what the engine computes:
+
+* ``inputs="positions"``: the engine's positions ``(n_atoms, 3)`` in nm, all its atoms in its
+  topology's order (hydrogens and solvent included); the fit's features (backbone torsions
+  as sin/cos, distances, an atom selection) are computed inside, with periodic images when
+  the engine passes the box vectors (OpenMM-Torch with
+  ``setUsesPeriodicBoundaryConditions(True)``); an OpenMM-Torch recipe is written;
+* ``inputs="features"``: the torsions (radians) or distances (nm) that PLUMED's
+  ``TORSION``/``DISTANCE`` compute, and a ``plumed.dat`` defining them.
+
+The atoms are matched from the fit's topology to the engine's (``topology=``) by chain,
+residue (name and number) and atom name, never by index (:func:`match_atoms`): a fit on a
+heavy-atom topology exported for an all-atom engine gets the all-atom indices, and an atom
+the engine lacks is refused by name.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from dpnets.export import (
+    AtomSelection,
+    ExportError,
+    PositionDistances,
+    PositionTorsions,
+    TorsionInputs,
+    export,
+    read_metadata,
+)
+from dpnets.io import atomic_write
+
+__all__ = ["export_fit", "match_atoms", "openmm_torsion_cv", "INPUTS"]
+
+#: what an exported MD fit can take (``dpnets export --input``)
+INPUTS = ("auto", "features", "positions")
+
+
+# ------------------------------------------------------------------------------ topologies
+def _load_topology(path: str, what: str) -> tuple[Any, Any, str]:
+    """``(mdtraj, topology, absolute path)``; ExportError (one line) when it cannot be read."""
+    try:
+        import mdtraj as md
+    except ImportError as err:
+        raise ExportError(
+            "exporting a molecular-dynamics fit needs mdtraj: pip install 'dpnets[md]'"
+        ) from err
+    if not path:
+        raise ExportError(f"{what}: not given")
+    found = Path(path).expanduser()
+    if not found.is_file():
+        raise ExportError(f"{path}: {what} not found")
+    try:
+        top = md.load_topology(str(found))
+    except Exception as err:  # noqa: BLE001 - any reader failure: one line naming the file
+        raise ExportError(f"{found}: cannot read {what} ({' '.join(str(err).split())})") from err
+    return md, top, str(found.resolve())
+
+
+def _chain_keys(*tops: Any) -> bool:
+    """Whether every chain of the topologies has a chain identifier (else chains are matched
+    by their position)."""
+    return all(str(getattr(c, "chain_id", "") or "").strip() for t in tops for c in t.chains)
+
+
+def _key(atom: Any, by_id: bool) -> tuple:
+    chain = atom.residue.chain
+    c = str(chain.chain_id).strip() if by_id else chain.index
+    return (c, atom.residue.name, int(atom.residue.resSeq), atom.name)
+
+
+def _atom_label(top: Any, i: int) -> str:
+    a = top.atom(int(i))
+    return f"{a.residue.name}{a.residue.resSeq}-{a.name}"
+
+
+def match_atoms(
+    source: Any,
+    target: Any,
+    atoms: Sequence[int],
+    *,
+    source_name: str = "the fit's topology",
+    target_name: str = "the engine topology",
+) -> np.ndarray:
+    """0-based indices in mdtraj topology ``target`` of the ``atoms`` of ``source``.
+
+    Atoms are matched by chain (its identifier where every chain of both topologies has
+    one, else its position), residue name and number, and atom name, never by index. An atom
+    of ``source`` that ``target`` lacks, or holds twice, raises :class:`ExportError` naming
+    it.
+    """
+    by_id = _chain_keys(source, target)
+    index: dict[tuple, int] = {}
+    twice: set[tuple] = set()
+    for a in target.atoms:
+        k = _key(a, by_id)
+        if k in index:
+            twice.add(k)
+        index[k] = a.index
+    out = []
+    for i in atoms:
+        a = source.atom(int(i))
+        k = _key(a, by_id)
+        where = (
+            f"atom {a.name} of residue {a.residue.name}{a.residue.resSeq} "
+            f"(chain {k[0]!r}) of {source_name}"
+        )
+        if k not in index:
+            raise ExportError(
+                f"{target_name} has no {where}; atoms are matched by chain, residue name and "
+                "number, and atom name"
+            )
+        if k in twice:
+            raise ExportError(f"{target_name} holds the {where} more than once")
+        out.append(index[k])
+    return np.asarray(out, dtype=np.int64)
+
+
+def _first_positions(md: Any, data: dict[str, Any], top_path: str) -> np.ndarray | None:
+    """All the fit topology's atoms' positions (nm): the first frame of the fit's first
+    file, else the topology's own coordinates, else None."""
+    for pattern in data.get("paths") or []:
+        files = sorted(glob.glob(str(pattern), recursive=True))
+        if files:
+            try:
+                return md.load_frame(files[0], 0, top=top_path).xyz[0]
+            except Exception:  # noqa: BLE001 - try the topology's own coordinates
+                break
+    try:
+        return md.load(top_path).xyz[0]
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def _engine_example(
+    xyz: np.ndarray | None, fit_atoms: np.ndarray, eng_atoms: np.ndarray, n_engine: int
+) -> np.ndarray | None:
+    """One engine state: the fit's positions of its atoms at the matched engine atoms."""
+    if xyz is None:
+        return None
+    out = np.zeros((1, n_engine, 3))
+    out[0, eng_atoms] = xyz[fit_atoms]
+    return out
+
+
+# ------------------------------------------------------------------------------ export_fit
+def export_fit(
+    fit: str | os.PathLike,
+    out: str | os.PathLike,
+    modes: Sequence[int] | int = (1,),
+    dtype: torch.dtype = torch.float32,
+    *,
+    inputs: str = "auto",
+    topology: str | os.PathLike | None = None,
+    temperature: float | None = None,
+) -> list[str]:
+    """``dpnets export``: export a fit folder's (or model file's) slow modes for an engine.
+
+    For a folder written by ``dpnets fit`` on molecular-dynamics files, the exported module
+    (:func:`dpnets.export.export`) takes what the engine computes, and a recipe is written
+    next to ``out``:
+
+    * ``inputs="positions"`` (the default for ``features = "positions"`` fits): the
+      positions of *all* the atoms of the engine topology in nm, ``(n_atoms, 3)`` or
+      ``(B, n_atoms, 3)``, in its atom order, and optionally the periodic box vectors
+      ``(3, 3)`` as a second argument (OpenMM-Torch's ``boxvectors``); the fit's features
+      are computed inside: backbone torsions as ``sin``/``cos`` (mdtraj's sign convention,
+      :class:`dpnets.export.PositionTorsions`), distances
+      (:class:`dpnets.export.PositionDistances`) or the atom selection
+      (:class:`dpnets.export.AtomSelection`). An OpenMM-Torch recipe
+      (``openmm_torch_recipe.py``) is written.
+    * ``inputs="features"`` (the default for dihedral and distance fits): the raw torsions
+      ``[phi.., psi..]`` in radians or the distances in nm that PLUMED computes;
+      ``plumed.dat`` defines them (``TORSION``/``DISTANCE`` with the engine topology's
+      1-based indices), loads the file by its absolute path with ``PYTORCH_MODEL`` and
+      sketches ``OPES_METAD``/``METAD`` on the slowest mode with ``TEMP`` and ``SIGMA``.
+
+    The engine topology (``topology``, default: the fit's) decides the indices: the fit's
+    atoms are matched to it by chain, residue and atom name (:func:`match_atoms`), so a
+    heavy-atom fit exported for an all-atom engine gets the all-atom indices, and a missing
+    atom is refused by name. Other fits (and model files) export on the model's own states.
+
+    Parameters
+    ----------
+    fit : path
+        A folder written by ``dpnets fit``, or a model file.
+    out : path
+        The TorchScript file to write (missing folders are created).
+    modes : int or sequence of int, default (1,)
+        The eigenfunctions to export (1 is the slowest non-constant one).
+    dtype : torch.float32 or torch.float64
+        The precision computed inside; the result comes back in the input's dtype, so a
+        float64 file runs under PLUMED (which feeds float32).
+    inputs : {"auto", "features", "positions"}
+        What the file takes (above).
+    topology : path, optional
+        The engine's topology (PDB, ...); default the fit's.
+    temperature : float, optional
+        The simulation's temperature in K for the ``plumed.dat`` sketches; without it they
+        carry a placeholder that PLUMED refuses until it is set.
+
+    Returns
+    -------
+    list of str
+        The files written (the model first).
+    """
+    from dpnets.fitfolder import WorkflowError, read_fit
+    from dpnets.io import load
+
+    if inputs not in INPUTS:
+        raise ExportError(f"--input {inputs!r}: expected one of {', '.join(INPUTS)}")
+    if temperature is not None and not (np.isfinite(temperature) and temperature > 0):
+        raise ExportError(f"--temperature {temperature!r}: must be a positive number of kelvin")
+    fit = Path(fit)
+    out = Path(out)
+    if fit.is_dir():
+        try:
+            model_path, config = read_fit(fit)
+        except WorkflowError as err:
+            raise ExportError(str(err)) from None
+        data = config["data"]
+    elif fit.is_file():
+        model_path, data = fit, {}
+    else:
+        raise ExportError(f"{fit}: no such fit folder or model file")
+    model = load(model_path)
+    kind = str(data.get("features") or "raw")
+    shape = tuple(getattr(model, "state_shape_", ()))
+    if kind == "raw" and data.get("topology") and len(shape) == 2 and shape[1] == 3:
+        kind = "positions"  # MD files read with features="raw" are atom positions
+    md_fit = bool(data.get("topology")) and kind in ("dihedrals", "distances", "positions")
+    source = str(fit.resolve())
+    if not md_fit:
+        if inputs == "positions" or topology is not None:
+            raise ExportError(
+                f"{fit}: --input positions and --topology need a dpnets fit on molecular-"
+                "dynamics files (dpnets fit --topology ...); this model takes its own states"
+            )
+        export(model, out, modes, dtype, metadata={"source": source})
+        return [str(out)]
+    if kind == "positions" and inputs == "features":
+        raise ExportError(
+            f"{fit}: a fit on positions takes positions; --input features is for dihedral "
+            "and distance fits (PLUMED's TORSION and DISTANCE)"
+        )
+    positions_in = kind == "positions" or inputs == "positions"
+    md, fit_top, fit_path = _load_topology(str(data["topology"]), "the fit's topology file")
+    if topology is None:
+        eng_top, eng_path = fit_top, fit_path
+    else:
+        _, eng_top, eng_path = _load_topology(str(topology), "the engine topology file")
+    names_ = {"source_name": f"the fit's topology {fit_path}", "target_name": eng_path}
+    meta_base = {"source": source, "topology": eng_path, "fit_topology": fit_path}
+
+    if kind == "dihedrals":
+        probe = md.Trajectory(np.zeros((1, fit_top.n_atoms, 3), dtype=np.float32), fit_top)
+        phi = np.asarray(md.compute_phi(probe)[0], dtype=np.int64).reshape(-1, 4)
+        psi = np.asarray(md.compute_psi(probe)[0], dtype=np.int64).reshape(-1, 4)
+        quads = np.concatenate([phi, psi])
+        expected = 2 * len(quads)
+        if shape != (expected,):
+            raise ExportError(
+                f"{fit_path}: the topology has {len(phi)} phi and {len(psi)} psi torsions "
+                f"({expected} sin/cos features), but the model takes states of shape {shape}"
+            )
+        eng = match_atoms(fit_top, eng_top, quads.ravel(), **names_).reshape(-1, 4)
+        names = [f"phi{k + 1}" for k in range(len(phi))] + [f"psi{k + 1}" for k in range(len(psi))]
+        labels = [" ".join(_atom_label(eng_top, i) for i in q) for q in eng]
+        if positions_in:
+            fit_atoms = np.unique(quads.ravel())
+            ex = _engine_example(
+                _first_positions(md, data, fit_path),
+                fit_atoms,
+                match_atoms(fit_top, eng_top, fit_atoms, **names_),
+                eng_top.n_atoms,
+            )
+            meta = export(
+                model,
+                out,
+                modes,
+                dtype,
+                inputs=PositionTorsions(eng, len(phi)),
+                input_shape=(eng_top.n_atoms, 3),
+                example=ex,
+                metadata={
+                    **meta_base,
+                    "engine_inputs": "positions of all the engine topology's atoms (nm)",
+                    "torsions": {n: [int(i) for i in q] for n, q in zip(names, eng, strict=True)},
+                },
+            )
+            return [str(out), _write_openmm_recipe(out, meta, eng_top.n_atoms, eng_path)]
+        meta = export(
+            model,
+            out,
+            modes,
+            dtype,
+            inputs=TorsionInputs(len(phi), len(psi)),
+            input_shape=(len(quads),),
+            input_names=names,
+            metadata={**meta_base, "engine_inputs": "torsions (radians)"},
+        )
+        lines = [
+            f"{n}: TORSION ATOMS={','.join(str(int(i) + 1) for i in q)}"
+            for n, q in zip(names, eng, strict=True)
+        ]
+        return [str(out), _write_plumed(out, meta, names, lines, labels, eng_path, temperature)]
+
+    from dpnets.datasets import DataFileError, select_atoms
+
+    try:
+        sel = select_atoms(fit_top, str(data.get("selection") or "heavy"), source=fit_path)
+    except DataFileError as err:
+        raise ExportError(str(err)) from None
+    eng_sel = match_atoms(fit_top, eng_top, sel, **names_)
+    if kind == "distances":
+        i, j = np.triu_indices(len(sel), k=1)
+        pairs = np.stack([eng_sel[i], eng_sel[j]], axis=1)
+        if shape != (len(pairs),):
+            raise ExportError(
+                f"{fit_path}: the selection gives {len(pairs)} distances, but the model takes "
+                f"states of shape {shape}"
+            )
+        names = [f"d{k + 1}" for k in range(len(pairs))]
+        if positions_in:
+            ex = _engine_example(
+                _first_positions(md, data, fit_path), sel, eng_sel, eng_top.n_atoms
+            )
+            meta = export(
+                model,
+                out,
+                modes,
+                dtype,
+                inputs=PositionDistances(pairs),
+                input_shape=(eng_top.n_atoms, 3),
+                example=ex,
+                metadata={
+                    **meta_base,
+                    "engine_inputs": "positions of all the engine topology's atoms (nm)",
+                    "pairs": pairs.tolist(),
+                },
+            )
+            return [str(out), _write_openmm_recipe(out, meta, eng_top.n_atoms, eng_path)]
+        meta = export(
+            model,
+            out,
+            modes,
+            dtype,
+            input_names=names,
+            metadata={**meta_base, "engine_inputs": "distances (nm)"},
+        )
+        lines = [
+            f"{n}: DISTANCE ATOMS={a + 1},{b + 1}" for n, (a, b) in zip(names, pairs, strict=True)
+        ]
+        labels = [f"{_atom_label(eng_top, a)} {_atom_label(eng_top, b)}" for a, b in pairs]
+        return [str(out), _write_plumed(out, meta, names, lines, labels, eng_path, temperature)]
+
+    if shape != (len(sel), 3):
+        raise ExportError(
+            f"{fit_path}: the selection has {len(sel)} atoms, but the model takes states of "
+            f"shape {shape}"
+        )
+    ex = _engine_example(_first_positions(md, data, fit_path), sel, eng_sel, eng_top.n_atoms)
+    meta = export(
+        model,
+        out,
+        modes,
+        dtype,
+        inputs=AtomSelection(eng_sel),
+        input_shape=(eng_top.n_atoms, 3),
+        example=ex,
+        metadata={
+            **meta_base,
+            "engine_inputs": "positions of all the engine topology's atoms (nm)",
+            "selection": [int(a) for a in eng_sel],
+        },
+    )
+    return [str(out), _write_openmm_recipe(out, meta, eng_top.n_atoms, eng_path)]
+
+
+# ------------------------------------------------------------------------------ recipes
+#: the placeholder PLUMED refuses (not a number) until the user sets the temperature
+TEMP_PLACEHOLDER = "SET_TEMPERATURE_IN_K"
+
+
+def _write_plumed(
+    out: Path,
+    meta: dict,
+    names: list[str],
+    lines: list[str],
+    labels: list[str],
+    top: str,
+    temperature: float | None,
+) -> str:
+    """``plumed.dat`` next to ``out``: the inputs, the model, OPES_METAD/METAD sketches."""
+    path = out.parent / "plumed.dat"
+    modes = meta["modes"]
+    comps = [f"cv.node-{k}" for k in range(len(modes))]
+    temp = TEMP_PLACEHOLDER if temperature is None else f"{float(temperature):g}"
+    text = [
+        f"# written by dpnets export: the slow modes {modes} of {meta.get('source', '')}",
+        f"# atoms: 1-based indices of {top}, matched to the fit's topology",
+        f"# {meta.get('fit_topology', '')} by chain, residue and atom name",
+        "# lengths in nm, angles in radians (PLUMED units). PLUMED must be built with the",
+        "# PyTorch module: ./configure --enable-libtorch --enable-modules=+pytorch (checked",
+        "# with PLUMED 2.11-dev). The file computes in "
+        f"{meta['dtype']} and answers in PLUMED's float32.",
+    ]
+    for line, label in zip(lines, labels, strict=True):
+        text.append(f"{line}   # {label}")
+    file = str(out.resolve())
+    if any(c.isspace() for c in file):  # PLUMED reads a value with spaces in braces
+        file = "{" + file + "}"
+    text.append(f"cv: PYTORCH_MODEL FILE={file} ARG={','.join(names)}")
+    for k, m in enumerate(modes):
+        lam = meta["eigenvalues"][k]
+        ts = meta["timescales"][k]
+        ts_s = "" if ts is None else f", implied timescale {ts:.4g}"
+        text.append(f"# {comps[k]}: eigenfunction {m} (eigenvalue {lam[0]:.5g}{ts_s})")
+    text += [
+        "",
+        "# Enhanced sampling on the slowest mode: uncomment one. TEMP: your simulation's",
+        "# temperature in K"
+        + (" (PLUMED refuses the placeholder until it is set)" if temperature is None else "")
+        + "; SIGMA: about",
+        "# the CV's fluctuation within one basin (the CV has unit variance on the training",
+        "# data); BARRIER (kJ/mol): the free-energy barrier you expect; PACE to your system.",
+        f"# opes: OPES_METAD ARG={comps[0]} TEMP={temp} PACE=500 BARRIER=40 SIGMA=0.1",
+        f"# metad: METAD ARG={comps[0]} TEMP={temp} PACE=500 HEIGHT=1.2 SIGMA=0.1 BIASFACTOR=10",
+        f"PRINT ARG={','.join(names[:4] + comps)} STRIDE=100 FILE=COLVAR",
+        "",
+    ]
+    body = "\n".join(text).encode()
+    atomic_write(path, lambda fh: fh.write(body))
+    return str(path)
+
+
+_OPENMM_RECIPE = '''"""OpenMM-Torch recipe for the slow modes exported by dpnets export.
+
+{file} maps the positions of all {n_atoms} atoms of {top} (nm, in its atom order;
+one state (n_atoms, 3) or a batch (B, n_atoms, 3)) to the eigenfunctions {modes}, and takes
+the periodic box vectors (3, 3) as a second argument: with
+cv_force.setUsesPeriodicBoundaryConditions(True) OpenMM-Torch passes them, and bond vectors
+and distances take their nearest periodic image. OpenMM-Torch needs a scalar: the wrapper
+below picks one mode. Run it with your System and Simulation (openmm, openmmtorch installed;
+OpenMM-Torch 1.10's CPU wheel acellera-openmmtorch-cpu needs torch < 2.13 and works with
+openmm 8.4.0 to 8.5.2; 8.6.0 and 8.6.1 crash on a TorchForce inside a CustomCVForce, the
+Metadynamics path).
+"""
+
+from typing import Optional
+
+import openmm
+import torch
+from openmm import app, unit
+from openmmtorch import TorchForce
+
+
+class SlowMode(torch.nn.Module):
+    def __init__(self, path: str, k: int = 0):
+        super().__init__()
+        self.cv = torch.jit.load(path)
+        self.k = k
+
+    def forward(
+        self, positions: torch.Tensor, boxvectors: Optional[torch.Tensor] = None
+    ) -> torch.Tensor:
+        return self.cv(positions, boxvectors)[self.k]
+
+
+torch.jit.script(SlowMode("{path}", 0)).save("{stem}_openmm.pt")
+cv_force = TorchForce("{stem}_openmm.pt")  # the CV: its "energy" is the eigenfunction
+# cv_force.setUsesPeriodicBoundaryConditions(True)  # periodic systems: the box is passed
+
+# As a biased collective variable of OpenMM's own well-tempered metadynamics:
+# bias = app.BiasVariable(cv_force, minValue=-3.0, maxValue=3.0, biasWidth=0.1, periodic=False)
+# meta = app.Metadynamics(system, [bias], 300 * unit.kelvin, biasFactor=10.0,
+#                         height=1.0 * unit.kilojoules_per_mole, frequency=500)
+# simulation = app.Simulation(topology, system, integrator)   # after creating meta
+# meta.step(simulation, 1_000_000)
+#
+# Or inside a CustomCVForce of your own:
+# cvf = openmm.CustomCVForce("0.5 * k * (s - s0)^2")
+# cvf.addGlobalParameter("k", 100.0); cvf.addGlobalParameter("s0", 0.0)
+# cvf.addCollectiveVariable("s", cv_force)
+# system.addForce(cvf)
+'''
+
+
+def _write_openmm_recipe(out: Path, meta: dict, n_atoms: int, top: str) -> str:
+    path = out.parent / "openmm_torch_recipe.py"
+    text = _OPENMM_RECIPE.format(
+        file=out.name,
+        path=str(out.resolve()),
+        stem=out.stem,
+        n_atoms=n_atoms,
+        top=top,
+        modes=meta["modes"],
+    ).encode()
+    atomic_write(path, lambda fh: fh.write(text))
+    return str(path)
+
+
+# ------------------------------------------------------------------------------ OpenMM, tabulated
+def openmm_torsion_cv(
+    path: str | os.PathLike,
+    torsions: Sequence[Sequence[int]],
+    output: int = 0,
+    n_grid: int = 121,
+) -> tuple[Any, float]:
+    """An OpenMM ``CustomCVForce`` whose energy is a two-torsion CV file, tabulated.
+
+    Without OpenMM-Torch (whose CPU wheel, ``acellera-openmmtorch-cpu`` 1.10, needs
+    torch < 2.13 and so a separate environment), the exported function of two torsions
+    (a ``dpnets export`` of a fit on one phi/psi pair) goes into OpenMM as a periodic
+    bicubic spline (``Continuous2DFunction``) of two ``CustomTorsionForce`` angles, on an
+    ``n_grid x n_grid`` grid over ``[-pi, pi]^2``. Its "energy" (kJ/mol) is the CV value, so
+    it can be a ``BiasVariable`` of ``openmm.app.Metadynamics`` or a term of a bias.
+
+    Parameters
+    ----------
+    path : path
+        A file written by :func:`export` that takes two torsions in radians.
+    torsions : two sequences of 4 ints
+        0-based atom indices of the two torsions, in the order of the file's inputs (for a
+        ``dpnets export`` of a dihedral fit: phi then psi, as in its ``plumed.dat``).
+    output : int, default 0
+        Which of the file's outputs (``cv.node-k``) to tabulate.
+    n_grid : int, default 121
+        Grid points per angle (the last equals the first: periodic).
+
+    Returns
+    -------
+    (openmm.CustomCVForce, float)
+        The force, and the interpolation error estimate: the largest difference between the
+        spline and the file at the centres of the grid cells, relative to the CV's range.
+    """
+    import openmm
+
+    meta = read_metadata(path)
+    if meta.get("inputs", {}).get("shape") != [2]:
+        raise ExportError(
+            f"{path}: takes inputs of shape {meta.get('inputs', {}).get('shape')}; the "
+            "tabulated OpenMM force needs a CV of two torsions (radians)"
+        )
+    if not 0 <= int(output) < len(meta["modes"]):
+        raise ExportError(f"output={output}: {path} has {len(meta['modes'])} outputs")
+    tors = [list(map(int, t)) for t in torsions]
+    if len(tors) != 2 or any(len(t) != 4 for t in tors):
+        raise ExportError(f"torsions must be two lists of 4 atom indices, got {torsions!r}")
+    if int(n_grid) < 8:
+        raise ExportError(f"n_grid must be at least 8, got {n_grid}")
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", r".*torch\.jit\.", DeprecationWarning)
+        cv = torch.jit.load(os.fspath(path), map_location="cpu")
+    n = int(n_grid)
+    g = np.linspace(-np.pi, np.pi, n)
+
+    def table(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        x = np.stack([a.ravel(), b.ravel()], 1)
+        with torch.no_grad():
+            return cv(torch.tensor(x, dtype=torch.float64))[:, int(output)].double().numpy()
+
+    ga, gb = np.meshgrid(g, g, indexing="ij")  # [i, j] = (phi_i, psi_j)
+    values = table(ga, gb).reshape(n, n)
+    values[-1, :], values[:, -1] = values[0, :], values[:, 0]  # exactly periodic
+    func = openmm.Continuous2DFunction(
+        n, n, values.T.ravel().tolist(), -np.pi, np.pi, -np.pi, np.pi, True
+    )  # OpenMM's order: x fastest
+    force = openmm.CustomCVForce("cv(t1, t2)")
+    force.addTabulatedFunction("cv", func)
+    for name, atoms in zip(("t1", "t2"), tors, strict=True):
+        t = openmm.CustomTorsionForce("theta")
+        t.addTorsion(*atoms, [])
+        force.addCollectiveVariable(name, t)
+    # interpolation error at the cell centres, by OpenMM's own spline through a bicubic
+    # estimate: compare the file with the spline evaluated by scipy's periodic cubic spline
+    from scipy.interpolate import RectBivariateSpline
+
+    mid = 0.5 * (g[1:] + g[:-1])
+    spline = RectBivariateSpline(g, g, values, kx=3, ky=3, s=0)
+    ma, mb = np.meshgrid(mid, mid, indexing="ij")
+    exact = table(ma, mb).reshape(ma.shape)
+    err = float(np.abs(spline(mid, mid) - exact).max() / max(np.ptp(values), 1e-300))
+    return force, err
