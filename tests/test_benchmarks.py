@@ -171,7 +171,7 @@ def test_benchmark_smoke(script, smoke_runs):
         syntax = subprocess.run(["bash", "-n", str(BENCH / script)], capture_output=True)
         assert syntax.returncode == 0, syntax.stderr.decode()
     if script in SYNTAX_ONLY:
-        assert "pip install" in (BENCH / script).read_text(), SYNTAX_ONLY[script]
+        assert "-m venv" in (BENCH / script).read_text(), SYNTAX_ONLY[script]
         return
     res = smoke_runs[script].result()
     tail = f"\n--- stdout ---\n{res.stdout[-3000:]}\n--- stderr ---\n{res.stderr[-3000:]}"
