@@ -30,7 +30,7 @@ smoke=()
 devices=cuda
 while [[ $# -gt 0 ]]; do
     case "$1" in
-        --smoke) smoke=(--smoke) ;;
+        --smoke) smoke=(--smoke --models mlp) ;;  # SchNet: bench_scale.py's own smoke
         --devices) devices="$2"; shift ;;
         *) echo "gpu_session.sh: unknown option $1" >&2; exit 2 ;;
     esac
