@@ -515,3 +515,100 @@ def test_a_second_process_fit_into_a_folder_being_written_is_refused(tmp_path, c
         holder.wait()
     assert rc == 2 and err.count("\n") == 1
     assert f"{out}: another dpnets fit (process {holder.pid}@" in err
+
+
+# ------------------------------------------------------------ validation inputs (issue 35)
+def _two_sets(z: np.ndarray) -> np.ndarray:
+    return np.hstack([z[:, :1] > 0, z[:, :1] <= 0]).astype(float)
+
+
+@pytest.fixture(scope="module")
+def fitted_op():
+    x = _ou(800)
+    return TransferOperator(lambda z: np.hstack([z, z**2]), lag=1).fit(x), x
+
+
+@pytest.mark.parametrize(
+    ("memberships", "error", "match"),
+    [
+        (None, TypeError, "memberships must be a callable.*got NoneType"),
+        (np.zeros((800, 2)), TypeError, "memberships must be a callable.*got ndarray"),
+        (
+            lambda z: np.where(np.arange(len(z))[:, None] == 5, np.nan, _two_sets(z)),
+            ValueError,
+            r"memberships returned 2 NaN or inf value\(s\) \(first at state 5\)",
+        ),
+        (
+            lambda z: np.hstack([_two_sets(z)[:, :1], np.full((len(z), 1), np.inf)]),
+            ValueError,
+            "memberships returned 800 NaN or inf",
+        ),
+        (lambda z: _two_sets(z) - 0.5, ValueError, "memberships must be non-negative"),
+        (lambda z: _two_sets(z)[:-1], ValueError, r"for n = 800 states .*got \(799, 2\)"),
+        (lambda z: _two_sets(z)[:, 0], ValueError, r"memberships must return \(n, n_sets\)"),
+        (lambda z: np.full((len(z), 1), "a"), ValueError, "memberships must return numbers"),
+        (
+            lambda z: np.hstack([np.ones((len(z), 1)), np.zeros((len(z), 1))]),
+            ValueError,
+            r"memberships of set\(s\) \[1\] are zero on every frame",
+        ),
+    ],
+)
+@pytest.mark.parametrize("n_bootstrap", [0, 40])
+def test_ck_test_checks_the_memberships_first(fitted_op, memberships, error, match, n_bootstrap):
+    """Issue 35: NaN or all-zero memberships used to give a ChapmanKolmogorov of NaN, None
+    a numpy TypeError; each is now refused before anything is computed."""
+    op, x = fitted_op
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no numpy warning on the way to the error
+        with pytest.raises(error, match=match):
+            dpnets.validation.ck_test(op, x, [1, 2], memberships, n_bootstrap=n_bootstrap)
+
+
+def test_ck_test_memberships_that_differ_in_sets_between_trajectories(fitted_op):
+    op, x = fitted_op
+    calls = []
+
+    def grows(z):
+        calls.append(1)
+        return np.ones((len(z), len(calls)))
+
+    with pytest.raises(ValueError, match="1 sets on one trajectory and 2 on another"):
+        dpnets.validation.ck_test(op, [x[:400], x[400:]], [1], grows)
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "match"),
+    [
+        (
+            lambda op, x: dpnets.validation.implied_timescales(op, None, [1, 2]),
+            TypeError,
+            "data is None",
+        ),
+        (
+            lambda op, x: dpnets.validation.ck_test(op, None, [1], _two_sets),
+            TypeError,
+            "data is None",
+        ),
+        (
+            lambda op, x: dpnets.validation.bootstrap_spectrum(op, None, k=2),
+            TypeError,
+            "data is None",
+        ),
+        (lambda op, x: dpnets.validation.cross_validate(op, None), TypeError, "data is None"),
+        (lambda op, x: pcca(op, None, 2), TypeError, "X is None"),
+        (lambda op, x: pcca(None, x, 2), TypeError, "model must be a fitted dpnets model"),
+        (lambda op, x: pcca(op, x, 2, weights=np.full(800, np.nan)), ValueError, "weights must be"),
+    ],
+)
+def test_validation_functions_name_a_missing_argument(fitted_op, call, error, match):
+    op, x = fitted_op
+    with pytest.raises(error, match=match):
+        call(op, x)
+
+
+def test_good_memberships_still_give_the_test(fitted_op):
+    op, x = fitted_op
+    ck = dpnets.validation.ck_test(op, x, [1, 2], _two_sets)
+    assert np.all(np.isfinite(ck.predictions)) and np.all(np.isfinite(ck.estimates))
+    np.testing.assert_allclose(ck.predictions[0], np.eye(2), atol=1e-12)  # lag 0: crisp sets

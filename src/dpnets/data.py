@@ -80,7 +80,7 @@ def check_states(
     """Validate an array of states of shape ``(n, *state_shape)``.
 
     Raises ``ValueError`` naming the problem for NaN/inf values, empty or 0-d input, or
-    non-numeric data. A 1-D array is returned as ``(n, 1)``. Arrays (memory-mapped ones
+    non-numeric data (``TypeError`` for None). A 1-D array is returned as ``(n, 1)``. Arrays (memory-mapped ones
     included) are not copied, and the finiteness check reads them in chunks, so a
     memory-mapped ``.npy`` file is never held in memory as a whole.
 
@@ -99,6 +99,8 @@ def check_states(
         reading it into memory.
     """
     arr: np.ndarray | OutOfCoreStates
+    if a is None:
+        raise TypeError(f"{name} is None: pass the states (an array of shape (n_samples, ...))")
     if is_streaming(a):
         raise TypeError(
             f"{name} is a torch {type(a).__name__}: this needs the states themselves (an "
