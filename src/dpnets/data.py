@@ -80,9 +80,9 @@ def check_states(
     """Validate an array of states of shape ``(n, *state_shape)``.
 
     Raises ``ValueError`` naming the problem for NaN/inf values, empty or 0-d input, or
-    non-numeric data (``TypeError`` for None). A 1-D array is returned as ``(n, 1)``. Arrays (memory-mapped ones
-    included) are not copied, and the finiteness check reads them in chunks, so a
-    memory-mapped ``.npy`` file is never held in memory as a whole.
+    non-numeric data (``TypeError`` for None). A 1-D array is returned as ``(n, 1)``.
+    Arrays (memory-mapped ones included) are not copied, and the finiteness check reads
+    them in chunks, so a memory-mapped ``.npy`` file is never held in memory as a whole.
 
     Parameters
     ----------
