@@ -612,3 +612,40 @@ def test_good_memberships_still_give_the_test(fitted_op):
     ck = dpnets.validation.ck_test(op, x, [1, 2], _two_sets)
     assert np.all(np.isfinite(ck.predictions)) and np.all(np.isfinite(ck.estimates))
     np.testing.assert_allclose(ck.predictions[0], np.eye(2), atol=1e-12)  # lag 0: crisp sets
+
+
+def _forge_text(path, src, config: str) -> None:
+    """A saved model with its JSON config replaced by ``config`` and the checksum fixed."""
+    p = _payload(src)
+    p["config"] = config
+    p["checksum"] = io._checksum(p["kind"], p["config"], p["tensors"])
+    torch.save(p, path)
+
+
+@pytest.mark.parametrize(
+    ("config", "match"),
+    [
+        ("[" * 100_000 + "]" * 100_000, r"the config nests 100000 levels deep.*refused unparsed"),
+        ('{"a": ' * 65 + "1" + "}" * 65, r"the config nests 65 levels deep"),
+        (
+            json.dumps({"pad": "x" * (io.MAX_CONFIG_CHARS + 1)}),
+            r"the config is \d+ characters long.*refused unparsed",
+        ),
+        ("{" * 3, r"the config is not valid JSON"),
+    ],
+)
+def test_model_file_header_parsing_is_bounded(saved, tmp_path, config, match):
+    """Issue 35: a JSON config nested 100,000 levels deep (checksum fixed up) raised a
+    RecursionError from the json module; depth and size are now bounded before parsing,
+    with one InvalidModelFile line naming the file."""
+    path = tmp_path / "deep.pt"
+    _forge_text(path, saved / "op.pt", config)
+    with pytest.raises(InvalidModelFile, match=match) as info:
+        dpnets.load(path)
+    assert str(path) in str(info.value) and "\n" not in str(info.value)
+
+
+def test_brackets_inside_config_strings_do_not_count_as_depth(saved, tmp_path):
+    path = tmp_path / "strings.pt"
+    _forge(path, saved / "op.pt", lambda c, t: c.update(note='[[[{{{"\\' * 30))
+    assert isinstance(dpnets.load(path), TransferOperator)
