@@ -514,7 +514,7 @@ def test_a_second_process_fit_into_a_folder_being_written_is_refused(tmp_path, c
         holder.kill()
         holder.wait()
     assert rc == 2 and err.count("\n") == 1
-    assert f"{out}: another dpnets fit (process {holder.pid}@" in err
+    assert f"{out}: another dpnets fit or analyze (process {holder.pid}@" in err
 
 
 # ------------------------------------------------------------ validation inputs (issue 35)
@@ -649,3 +649,137 @@ def test_brackets_inside_config_strings_do_not_count_as_depth(saved, tmp_path):
     path = tmp_path / "strings.pt"
     _forge(path, saved / "op.pt", lambda c, t: c.update(note='[[[{{{"\\' * 30))
     assert isinstance(dpnets.load(path), TransferOperator)
+
+
+# ------------------------------------------------------------- files on the command line
+_PDB = "".join(
+    f"ATOM  {i + 1:5d}  CA  ALA A{i + 1:4d}    {3.8 * i:8.3f}{0.0:8.3f}{0.0:8.3f}  1.00  0.00"
+    "           C\n"
+    for i in range(5)
+)
+
+
+@pytest.mark.parametrize("ext", [".xtc", ".dcd", ".trr", ".nc"])
+@pytest.mark.parametrize("content", ["random", "empty"])
+def test_md_file_of_random_bytes_is_one_line_naming_it(tmp_path, ext, content):
+    """Issue 35: ``dpnets fit`` on an .xtc of random bytes with a PDB topology printed
+    MDAnalysis' ``AttributeError: 'XTCReader' object has no attribute '_xdr'`` traceback
+    (raised again by the half-built reader's ``__del__``) after its error, and mdtraj's DCD
+    plugin printed its diagnosis on stdout; now both streams hold one line, exit 2."""
+    pytest.importorskip("mdtraj")
+    pytest.importorskip("MDAnalysis")
+    (tmp_path / "top.pdb").write_text(_PDB + "END\n")
+    bad = tmp_path / f"bad{ext}"
+    bad.write_bytes(np.random.default_rng(0).bytes(5000) if content == "random" else b"")
+    cmd = [sys.executable, "-m", "dpnets", "fit", str(bad), "--topology", str(tmp_path / "top.pdb")]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), *sys.path]))
+    done = subprocess.run(
+        [*cmd, "--out", str(tmp_path / "out"), "--quiet"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stdout == ""
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith(f"dpnets: error: {bad}: cannot read")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.fixture(scope="module")
+def fit_folder(tmp_path_factory):
+    from dpnets.workflow import DEFAULT_CONFIG, fit_files
+
+    folder = tmp_path_factory.mktemp("fit")
+    np.save(folder / "x.npy", np.hstack([_ou(600), _ou(600, seed=1)]))
+    np.save(folder / "w3.npy", np.random.default_rng(0).normal(size=(100, 3)))
+    config = {t: dict(v) for t, v in DEFAULT_CONFIG.items()}
+    config["data"]["paths"] = [str(folder / "x.npy")]
+    config["model"].update(epochs=2, batch_size=128)
+    fit_files(config, folder / "FIT", progress=False)
+    return folder
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["transform", "{FIT}", "{w3}", "--out", "{tmp}/t.npy"],
+        ["forecast", "{FIT}", "{w3}", "--steps", "2", "--out", "{tmp}/f.npy"],
+        ["analyze", "{FIT}", "{w3}", "--out", "{tmp}/an", "--quiet"],
+    ],
+)
+def test_a_file_of_another_width_is_named(fit_folder, tmp_path, capsys, command):
+    """Issue 35: ``dpnets transform FIT w3.npy`` (a width-3 file for a width-2 model) said
+    "X has 3 features, but TransferOperator is expecting 2 features as input" without the
+    file; now one line names it and the shapes, and nothing is written."""
+    names = {"FIT": fit_folder / "FIT", "w3": fit_folder / "w3.npy", "tmp": tmp_path}
+    rc, err = _cli([c.format(**names) for c in command], capsys)
+    assert rc == 2 and err.count("\n") == 1, err
+    assert f"{fit_folder / 'w3.npy'}: states of shape (3,)" in err
+    assert "that model takes states of shape (2,)" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_analyze_into_a_folder_being_written_is_refused(fit_folder, tmp_path, capsys):
+    """Issue 35 item 8: ``dpnets analyze --out`` takes the lock of ``fit``: a folder that
+    another process is writing is refused with one line naming it and the process."""
+    import socket
+
+    out = tmp_path / "busy"
+    out.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        (out / ".dpnets-fit.lock").write_text(f"{holder.pid}@{socket.gethostname()}")
+        rc, err = _cli(["analyze", str(fit_folder / "FIT"), "--out", str(out), "--quiet"], capsys)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert rc == 2 and err.count("\n") == 1, err
+    assert f"{out}: another dpnets fit or analyze (process {holder.pid}@" in err
+    assert sorted(p.name for p in out.iterdir()) == [".dpnets-fit.lock"]  # nothing written
+
+
+def test_concurrent_analyses_into_one_folder_exactly_one_writes_it(fit_folder, tmp_path):
+    """Two analyses into one new folder at once (overwrite=False): one writes it, the other
+    is refused; the folder holds one complete analysis and no staging folder."""
+    from dpnets.workflow import WorkflowError, analyze
+
+    out = tmp_path / "same"
+    start = threading.Barrier(2)
+    results: list = [None] * 2
+
+    def run(i: int) -> None:
+        start.wait()
+        try:
+            analyze(
+                fit_folder / "FIT",
+                out=out,
+                overwrite=False,
+                progress=False,
+                n_bootstrap=2,
+                n_sets=2,
+            )
+            results[i] = "ok"
+        except Exception as err:  # noqa: BLE001 - reported by the assertions below
+            results[i] = err
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(300)
+    assert sum(r == "ok" for r in results) == 1, results
+    err = next(r for r in results if r != "ok")
+    assert isinstance(err, WorkflowError) and str(out) in str(err)
+    assert "another dpnets fit or analyze" in str(err) or "not empty" in str(err)
+    assert sorted(p.name for p in out.iterdir()) == [
+        "ck_test.png",
+        "eigenfunctions.png",
+        "eigenvalues.png",
+        "report.md",
+        "results.json",
+        "timescales.png",
+    ]
