@@ -783,3 +783,41 @@ def test_concurrent_analyses_into_one_folder_exactly_one_writes_it(fit_folder, t
         "results.json",
         "timescales.png",
     ]
+
+
+# ------------------------------------------------------------------ ambiguous list shapes
+@pytest.mark.parametrize(
+    "fit",
+    [
+        lambda x: DPNet(MLP(2, (8,), 2), epochs=1, progress=False).fit(x.tolist()),
+        lambda x: TransferOperator(lambda z: z, lag=1).fit(x.tolist()),
+        lambda x: dpnets.baselines.DMD(lag=1).fit([tuple(r) for r in x]),
+        lambda x: _net(epochs=1).set_params(encoder=MLP(2, (8,), 2)).fit(x).transform(x.tolist()),
+        lambda x: dpnets.validation.implied_timescales(dpnets.baselines.DMD(), x.tolist(), [1]),
+    ],
+)
+def test_a_list_of_rows_is_explained(fit):
+    """Issue 35: ``DPNet.fit(X.tolist())`` read a list of 2-number rows as 300 trajectories
+    of one coordinate ("MLP expects 2 input features, got 1"; the default encoder fitted
+    them silently); now the message says how a list is read and how to pass one
+    trajectory."""
+    x = np.hstack([_ou(300), _ou(300, seed=1)])
+    with pytest.raises(ValueError, match=r"is a list of 300 rows of 2 numbers") as info:
+        fit(x)
+    assert "a list is read as a list of trajectories" in str(info.value)
+    assert "(shape (300, 2))" in str(info.value)
+
+
+def test_a_list_of_numbers_is_explained():
+    x = _ou(300)[:, 0]
+    with pytest.raises(ValueError, match=r"X is a list of 300 numbers.*np.asarray\(X\)"):
+        dpnets.baselines.DMD(lag=1).fit(x.tolist())
+
+
+def test_lists_of_trajectories_are_still_read():
+    """Arrays in a list, and plain lists of scalar frames fewer than their length, are
+    trajectories as before."""
+    x = _ou(300)[:, 0]
+    a = dpnets.baselines.DMD(lag=1).fit([x[:150], x[150:]]).eig()
+    b = dpnets.baselines.DMD(lag=1).fit([x[:150].tolist(), x[150:].tolist()]).eig()
+    np.testing.assert_array_equal(a, b)

@@ -29,6 +29,7 @@ from dpnets.distributed import shard
 
 __all__ = [
     "check_frames",
+    "check_not_rows",
     "TrainingSource",
     "training_source",
     "split_batchers",
@@ -224,14 +225,53 @@ class OutOfCoreStates:
         return self  # a read-only reference to the file, shared (h5py objects do not copy)
 
 
+def _is_scalar(v: object) -> bool:
+    return isinstance(v, (int, float, np.number)) and not isinstance(v, bool)
+
+
+def check_not_rows(data: object, name: str = "X") -> None:
+    """Refuse a list that reads as the rows of one table rather than as trajectories.
+
+    A list is a list of trajectories. A list of plain numbers, or a list of more rows
+    (Python lists or tuples of numbers, all of one length) than each row has numbers, as
+    ``X.tolist()`` gives, would be read as many trajectories of one-dimensional frames: a
+    ``ValueError`` says so and how to pass one trajectory. Trajectories given as arrays
+    are never refused."""
+    if not isinstance(data, list) or len(data) < 2:
+        return
+    if all(_is_scalar(v) for v in data[:64]) and all(map(_is_scalar, data)):
+        raise ValueError(
+            f"{name} is a list of {len(data)} numbers: a list is read as a list of "
+            f"trajectories, and a number is not one. For one trajectory of scalar states pass "
+            f"np.asarray({name}) (shape ({len(data)},))"
+        )
+    first = data[0]
+    if not (isinstance(first, (list, tuple)) and first and all(map(_is_scalar, first))):
+        return
+    width = len(first)
+    if len(data) <= width:
+        return
+    if all(isinstance(r, (list, tuple)) and len(r) == width for r in data):
+        raise ValueError(
+            f"{name} is a list of {len(data)} rows of {width} numbers (as X.tolist() gives): "
+            f"a list is read as a list of trajectories, which would make {len(data)} "
+            f"trajectories of {width} one-dimensional frames each. For one trajectory of "
+            f"{width}-dimensional states pass np.asarray({name}) (shape ({len(data)}, {width})); "
+            "for several trajectories, a list of such arrays (one per trajectory); for "
+            "scalar trajectories, pass each as a numpy array"
+        )
+
+
 def check_frames(X: object, name: str = "X") -> np.ndarray:
     """The frames of ``X``, as ``fit`` takes it: one trajectory ``(n, *state_shape)``, or a
     list of trajectories whose frames are concatenated in order (checked like
-    :func:`check_states`; every trajectory must have the same state shape)."""
+    :func:`check_states`; every trajectory must have the same state shape; the rows of
+    one table as a list are refused, :func:`check_not_rows`)."""
     if not isinstance(X, list):
         return check_states(X, name)  # type: ignore[return-value]
     if not X:
         raise ValueError(f"{name} is an empty list of trajectories")
+    check_not_rows(X, name)
     parts = [check_states(t, f"{name}[{k}]") for k, t in enumerate(X)]
     for k, p in enumerate(parts):
         if p.shape[1:] != parts[0].shape[1:]:
@@ -471,6 +511,7 @@ def pair_segments(data: object, lag: int = 1, lazy: bool = True) -> list[PairSeg
     if isinstance(data, list):
         if len(data) == 0:
             raise ValueError("empty list of trajectories")
+        check_not_rows(data, "X")
         trajs = [check_states(t, f"trajectory {k}", lazy=lazy) for k, t in enumerate(data)]
         shape = trajs[0].shape[1:]
         for k, t in enumerate(trajs):

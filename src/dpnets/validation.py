@@ -18,7 +18,15 @@ from typing import Any
 import numpy as np
 
 from dpnets.base import BaseEstimator, clone, is_fitted
-from dpnets.data import PairSegment, check_frames, check_lag, check_states, chunks, pair_segments
+from dpnets.data import (
+    PairSegment,
+    check_frames,
+    check_lag,
+    check_not_rows,
+    check_states,
+    chunks,
+    pair_segments,
+)
 from dpnets.moments import FIT_CHUNK, Moments
 from dpnets.operators import TransferOperator
 from dpnets.params import check_int, check_real, check_seed
@@ -820,6 +828,7 @@ def _trajectories(data: Any) -> list[np.ndarray]:
             raise TypeError("give trajectories (an array or a list of arrays), not (X, Y) pairs")
         if not data:
             raise ValueError("empty list of trajectories")
+        check_not_rows(data, "data")
         return [check_states(t, f"trajectory {i}") for i, t in enumerate(data)]
     if data is None:
         raise TypeError("data is None: pass the trajectories (an array or a list of arrays)")
