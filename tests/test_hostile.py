@@ -821,3 +821,81 @@ def test_lists_of_trajectories_are_still_read():
     a = dpnets.baselines.DMD(lag=1).fit([x[:150], x[150:]]).eig()
     b = dpnets.baselines.DMD(lag=1).fit([x[:150].tolist(), x[150:].tolist()]).eig()
     np.testing.assert_array_equal(a, b)
+
+
+# ------------------------------------------------------- linear estimators at extreme scales
+def _ar2(n: int = 300) -> np.ndarray:
+    rng = np.random.default_rng(0)
+    x = np.zeros((n, 2))
+    for t in range(1, n):
+        x[t] = 0.9 * x[t - 1] + 0.3 * rng.normal(size=2)
+    return x
+
+
+def _leading(model, k: int = 4) -> np.ndarray:
+    ev = model.eig()
+    return ev[np.argsort(-np.abs(ev), kind="stable")][:k]
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: dpnets.baselines.EDMD(lag=1),
+        lambda: dpnets.baselines.KernelDMD(lag=1),
+        lambda: dpnets.baselines.KernelDMD("laplacian", lag=1),
+        lambda: dpnets.baselines.KernelDMD("absexp", lag=1),
+        lambda: dpnets.baselines.NystromKernelDMD(lag=1, n_centers=200, seed=0),
+    ],
+)
+@pytest.mark.parametrize("scale", [1e-300, 1e300, 2.0**-996, 2.0**996])
+def test_estimators_in_units_of_the_data_give_the_spectrum_of_unit_scale(make, scale):
+    """Issue 35: kernel models at 1e300 raised "length_scale must be finite" (the median
+    distance overflowed) and at 1e-300 silently used length-scale 1 on distances of 1e-300
+    (a constant kernel). Distances are now computed in units of a power of two near the
+    length-scale: the eigenvalues are those at unit scale (exactly for a power-of-two
+    scale; to the round-off of ``x * scale`` otherwise: measured <= 1.3e-9)."""
+    x = _ar2()
+    ref = _leading(make().fit(x))
+    got = _leading(make().fit(x * scale))
+    exact = np.log2(scale) == np.round(np.log2(scale))
+    np.testing.assert_allclose(got, ref, rtol=0, atol=0 if exact else 1e-7)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: dpnets.baselines.DMD(lag=1),
+        lambda: dpnets.baselines.DMD(rank=1, lag=1),
+        lambda: dpnets.baselines.DMD(constant=True, lag=1),
+        lambda: dpnets.baselines.EDMD(dictionary="monomial", lag=1),
+        lambda: TransferOperator(None, lag=1),
+        lambda: TransferOperator(lambda z: np.hstack([z, np.tanh(z)]), lag=1),
+    ],
+)
+@pytest.mark.parametrize("scale", [1e-300, 1e300])
+def test_estimators_on_features_as_given_refuse_extreme_scales_naming_them(make, scale):
+    """Issue 35: ``DMD(lag=1).fit(X * 1e300)`` raised numpy's "array must not contain infs
+    or NaNs", and at 1e-300 DMD(constant=True) and EDMD's monomials silently returned
+    eigenvalues 0.9 away from the right ones (squares below float64's range). Estimators
+    that use their features as given cannot rescale them without changing the model, so
+    they refuse, naming the magnitude and the fix."""
+    with pytest.raises(ValueError, match=r"magnitude \d\.\d+e[-+]300") as info:
+        make().fit(_ar2() * scale)
+    assert ("overflow" if scale > 1 else "underflow") in str(info.value)
+    assert "rescale the data" in str(info.value)
+
+
+@pytest.mark.parametrize("kernel", ["poly", "linear"])
+@pytest.mark.parametrize("scale", [1e-300, 1e300])
+def test_inner_product_kernels_refuse_extreme_scales_naming_them(kernel, scale):
+    with pytest.raises(ValueError, match=rf"states of magnitude .*e[-+]300 with the '{kernel}'"):
+        dpnets.baselines.KernelDMD(kernel, lag=1).fit(_ar2() * scale)
+
+
+def test_moments_at_moderate_scales_are_unchanged():
+    """The range check refuses nothing an ordinary fit computes: features of 1e150 with
+    states of 1e150, and EDMD's bounded features with states of 1e300 (products 1e300)."""
+    x = _ar2()
+    ref = _leading(dpnets.baselines.DMD(lag=1).fit(x), 2)
+    np.testing.assert_allclose(_leading(dpnets.baselines.DMD(lag=1).fit(x * 2.0**500), 2), ref)
+    np.testing.assert_allclose(_leading(dpnets.baselines.DMD(lag=1).fit(x * 2.0**-500), 2), ref)
