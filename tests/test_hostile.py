@@ -899,3 +899,13 @@ def test_moments_at_moderate_scales_are_unchanged():
     ref = _leading(dpnets.baselines.DMD(lag=1).fit(x), 2)
     np.testing.assert_allclose(_leading(dpnets.baselines.DMD(lag=1).fit(x * 2.0**500), 2), ref)
     np.testing.assert_allclose(_leading(dpnets.baselines.DMD(lag=1).fit(x * 2.0**-500), 2), ref)
+
+
+def test_transform_of_none_names_the_argument():
+    """Issue 35: ``net.transform(None)`` said "X must have at least one dimension
+    (samples), got a scalar"."""
+    net = _net(epochs=1).fit(_ou(300))
+    with pytest.raises(TypeError, match=r"X is None: pass the states"):
+        net.transform(None)
+    with pytest.raises(TypeError, match=r"trajectory 1 is None"):
+        dpnets.baselines.DMD(lag=1).fit([_ou(300), None])

@@ -11,6 +11,12 @@ first chunk it was given, before its sums and products are taken: a large common
 (raw coordinates ``+ 1e6``) then does not cancel the covariances away, as it would in
 ``sum(x x^T) / n - mean mean^T`` (the input standardisation of :class:`dpnets.DPNet` does
 the same for its means and variances).
+
+Values whose float64 products cannot be represented (features of magnitude ``1e300``, whose
+squares overflow, or ``1e-300``, whose squares fall below the normal range and lose their
+digits) are refused by :meth:`Moments.cov` with a ``ValueError`` naming the magnitude: the
+estimators that use their features as given (DMD, ``TransferOperator`` on a feature map)
+cannot rescale them without changing the model.
 """
 
 from __future__ import annotations
@@ -209,7 +215,10 @@ class Moments:
         return self._pilot[name] + self._sum[name] / self.weight
 
     def cov(self, a: str, b: str) -> np.ndarray:
-        """Centred cross-covariance ``E[(a - E a)(b - E b)^T]``, float64 (k_a, k_b)."""
+        """Centred cross-covariance ``E[(a - E a)(b - E b)^T]``, float64 (k_a, k_b).
+
+        Raises ``ValueError`` naming the magnitude when the products of the two blocks'
+        values overflow float64 or fall below its normal range (module docstring)."""
         self._check(a, b)
         if (a, b) not in self._prod:
             if (b, a) in self._prod:
