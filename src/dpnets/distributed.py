@@ -85,7 +85,10 @@ def init_from_env() -> bool:
 
     Does nothing (returns False) outside a multi-process launch (``WORLD_SIZE`` unset or
     1) or when a group is already initialised. The backend is NCCL when CUDA is available,
-    else gloo; on CUDA the process's device is set to ``cuda:LOCAL_RANK``.
+    else gloo; on CUDA the process's device is set to ``cuda:LOCAL_RANK``. Under
+    ``torchrun --max-restarts`` each restart attempt keys its rendezvous apart from the
+    previous attempt's (whose dead workers' addresses the agent's store still holds), so
+    restarted workers never wait on a dead peer.
     """
     dist = _dist()
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or dist.is_initialized():
@@ -117,12 +120,15 @@ def _attempt_store():
     (issue 35). Each attempt therefore gets keys of its own."""
     if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
         return None
+    from torch.distributed.constants import default_pg_timeout
+
     dist = _dist()
     store = dist.TCPStore(
         host_name=os.environ["MASTER_ADDR"],
         port=int(os.environ["MASTER_PORT"]),
         world_size=int(os.environ["WORLD_SIZE"]),
         is_master=False,
+        timeout=default_pg_timeout,  # as init_process_group's own store: 30 minutes
     )
     run = os.environ.get("TORCHELASTIC_RUN_ID", "")
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
