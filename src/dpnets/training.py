@@ -21,7 +21,12 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from dpnets.distributed import average_gradients, is_main_process, statistics_reduced
+from dpnets.distributed import (
+    all_equal_int,
+    average_gradients,
+    is_main_process,
+    statistics_reduced,
+)
 from dpnets.distributed import is_active as dist_active
 from dpnets.io import atomic_write
 from dpnets.nn.registry import build, describe
@@ -446,6 +451,12 @@ def _train_loop(
         start, history, initial = saved["epoch"], saved["history"], saved["initial"]
         best, best_epoch, best_state = saved["best"], saved["best_epoch"], saved["best_state"]
         last_state, last_epoch = saved["last_state"], saved["last_epoch"]
+    if distributed and checkpoint is not None and not all_equal_int(start):
+        raise RuntimeError(
+            f"the processes found different checkpoints at {os.fspath(checkpoint.path)} "
+            "(they would resume from different epochs): put the checkpoint on a file system "
+            "that every process sees"
+        )
     bar = progress_bar(range(start, epochs), progress, desc, total=epochs - start)
     for epoch in bar:
         for m in modules:
