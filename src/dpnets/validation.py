@@ -652,6 +652,9 @@ def _ck_from_sums(
     v = _basis_map(model, pilot, spread).T @ np.real(model.stationary_coef())
     gv = g @ v  # (S, q): sum_x w(x) m_i(x) z(x)
     norm = gv[:, 0]  # E_pi[m_i], up to the sample count
+    # a resample that draws no frame of a set says nothing of it: NaN, left out of that
+    # set's interval by _interval (ck_test checked every set's mass on the whole data)
+    norm = np.where(norm != 0, norm, np.nan)
 
     def propagate(op: OperatorFit, t: int, lag: int) -> np.ndarray:
         b = _basis_map(op, pilot, spread)
