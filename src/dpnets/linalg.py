@@ -15,6 +15,9 @@ this module:
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+from collections.abc import Iterator
 from typing import NamedTuple
 
 import numpy as np
@@ -34,6 +37,11 @@ __all__ = [
     "max_eigval",
     "torch_sym_pinv",
     "torch_sym_inv_sqrt",
+    "SymChol",
+    "torch_sym_chol",
+    "SPECTRAL_METHODS",
+    "spectral_method",
+    "uses_cholesky",
     "eig_biorthogonal",
 ]
 
@@ -407,3 +415,145 @@ def torch_sym_inv_sqrt(a: torch.Tensor, rtol: float | None = None) -> torch.Tens
     if rtol is None:
         rtol = default_rtol(a.shape[-1], a.dtype)
     return spectral_power(torch_sym_eig(a), -0.5, rtol).to(a.dtype)
+
+
+
+# ------------------------------------------------------------- torch, without eigh (GPU)
+#
+# ``torch.linalg.eigh`` checks its LAPACK/cuSOLVER status on the host: on a GPU every call
+# synchronises the device with the host. The maps below need no eigendecomposition: one
+# batched ``cholesky_ex`` and one triangular solve, all decisions taken on the device, so a
+# training step on a GPU never waits for the GPU (and can be captured in a CUDA graph).
+
+#: how the scores decompose their ``r x r`` covariances (:func:`spectral_method`)
+SPECTRAL_METHODS = ("auto", "eigh", "cholesky")
+
+_METHOD: contextvars.ContextVar[str] = contextvars.ContextVar("dpnets_spectral", default="auto")
+
+
+@contextlib.contextmanager
+def spectral_method(method: str) -> Iterator[None]:
+    """Within the block, the scores decompose their covariances with ``method``.
+
+    ``"eigh"``: a float64 symmetric eigendecomposition (:func:`torch_sym_eig`); exact
+    relative cut-offs for any PSD matrix, but on a GPU one host synchronisation per call.
+    ``"cholesky"``: :func:`torch_sym_chol`, no synchronisation; the same values (to
+    round-off) wherever no eigenvalue comes near the cut-offs, which it certifies on the
+    device. ``"auto"`` (the default): ``"cholesky"`` for CUDA tensors, ``"eigh"`` otherwise.
+    """
+    if method not in SPECTRAL_METHODS:
+        raise ValueError(f"method must be one of {', '.join(SPECTRAL_METHODS)}, got {method!r}")
+    token = _METHOD.set(method)
+    try:
+        yield
+    finally:
+        _METHOD.reset(token)
+
+
+def uses_cholesky(t: torch.Tensor) -> bool:
+    """Whether the scores use :func:`torch_sym_chol` for a tensor on ``t``'s device."""
+    method = _METHOD.get()
+    if method == "auto":
+        return t.device.type == "cuda"
+    return method == "cholesky"
+
+
+_EYES: dict[tuple[int, torch.dtype, torch.device], torch.Tensor] = {}
+
+
+def _eye(d: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A cached identity matrix (no allocation or fill kernel per step)."""
+    key = (d, dtype, device)
+    eye = _EYES.get(key)
+    if eye is None:
+        eye = _EYES[key] = torch.eye(d, dtype=dtype, device=device)
+    return eye
+
+
+class SymChol(NamedTuple):
+    """Cholesky-based maps of a (batch of) symmetric PSD float64 matrices ``A``.
+
+    Where ``exact`` (a boolean tensor of the batch shape, decided on the device), no
+    eigenvalue of ``A`` lies within a factor 2 of the relative cut-offs of
+    :func:`spectral_power` and :func:`torch_sym_chol`'s ``floor``, and the fields equal the
+    eigendecomposition's maps to round-off: ``inv = A^+``, ``logdet = sum_i ln max(s_i,
+    floor)``, ``whiten = L^{-1}`` (``A = L L^T``; ``W A W^T = I``, so ``W = Q A^{-1/2}`` with
+    ``Q`` orthogonal). Elsewhere they are those of ``A + floor I`` (a finite Tikhonov
+    surrogate for the cut-off: ``1 / (s + floor)`` instead of ``1/s`` or ``0``). The
+    gradients are those of the maps on ``A`` (``-A^+ G A^+`` for the inverse, ``A^+`` for
+    the log-determinant): first-order perturbation theory without eigenvalue gaps, finite
+    at repeated eigenvalues, and equal to the eigendecomposition's where ``exact``.
+    """
+
+    a: torch.Tensor
+    inv: torch.Tensor
+    logdet: torch.Tensor
+    whiten: torch.Tensor
+    exact: torch.Tensor
+
+
+class _CholMaps(torch.autograd.Function):
+    """``(A + sigma I)^{-1}``, ``ln det(A + sigma I)``, ``L^{-1}`` and ``exact`` of a batch
+    ``A`` of shape (k, d, d) with a closed-form backward (:class:`SymChol`)."""
+
+    @staticmethod
+    def forward(ctx, a: torch.Tensor, rtol: float):  # noqa: D102
+        k, d = a.shape[0], a.shape[-1]
+        eye = _eye(d, a.dtype, a.device)
+        # floor = rtol * max(1, ||A||_F) >= both cut-offs (||A||_F >= lambda_max)
+        floor = rtol * torch.linalg.vector_norm(a, dim=(-2, -1)).clamp_min(1.0)
+        # one factorisation of [A, A + floor I] and one triangular solve for both
+        both = torch.cat([a, torch.addcmul(a, floor[:, None, None], eye)])
+        lo, info = torch.linalg.cholesky_ex(both)
+        w = torch.linalg.solve_triangular(lo, eye.expand_as(both), upper=False)
+        # lambda_min(A) >= 1 / tr(A^{-1}) = 1 / ||L^{-1}||_F^2, certified (NaN: not exact)
+        tr_inv = w[:k].square().sum((-2, -1))
+        exact = (info[:k] == 0) & (2.0 * floor * tr_inv < 1.0)
+        pick = exact[:, None, None]
+        w = torch.where(pick, w[:k], w[k:])
+        lo = torch.where(pick, lo[:k], lo[k:])
+        inv = w.transpose(-1, -2) @ w
+        logdet = 2.0 * torch.log(torch.diagonal(lo, dim1=-2, dim2=-1)).sum(-1)
+        ctx.save_for_backward(inv, w)
+        ctx.set_materialize_grads(False)
+        ctx.mark_non_differentiable(exact)
+        return inv, logdet, w, exact
+
+    @staticmethod
+    def backward(ctx, g_inv, g_logdet, g_w, _):  # noqa: D102
+        inv, w = ctx.saved_tensors
+        grad = None
+        if g_inv is not None:  # d(A^{-1}) = -A^{-1} dA A^{-1}
+            grad = -(inv @ g_inv @ inv)
+        if g_logdet is not None:  # d ln det A = tr(A^{-1} dA)
+            term = g_logdet[:, None, None] * inv
+            grad = term if grad is None else grad + term
+        if g_w is not None:  # dW = -Phi(W dA W^T) W, Phi: lower triangle, half diagonal
+            m = torch.tril(g_w @ w.transpose(-1, -2))
+            m = m - 0.5 * torch.diag_embed(torch.diagonal(m, dim1=-2, dim2=-1))
+            term = -(w.transpose(-1, -2) @ m @ w)
+            grad = term if grad is None else grad + term
+        return grad, None
+
+
+def torch_sym_chol(a: torch.Tensor, rtol: float) -> SymChol:
+    """Decompose symmetric PSD ``a`` of shape (..., r, r) by Cholesky; see :class:`SymChol`.
+
+    No host synchronisation (``cholesky_ex``, ``solve_triangular`` and ``torch.where``):
+    the choice between the exact maps and the surrogate is taken on the device.
+    ``rtol`` is the relative cut-off of the eigendecomposition's maps it stands in for.
+    """
+    if a.ndim < 2 or a.shape[-1] != a.shape[-2]:
+        raise ValueError(f"expected square matrices, got shape {tuple(a.shape)}")
+    a64 = a.to(torch.float64)
+    a64 = 0.5 * (a64 + a64.transpose(-1, -2))
+    batch = a64.shape[:-2]
+    flat = a64.reshape(-1, *a64.shape[-2:])
+    inv, logdet, w, exact = _CholMaps.apply(flat, float(rtol))
+    return SymChol(
+        a64,
+        inv.reshape(a64.shape),
+        logdet.reshape(batch),
+        w.reshape(a64.shape),
+        exact.reshape(batch),
+    )
