@@ -417,7 +417,6 @@ def torch_sym_inv_sqrt(a: torch.Tensor, rtol: float | None = None) -> torch.Tens
     return spectral_power(torch_sym_eig(a), -0.5, rtol).to(a.dtype)
 
 
-
 # ------------------------------------------------------------- torch, without eigh (GPU)
 #
 # ``torch.linalg.eigh`` checks its LAPACK/cuSOLVER status on the host: on a GPU every call
