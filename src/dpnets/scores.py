@@ -158,12 +158,13 @@ def covariances(
             sy = y.sum(0) if w is None else (w[:, None] * y).sum(0)
             sx, sy, total = _global_sums(sx, sy, count=count)
             x, y = x - sx / total, y - sy / total
-        if w is None:
-            sums = _gram_blocks(x, y)
-        else:
-            xw, yw = x * w[:, None], y * w[:, None]
-            sums = (xw.T @ x, yw.T @ y, xw.T @ y)
-        cx, cy, cxy, total = _global_sums(*sums, count=count)
+        if w is None:  # one Gram matrix of [X, Y], summed and divided as one tensor
+            gram, total = _global_sums(
+                _SymGram.apply(x if y is x else torch.cat([x, y], 1)), count=count
+            )
+            return _gram_blocks(gram / total, x.shape[1], y is x)
+        xw, yw = x * w[:, None], y * w[:, None]
+        cx, cy, cxy, total = _global_sums(xw.T @ x, yw.T @ y, xw.T @ y, count=count)
     return cx / total, cy / total, cxy / total
 
 
@@ -189,14 +190,12 @@ class _SymGram(torch.autograd.Function):
         return z @ (g + g.T)
 
 
-def _gram_blocks(x: Tensor, y: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """``(X^T X, Y^T Y, X^T Y)`` (sums, not means) from one GEMM on ``[X, Y]`` and one in
-    the backward pass, instead of three and six (``y is x``: one Gram matrix)."""
-    if y is x:
-        c = _SymGram.apply(x)
+def _gram_blocks(c: Tensor, r: int, shared: bool) -> tuple[Tensor, Tensor, Tensor]:
+    """``(Cx, Cy, Cxy)`` as views of the Gram matrix ``c`` of ``[X, Y]`` (``shared``:
+    ``y is x``, ``c`` is the one block). One GEMM forward and one backward
+    (:class:`_SymGram`), instead of three and six."""
+    if shared:
         return c, c, c
-    r = x.shape[1]
-    c = _SymGram.apply(torch.cat([x, y], dim=1))
     return c[:r, :r], c[r:, r:], c[:r, r:]
 
 
