@@ -39,6 +39,8 @@ __all__ = [
     "torch_sym_inv_sqrt",
     "SymChol",
     "torch_sym_chol",
+    "cholesky_maps",
+    "cached_eye",
     "SPECTRAL_METHODS",
     "spectral_method",
     "uses_cholesky",
@@ -460,8 +462,8 @@ def uses_cholesky(t: torch.Tensor) -> bool:
 _EYES: dict[tuple[int, torch.dtype, torch.device], torch.Tensor] = {}
 
 
-def _eye(d: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """A cached identity matrix (no allocation or fill kernel per step)."""
+def cached_eye(d: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A cached identity matrix (no allocation or fill kernel per step); read only."""
     key = (d, dtype, device)
     eye = _EYES.get(key)
     if eye is None:
@@ -491,28 +493,42 @@ class SymChol(NamedTuple):
     exact: torch.Tensor
 
 
+def cholesky_maps(
+    a: torch.Tensor, rtol: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The values of :class:`SymChol`'s fields ``inv, logdet, whiten, exact`` for a batch
+    ``a`` of symmetric float64 matrices of shape (k, d, d), without autograd (for
+    functions that write their own backward pass, e.g. the scores').
+
+    One ``cholesky_ex`` of the stacked ``[A, A + floor I]`` (``floor = rtol * max(1,
+    ||A||_F)``, above both cut-offs since ``||A||_F >= lambda_max``), one triangular solve
+    for both, and the choice between them on the device: ``A`` where
+    ``lambda_min(A) >= 1 / tr(A^{-1}) > 2 floor`` (certified; NaN: not), else the shifted
+    matrix.
+    """
+    k, d = a.shape[0], a.shape[-1]
+    eye = cached_eye(d, a.dtype, a.device)
+    floor = rtol * torch.linalg.vector_norm(a, dim=(-2, -1)).clamp_min(1.0)
+    both = torch.cat([a, torch.addcmul(a, floor[:, None, None], eye)])
+    lo, info = torch.linalg.cholesky_ex(both)
+    w = torch.linalg.solve_triangular(lo, eye.expand_as(both), upper=False)
+    tr_inv = w[:k].square().sum((-2, -1))  # ||L^{-1}||_F^2 = tr(A^{-1}) >= 1 / lambda_min
+    exact = (info[:k] == 0) & (2.0 * floor * tr_inv < 1.0)
+    pick = exact[:, None, None]
+    w = torch.where(pick, w[:k], w[k:])
+    lo = torch.where(pick, lo[:k], lo[k:])
+    inv = w.transpose(-1, -2) @ w
+    logdet = 2.0 * torch.log(torch.diagonal(lo, dim1=-2, dim2=-1)).sum(-1)
+    return inv, logdet, w, exact
+
+
 class _CholMaps(torch.autograd.Function):
     """``(A + sigma I)^{-1}``, ``ln det(A + sigma I)``, ``L^{-1}`` and ``exact`` of a batch
     ``A`` of shape (k, d, d) with a closed-form backward (:class:`SymChol`)."""
 
     @staticmethod
     def forward(ctx, a: torch.Tensor, rtol: float):  # noqa: D102
-        k, d = a.shape[0], a.shape[-1]
-        eye = _eye(d, a.dtype, a.device)
-        # floor = rtol * max(1, ||A||_F) >= both cut-offs (||A||_F >= lambda_max)
-        floor = rtol * torch.linalg.vector_norm(a, dim=(-2, -1)).clamp_min(1.0)
-        # one factorisation of [A, A + floor I] and one triangular solve for both
-        both = torch.cat([a, torch.addcmul(a, floor[:, None, None], eye)])
-        lo, info = torch.linalg.cholesky_ex(both)
-        w = torch.linalg.solve_triangular(lo, eye.expand_as(both), upper=False)
-        # lambda_min(A) >= 1 / tr(A^{-1}) = 1 / ||L^{-1}||_F^2, certified (NaN: not exact)
-        tr_inv = w[:k].square().sum((-2, -1))
-        exact = (info[:k] == 0) & (2.0 * floor * tr_inv < 1.0)
-        pick = exact[:, None, None]
-        w = torch.where(pick, w[:k], w[k:])
-        lo = torch.where(pick, lo[:k], lo[k:])
-        inv = w.transpose(-1, -2) @ w
-        logdet = 2.0 * torch.log(torch.diagonal(lo, dim1=-2, dim2=-1)).sum(-1)
+        inv, logdet, w, exact = cholesky_maps(a, rtol)
         ctx.save_for_backward(inv, w)
         ctx.set_materialize_grads(False)
         ctx.mark_non_differentiable(exact)

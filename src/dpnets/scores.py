@@ -58,6 +58,8 @@ from dpnets.distributed import global_sums, reducing
 from dpnets.linalg import (
     SymChol,
     SymEig,
+    cached_eye,
+    cholesky_maps,
     default_rtol,
     max_eigval,
     spectral_power,
@@ -145,8 +147,7 @@ def covariances(
     n = x.shape[0]
     w = None
     if weights is None:
-        # outside a distributed fit the count is a Python number: no tensor per step
-        count = torch.full((1,), float(n), dtype=x.dtype, device=x.device) if reducing() else n
+        count = _count(x)
     else:
         w = weights.to(x.dtype).reshape(-1)
         if w.shape[0] != n:
@@ -159,13 +160,17 @@ def covariances(
             sx, sy, total = _global_sums(sx, sy, count=count)
             x, y = x - sx / total, y - sy / total
         if w is None:  # one Gram matrix of [X, Y], summed and divided as one tensor
-            gram, total = _global_sums(
-                _SymGram.apply(x if y is x else torch.cat([x, y], 1)), count=count
-            )
-            return _gram_blocks(gram / total, x.shape[1], y is x)
+            return _gram_blocks(_gram(x, y, count), x.shape[1], y is x)
         xw, yw = x * w[:, None], y * w[:, None]
         cx, cy, cxy, total = _global_sums(xw.T @ x, yw.T @ y, xw.T @ y, count=count)
     return cx / total, cy / total, cxy / total
+
+
+def _count(x: Tensor) -> Tensor | int:
+    """The number of samples of a batch: a tensor to be summed over processes inside a
+    distributed fit, else a Python number (no tensor per step)."""
+    n = x.shape[0]
+    return torch.full((1,), float(n), dtype=x.dtype, device=x.device) if reducing() else n
 
 
 def _global_sums(*sums: Tensor, count: Tensor | int) -> tuple:
@@ -188,6 +193,19 @@ class _SymGram(torch.autograd.Function):
     def backward(ctx, g: Tensor) -> Tensor:  # noqa: D102
         (z,) = ctx.saved_tensors
         return z @ (g + g.T)
+
+
+def _gram(x: Tensor, y: Tensor, count: Tensor | int, constant: bool = False) -> Tensor:
+    """The covariance (Gram matrix over the count) of ``[X, Y]`` (of ``X`` when ``y is
+    x``), with a column of ones before each block when ``constant``: one concatenation,
+    one GEMM (:class:`_SymGram`), one division."""
+    parts = [x] if y is x else [x, y]
+    if constant:
+        one = torch.ones_like(x[:, :1])
+        parts = [t for p in parts for t in (one, p)]
+    z = parts[0] if len(parts) == 1 else torch.cat(parts, 1)
+    gram, total = _global_sums(_SymGram.apply(z), count=count)
+    return gram / total
 
 
 def _gram_blocks(c: Tensor, r: int, shared: bool) -> tuple[Tensor, Tensor, Tensor]:
@@ -336,6 +354,56 @@ def relaxed_score_from_covariances(
     return (score - _reg(es, gamma, rtol)).to(cxy.dtype)
 
 
+class _ProjectionFromGram(torch.autograd.Function):
+    """``P^gamma`` from the covariance ``c`` of ``[X, Y]`` by Cholesky (the GPU path), with
+    a closed-form backward: a handful of kernels forward and backward, no host
+    synchronisation. Values and gradients are those of
+    :func:`projection_score_from_covariances` (to round-off) wherever
+    :func:`dpnets.linalg.cholesky_maps` certifies both covariances; elsewhere its
+    surrogate.
+
+    With ``B = Cxy``, ``Ax = Cx^{-1}``, ``Ay = Cy^{-1}``, ``K = Ax B Ay``:
+    ``dP/dB = 2K``, ``dP/dCx = -K (Ax B)^T``, ``dP/dCy = -K^T (B Ay)`` and
+    ``dR(C)/dC = 2C - I - C^{-1}``.
+    """
+
+    @staticmethod
+    def forward(ctx, c: Tensor, r: int, shared: bool, gamma: float, rtol: float):  # noqa: D102
+        c64 = c.to(torch.float64)
+        if shared:
+            b = c64
+            a = (0.5 * (c64 + c64.T)).expand(2, r, r)
+        else:
+            b = c64[:r, r:]
+            a = torch.stack([c64[:r, :r], c64[r:, r:]])
+            a = 0.5 * (a + a.transpose(-1, -2))
+        inv, logdet, _, _ = cholesky_maps(a, rtol)
+        axb, bay = inv[0] @ b, b @ inv[1]
+        score = (axb * bay).sum()
+        coef = gamma / (2 * r)
+        if gamma != 0.0:
+            quadratic = (a * a).sum((-1, -2)) - torch.diagonal(a, dim1=-2, dim2=-1).sum(-1)
+            score = score - coef * (quadratic - logdet).sum()
+        ctx.save_for_backward(a, inv, axb, bay)
+        ctx.meta = (r, shared, coef, c.dtype)
+        return score.to(c.dtype)
+
+    @staticmethod
+    def backward(ctx, g: Tensor):  # noqa: D102
+        a, inv, axb, bay = ctx.saved_tensors
+        r, shared, coef, dtype = ctx.meta
+        k = axb @ inv[1]  # Ax B Ay: dP/dB = 2K
+        gx, gy = -(k @ axb.T), -(k.T @ bay)
+        if coef != 0.0:  # - coef (2C - I - C^{-1})
+            reg = coef * (inv - 2.0 * a + cached_eye(r, a.dtype, a.device))
+            gx, gy = gx + reg[0], gy + reg[1]
+        if shared:
+            grad = gx + gy + 2.0 * k
+        else:  # the symmetric gradient of c: K in both off-diagonal blocks
+            grad = torch.cat([torch.cat([gx, k], 1), torch.cat([k.T, gy], 1)])
+        return (g.to(torch.float64) * grad).to(dtype), None, None, None, None
+
+
 def projection_score(
     x: Tensor,
     y: Tensor,
@@ -371,6 +439,14 @@ def projection_score(
     Tensor
         Scalar score, to be maximised.
     """
+    if weights is None and uses_cholesky(x):  # the GPU path: fused, no synchronisation
+        _check_pair(x, y)
+        r = x.shape[1] + int(constant)
+        if rtol is None:
+            rtol = default_rtol(r, x.dtype)
+        with no_tf32(x.device):
+            c = _gram(x, y, _count(x), constant)
+        return _ProjectionFromGram.apply(c, r, y is x, float(gamma), float(rtol))
     if constant:
         x, y = with_constant(x), with_constant(y)
     cx, cy, cxy = covariances(x, y, weights=weights)
@@ -557,9 +633,8 @@ def multistep_penalty(
     if constant:
         x = with_constant(x)
         ys = torch.cat([torch.ones_like(ys[:, :, :1]), ys], dim=2)
-    n = x.shape[0]
     with no_tf32(x.device):  # sums of the global batch in a distributed fit
-        count = torch.full((1,), float(n), dtype=x.dtype, device=x.device) if reducing() else n
+        count = _count(x)
         # [C_00, C_01, ..., C_0K] from one GEMM: x^T [x, y_1, ..., y_K]
         steps = ys.shape[1]
         grams = x.T @ torch.cat([x[:, None], ys], 1).flatten(1)
