@@ -39,8 +39,8 @@ Numerical choices
   factorisation instead (:func:`dpnets.linalg.torch_sym_chol`): no host synchronisation
   and a few kernels per step, the same values to round-off wherever no eigenvalue is near
   the cut-off (certified on the device), and the Tikhonov surrogate ``(C + floor I)^{-1}``
-  where one is. The relaxed score (operator norms) and VAMP-1 (singular values) still
-  decompose on the host's terms (one synchronisation per step on a GPU).
+  where one is. The relaxed score (operator norms: ``eigh``) and VAMP-1 (singular
+  values: ``svdvals``) still synchronise once per step on a GPU.
 * ``ln C`` in the metric distortion uses eigenvalues clamped at ``rtol * max(1, lambda_max)``
   so that ``R`` stays finite and differentiable for (near-)singular ``C``; the quadratic
   part ``tr(C^2 - C)`` is computed exactly and still pushes small eigenvalues up.
@@ -782,7 +782,7 @@ def dirichlet_form(jac: Tensor, weights: Tensor | None = None) -> Tensor:
     with no_tf32(jac.device):
         # sums divided by the total weight (of the global batch in a distributed fit)
         if weights is None:
-            count = torch.full((1,), float(n), dtype=jac.dtype, device=jac.device)
+            count = _count(jac)
             e = torch.einsum("nim,njm->ij", jac, jac)
         else:
             w = weights.to(jac.dtype).reshape(-1)
@@ -790,7 +790,7 @@ def dirichlet_form(jac: Tensor, weights: Tensor | None = None) -> Tensor:
                 raise ValueError(f"weights has {w.shape[0]} entries for {n} samples")
             count = w.sum().reshape(1)
             e = torch.einsum("n,nim,njm->ij", w, jac, jac)
-        e, total = global_sums(e, count)
+        e, total = _global_sums(e, count=count)
         return 0.5 * e / total
 
 

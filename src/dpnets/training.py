@@ -128,7 +128,8 @@ def full_batch_score(
     ``outputs(batch)`` gives the tensors the loss takes (features, derivatives) for each
     batch; they are concatenated over the split before the loss, because the DPNets scores
     are functions of covariances: a mean of batch scores would be a different, biased
-    quantity.
+    quantity. The batches' features stay on the device; the score is read on the host
+    once per evaluation (no synchronisation per batch).
     """
     if batches is None:
         return None
