@@ -526,12 +526,26 @@ def vamp_score(
     """
     if p not in (1, 2):
         raise ValueError(f"vamp_score supports p=1 or p=2, got p={p!r}")
-    cx, cy, cxy = covariances(x, y, center=True, weights=weights)
-    if rtol is None:
-        rtol = default_rtol(cx.shape[0], cxy.dtype)
-    if p == 2:
-        core = projection_score_from_covariances(cx, cy, cxy, 0.0, rtol).to(torch.float64)
+    core = None
+    if p == 2 and weights is None and uses_cholesky(x):  # the GPU path: fused
+        _check_pair(x, y)
+        with no_tf32(x.device):
+            count = _count(x)
+            sx, sy, total = _global_sums(x.sum(0), y.sum(0), count=count)
+            c = _gram(x - sx / total, y - sy / total, count)
+        dtype = c.dtype
+        if rtol is None:
+            rtol = default_rtol(x.shape[1], dtype)
+        core = _ProjectionFromGram.apply(c, x.shape[1], False, 0.0, float(rtol))
+        core = core.to(torch.float64)
     else:
+        cx, cy, cxy = covariances(x, y, center=True, weights=weights)
+        dtype = cxy.dtype
+        if rtol is None:
+            rtol = default_rtol(cx.shape[0], dtype)
+    if p == 2 and core is None:
+        core = projection_score_from_covariances(cx, cy, cxy, 0.0, rtol).to(torch.float64)
+    elif p == 1:
         # whitened K (Cx^{+/2} or, by Cholesky, L_x^{-1}: the same singular values)
         wx, wy = _pair(_eigs(cx, cy, rtol), lambda e: _whiten(e, rtol))
         k = wx @ cxy.to(torch.float64) @ wy.transpose(-1, -2)
@@ -542,7 +556,7 @@ def vamp_score(
             x, y = with_constant(x), with_constant(y)
         ux, uy, _ = covariances(x, y, weights=weights)
         score = score - _reg(_eigs(ux, uy, rtol), gamma, rtol)
-    return score.to(cxy.dtype)
+    return score.to(dtype)
 
 
 # ------------------------------------------------------------------------------ modules
