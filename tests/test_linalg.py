@@ -263,7 +263,8 @@ def test_torch_sym_chol_maps_equal_numpy_where_certified():
     sing = torch.tensor(_psd(3, 6))
     e = torch_sym_chol(sing, rtol)
     assert not bool(e.exact)
-    floor = rtol * max(1.0, float(torch.linalg.matrix_norm(sing)))
+    a = sing.numpy()  # floor: rtol * max(1, min(||A||_F, ||A||_inf))
+    floor = rtol * max(1.0, min(np.linalg.norm(a), np.abs(a).sum(1).max()))
     np.testing.assert_allclose(
         e.inv.numpy(), np.linalg.inv(sing.numpy() + floor * np.eye(6)), rtol=1e-6
     )
@@ -287,3 +288,24 @@ def test_torch_sym_chol_gradcheck_and_repeated_eigenvalues():
     e = torch_sym_chol(eye, 1e-6)
     (e.inv.sum() + e.logdet + e.whiten.sum()).backward()
     assert torch.isfinite(eye.grad).all()
+
+
+def test_torch_sym_chol_certificate_is_tight_near_the_identity():
+    """An eigenvalue 20 times the cut-off of a 65 x 65 near-identity covariance (float32's
+    cut-off) is certified, and the maps are exact; at 1.5 times it is not (surrogate)."""
+    from dpnets.linalg import default_rtol, torch_sym_chol
+
+    rtol = default_rtol(65, torch.float32)
+    q, _ = torch.linalg.qr(
+        torch.randn(65, 65, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    )
+    for factor, certified in ((20.0, True), (1.5, False)):
+        s = torch.ones(65, dtype=torch.float64)
+        s[0] = factor * rtol
+        a = q @ torch.diag(s) @ q.T
+        e = torch_sym_chol(a, rtol)
+        assert bool(e.exact) is certified
+        if certified:
+            ref = q @ torch.diag(1.0 / s) @ q.T
+            torch.testing.assert_close(e.inv, ref, rtol=1e-9, atol=1e-9 / float(s[0]))
+            assert abs(float(e.logdet) - float(torch.log(s).sum())) < 1e-9

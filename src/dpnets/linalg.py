@@ -474,16 +474,17 @@ def cached_eye(d: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor
 class SymChol(NamedTuple):
     """Cholesky-based maps of a (batch of) symmetric PSD float64 matrices ``A``.
 
-    Where ``exact`` (a boolean tensor of the batch shape, decided on the device), no
-    eigenvalue of ``A`` lies within a factor 2 of the relative cut-offs of
-    :func:`spectral_power` and :func:`torch_sym_chol`'s ``floor``, and the fields equal the
-    eigendecomposition's maps to round-off: ``inv = A^+``, ``logdet = sum_i ln max(s_i,
-    floor)``, ``whiten = L^{-1}`` (``A = L L^T``; ``W A W^T = I``, so ``W = Q A^{-1/2}`` with
-    ``Q`` orthogonal). Elsewhere they are those of ``A + floor I`` (a finite Tikhonov
-    surrogate for the cut-off: ``1 / (s + floor)`` instead of ``1/s`` or ``0``). The
-    gradients are those of the maps on ``A`` (``-A^+ G A^+`` for the inverse, ``A^+`` for
-    the log-determinant): first-order perturbation theory without eigenvalue gaps, finite
-    at repeated eigenvalues, and equal to the eigendecomposition's where ``exact``.
+    Where ``exact`` (a boolean tensor of the batch shape, decided on the device,
+    :func:`cholesky_maps`), no eigenvalue of ``A`` lies within a factor 2 of ``floor >=``
+    the relative cut-offs of :func:`spectral_power` and of the metric distortion's clamp,
+    and the fields equal the eigendecomposition's maps to round-off: ``inv = A^+``,
+    ``logdet = sum_i ln max(s_i, floor)``, ``whiten = L^{-1}`` (``A = L L^T``;
+    ``W A W^T = I``, so ``W = Q A^{-1/2}`` with ``Q`` orthogonal). Elsewhere they are
+    those of ``A + floor I`` (a finite Tikhonov surrogate for the cut-off:
+    ``1 / (s + floor)`` instead of ``1/s`` or ``0``). The gradients are those of the maps
+    on ``A`` (``-A^+ G A^+`` for the inverse, ``A^+`` for the log-determinant): first-order
+    perturbation theory without eigenvalue gaps, finite at repeated eigenvalues, and equal
+    to the eigendecomposition's where ``exact``.
     """
 
     a: torch.Tensor
@@ -501,25 +502,34 @@ def cholesky_maps(
     functions that write their own backward pass, e.g. the scores').
 
     One ``cholesky_ex`` of the stacked ``[A, A + floor I]`` (``floor = rtol * max(1,
-    ||A||_F)``, above both cut-offs since ``||A||_F >= lambda_max``), one triangular solve
-    for both, and the choice between them on the device: ``A`` where
-    ``lambda_min(A) >= 1 / tr(A^{-1}) > 2 floor`` (certified; NaN: not), else the shifted
-    matrix.
+    u(A))``, above both cut-offs), one triangular solve for both, and the choice between
+    them on the device: ``A`` where ``2 floor u(A^{-1}) < 1`` (certified: then
+    ``lambda_min(A) >= 1 / u(A^{-1}) > 2 floor``; NaN: not certified), else the shifted
+    matrix. ``u(M) = min(||M||_F, ||M||_inf) >= lambda_max(M)`` for symmetric ``M``:
+    within a factor ``sqrt(d)`` of ``lambda_max``, and about equal to it for the usual
+    covariances (near the identity, or dominated by one direction), so only eigenvalues
+    within about that factor of the cut-off fall back to the surrogate.
     """
     k, d = a.shape[0], a.shape[-1]
     eye = cached_eye(d, a.dtype, a.device)
-    floor = rtol * torch.linalg.vector_norm(a, dim=(-2, -1)).clamp_min(1.0)
+    floor = rtol * _norm_bound(a).clamp_min(1.0)
     both = torch.cat([a, torch.addcmul(a, floor[:, None, None], eye)])
     lo, info = torch.linalg.cholesky_ex(both)
     w = torch.linalg.solve_triangular(lo, eye.expand_as(both), upper=False)
-    tr_inv = w[:k].square().sum((-2, -1))  # ||L^{-1}||_F^2 = tr(A^{-1}) >= 1 / lambda_min
-    exact = (info[:k] == 0) & (2.0 * floor * tr_inv < 1.0)
+    inv = w.transpose(-1, -2) @ w
+    exact = (info[:k] == 0) & (2.0 * floor * _norm_bound(inv[:k]) < 1.0)
     pick = exact[:, None, None]
+    inv = torch.where(pick, inv[:k], inv[k:])
     w = torch.where(pick, w[:k], w[k:])
     lo = torch.where(pick, lo[:k], lo[k:])
-    inv = w.transpose(-1, -2) @ w
     logdet = 2.0 * torch.log(torch.diagonal(lo, dim1=-2, dim2=-1)).sum(-1)
     return inv, logdet, w, exact
+
+
+def _norm_bound(m: torch.Tensor) -> torch.Tensor:
+    """``min(||M||_F, ||M||_inf)``, an upper bound of the spectral radius (batched)."""
+    fro = torch.linalg.vector_norm(m, dim=(-2, -1))
+    return torch.minimum(fro, m.abs().sum(-1).amax(-1))
 
 
 class _CholMaps(torch.autograd.Function):
