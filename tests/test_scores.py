@@ -275,3 +275,47 @@ def test_cholesky_path_repeated_eigenvalues_finite_gradients():
     assert torch.isfinite(gx1).all() and torch.isfinite(gx0).all()
     torch.testing.assert_close(gx1, gx0, rtol=1e-8, atol=1e-10)
     assert abs(float(s1 - s0)) < 1e-10
+
+
+def _frozen_projection(x, y, gamma, constant):
+    """P^gamma through the unfused path (covariances, then the generic spectral maps):
+    the formulas of main before issue 32."""
+    if constant:
+        x, y = scores.with_constant(x), scores.with_constant(y)
+    return scores.projection_score_from_covariances(*scores.covariances(x, y), gamma)
+
+
+@pytest.mark.parametrize("case", ["random", "rank-deficient", "small", "shared"])
+@pytest.mark.parametrize("dtype", [F64, torch.float32])
+def test_fused_projection_score_equals_the_unfused_formulas(case, dtype):
+    """The fused P^gamma (one Gram matrix, one autograd function, eigh on the CPU) against
+    the unfused formulas, cut-offs active included (rank-deficient features; eigenvalues
+    all below 1, where the clamp of ``ln`` and the pseudo-inverse's cut-off differ):
+    float64 values to 1e-10 and gradients to 1e-9, float32 to round-off."""
+    g = torch.Generator().manual_seed(7)
+    base = torch.randn(300, 3, generator=g, dtype=F64)
+    if case == "rank-deficient":
+        x = torch.cat([base, base @ torch.randn(3, 2, generator=g, dtype=F64)], 1)
+        x = torch.cat([x, torch.zeros(300, 1, dtype=F64)], 1)
+    elif case == "small":
+        x = 1e-4 * base
+    else:
+        x = base + 0.5
+    y = x.roll(1, 0) + 0.1 * torch.randn(x.shape, generator=g, dtype=F64)
+    if case == "shared":
+        y = x
+    x, y = x.to(dtype), y.to(dtype)
+    for constant in (False, True):
+        xa, ya = x.clone().requires_grad_(), y.clone().requires_grad_()
+        fused = scores.projection_score(xa, xa if case == "shared" else ya, 0.3, constant=constant)
+        fused.backward()
+        xb, yb = x.clone().requires_grad_(), y.clone().requires_grad_()
+        frozen = _frozen_projection(xb, xb if case == "shared" else yb, 0.3, constant)
+        frozen.backward()
+        tol = 1e-10 if dtype == F64 else 4 * torch.finfo(dtype).eps
+        fused, frozen = fused.item(), frozen.item()
+        assert abs(fused - frozen) <= tol * max(1.0, abs(frozen))
+        gtol = {"rtol": 1e-9, "atol": 1e-12} if dtype == F64 else {"rtol": 1e-4, "atol": 1e-6}
+        torch.testing.assert_close(xa.grad, xb.grad, **gtol)
+        if case != "shared":
+            torch.testing.assert_close(ya.grad, yb.grad, **gtol)

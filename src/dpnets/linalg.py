@@ -40,6 +40,7 @@ __all__ = [
     "SymChol",
     "torch_sym_chol",
     "cholesky_maps",
+    "eigh_maps",
     "cached_eye",
     "SPECTRAL_METHODS",
     "spectral_method",
@@ -399,6 +400,28 @@ def spectral_power(e: SymEig, power: float, rtol: float | None = None) -> torch.
         return value
     ut = e.u.transpose(-1, -2)
     return value + _rot(e, (ut @ d @ e.u) * dd)
+
+
+def eigh_maps(a: torch.Tensor, rtol: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(A^+, sum_i ln max(s_i, floor), A^+_floor)`` of a batch of symmetric float64
+    matrices from one ``eigh``, without autograd (for functions that write their own
+    backward pass): the pseudo-inverse with the cut-off of :func:`spectral_power`
+    (``s > rtol * max(s)``), and the metric distortion's clamped log-determinant
+    (``floor = rtol * max(1, max(s))``) with its gradient ``A^+_floor`` (the
+    pseudo-inverse over ``s > floor``). The values :func:`spectral_power` and
+    :func:`spectral_trace` give, from the same decomposition.
+    """
+    s, u = torch.linalg.eigh(a)
+    smax = s[..., -1:]
+    keep = s > rtol * smax.clamp_min(0.0)
+    f = torch.where(keep, 1.0 / torch.where(keep, s, torch.ones_like(s)), torch.zeros_like(s))
+    ut = u.transpose(-1, -2)
+    inv = (u * f[..., None, :]) @ ut
+    floor = rtol * smax.clamp_min(1.0)
+    clamped = torch.maximum(s, floor)
+    logdet = torch.log(clamped).sum(-1)
+    g = torch.where(s > floor, 1.0 / clamped, torch.zeros_like(s))
+    return inv, logdet, (u * g[..., None, :]) @ ut
 
 
 def torch_sym_pinv(a: torch.Tensor, rtol: float | None = None) -> torch.Tensor:

@@ -34,6 +34,8 @@ Numerical choices
   spectral work on the ``r x r`` matrices happens in float64 and is cast back.
 * Pseudo-inverses come from a symmetric eigendecomposition with a relative rank cut-off
   (:mod:`dpnets.linalg`), with a gradient that is finite at repeated eigenvalues.
+* Without sample weights, the projection score (and VAMP-2) is one autograd function of
+  the Gram matrix of ``[1, X, 1, Y]`` with a closed-form backward (few kernels).
 * On a GPU (:func:`dpnets.linalg.spectral_method`, ``"auto"``) the projection, VAMP-2,
   generator scores, the metric distortion and the consistency penalty use a Cholesky
   factorisation instead (:func:`dpnets.linalg.torch_sym_chol`): no host synchronisation
@@ -61,6 +63,7 @@ from dpnets.linalg import (
     cached_eye,
     cholesky_maps,
     default_rtol,
+    eigh_maps,
     max_eigval,
     spectral_power,
     spectral_trace,
@@ -355,20 +358,23 @@ def relaxed_score_from_covariances(
 
 
 class _ProjectionFromGram(torch.autograd.Function):
-    """``P^gamma`` from the covariance ``c`` of ``[X, Y]`` by Cholesky (the GPU path), with
-    a closed-form backward: a handful of kernels forward and backward, no host
-    synchronisation. Values and gradients are those of
-    :func:`projection_score_from_covariances` (to round-off) wherever
-    :func:`dpnets.linalg.cholesky_maps` certifies both covariances; elsewhere its
-    surrogate.
+    """``P^gamma`` from the covariance ``c`` of ``[X, Y]`` with a closed-form backward: a
+    handful of kernels forward and backward, the two ``r x r`` blocks decomposed as one
+    batch. ``cholesky``: :func:`dpnets.linalg.cholesky_maps` (the GPU path, no host
+    synchronisation), the values and gradients of :func:`projection_score_from_covariances`
+    to round-off wherever it certifies both covariances, else its surrogate; otherwise
+    :func:`dpnets.linalg.eigh_maps`, those of :func:`projection_score_from_covariances`
+    to round-off everywhere.
 
-    With ``B = Cxy``, ``Ax = Cx^{-1}``, ``Ay = Cy^{-1}``, ``K = Ax B Ay``:
-    ``dP/dB = 2K``, ``dP/dCx = -K (Ax B)^T``, ``dP/dCy = -K^T (B Ay)`` and
-    ``dR(C)/dC = 2C - I - C^{-1}``.
+    With ``B = Cxy``, ``Ax = Cx^+``, ``Ay = Cy^+``, ``K = Ax B Ay``: ``dP/dB = 2K``,
+    ``dP/dCx = -K (Ax B)^T``, ``dP/dCy = -K^T (B Ay)`` (the range held fixed) and
+    ``dR(C)/dC = 2C - I - C^+_floor``.
     """
 
     @staticmethod
-    def forward(ctx, c: Tensor, r: int, shared: bool, gamma: float, rtol: float):  # noqa: D102
+    def forward(  # noqa: D102
+        ctx, c: Tensor, r: int, shared: bool, gamma: float, rtol: float, cholesky: bool
+    ):
         c64 = c.to(torch.float64)
         if shared:
             b = c64
@@ -377,31 +383,35 @@ class _ProjectionFromGram(torch.autograd.Function):
             b = c64[:r, r:]
             a = torch.stack([c64[:r, :r], c64[r:, r:]])
             a = 0.5 * (a + a.transpose(-1, -2))
-        inv, logdet, _, _ = cholesky_maps(a, rtol)
+        if cholesky:
+            inv, logdet, _, _ = cholesky_maps(a, rtol)
+            dlog = inv
+        else:
+            inv, logdet, dlog = eigh_maps(a, rtol)
         axb, bay = inv[0] @ b, b @ inv[1]
         score = (axb * bay).sum()
         coef = gamma / (2 * r)
         if gamma != 0.0:
             quadratic = (a * a).sum((-1, -2)) - torch.diagonal(a, dim1=-2, dim2=-1).sum(-1)
             score = score - coef * (quadratic - logdet).sum()
-        ctx.save_for_backward(a, inv, axb, bay)
+        ctx.save_for_backward(a, inv, dlog, axb, bay)
         ctx.meta = (r, shared, coef, c.dtype)
         return score.to(c.dtype)
 
     @staticmethod
     def backward(ctx, g: Tensor):  # noqa: D102
-        a, inv, axb, bay = ctx.saved_tensors
+        a, inv, dlog, axb, bay = ctx.saved_tensors
         r, shared, coef, dtype = ctx.meta
         k = axb @ inv[1]  # Ax B Ay: dP/dB = 2K
         gx, gy = -(k @ axb.T), -(k.T @ bay)
         if coef != 0.0:  # - coef (2C - I - C^{-1})
-            reg = coef * (inv - 2.0 * a + cached_eye(r, a.dtype, a.device))
+            reg = coef * (dlog - 2.0 * a + cached_eye(r, a.dtype, a.device))
             gx, gy = gx + reg[0], gy + reg[1]
         if shared:
             grad = gx + gy + 2.0 * k
         else:  # the symmetric gradient of c: K in both off-diagonal blocks
             grad = torch.cat([torch.cat([gx, k], 1), torch.cat([k.T, gy], 1)])
-        return (g.to(torch.float64) * grad).to(dtype), None, None, None, None
+        return (g.to(torch.float64) * grad).to(dtype), None, None, None, None, None
 
 
 def projection_score(
@@ -439,14 +449,15 @@ def projection_score(
     Tensor
         Scalar score, to be maximised.
     """
-    if weights is None and uses_cholesky(x):  # the GPU path: fused, no synchronisation
+    if weights is None:  # fused: one Gram matrix, one autograd function
         _check_pair(x, y)
         r = x.shape[1] + int(constant)
-        if rtol is None:
-            rtol = default_rtol(r, x.dtype)
         with no_tf32(x.device):
             c = _gram(x, y, _count(x), constant)
-        return _ProjectionFromGram.apply(c, r, y is x, float(gamma), float(rtol))
+        if rtol is None:
+            rtol = default_rtol(r, c.dtype)
+        chol = uses_cholesky(c)
+        return _ProjectionFromGram.apply(c, r, y is x, float(gamma), float(rtol), chol)
     if constant:
         x, y = with_constant(x), with_constant(y)
     cx, cy, cxy = covariances(x, y, weights=weights)
@@ -527,7 +538,7 @@ def vamp_score(
     if p not in (1, 2):
         raise ValueError(f"vamp_score supports p=1 or p=2, got p={p!r}")
     core = None
-    if p == 2 and weights is None and uses_cholesky(x):  # the GPU path: fused
+    if p == 2 and weights is None:  # fused (projection_score)
         _check_pair(x, y)
         with no_tf32(x.device):
             count = _count(x)
@@ -536,7 +547,8 @@ def vamp_score(
         dtype = c.dtype
         if rtol is None:
             rtol = default_rtol(x.shape[1], dtype)
-        core = _ProjectionFromGram.apply(c, x.shape[1], False, 0.0, float(rtol))
+        chol = uses_cholesky(c)
+        core = _ProjectionFromGram.apply(c, x.shape[1], False, 0.0, float(rtol), chol)
         core = core.to(torch.float64)
     else:
         cx, cy, cxy = covariances(x, y, center=True, weights=weights)
