@@ -503,8 +503,9 @@ class SymChol(NamedTuple):
     and the fields equal the eigendecomposition's maps to round-off: ``inv = A^+``,
     ``logdet = sum_i ln max(s_i, floor)``, ``whiten = L^{-1}`` (``A = L L^T``;
     ``W A W^T = I``, so ``W = Q A^{-1/2}`` with ``Q`` orthogonal). Elsewhere they are
-    those of ``A + floor I`` (a finite Tikhonov surrogate for the cut-off:
-    ``1 / (s + floor)`` instead of ``1/s`` or ``0``). The gradients are those of the maps
+    those of ``A + shift I`` (a finite Tikhonov surrogate for the cut-off:
+    ``1 / (s + shift)`` instead of ``1/s`` or ``0``; ``shift = floor`` for float32 cut-offs,
+    :func:`cholesky_maps`). The gradients are those of the maps
     on ``A`` (``-A^+ G A^+`` for the inverse, ``A^+`` for the log-determinant): first-order
     perturbation theory without eigenvalue gaps, finite at repeated eigenvalues, and equal
     to the eigendecomposition's where ``exact``.
@@ -524,19 +525,24 @@ def cholesky_maps(
     ``a`` of symmetric float64 matrices of shape (k, d, d), without autograd (for
     functions that write their own backward pass, e.g. the scores').
 
-    One ``cholesky_ex`` of the stacked ``[A, A + floor I]`` (``floor = rtol * max(1,
-    u(A))``, above both cut-offs), one triangular solve for both, and the choice between
-    them on the device: ``A`` where ``2 floor u(A^{-1}) < 1`` (certified: then
-    ``lambda_min(A) >= 1 / u(A^{-1}) > 2 floor``; NaN: not certified), else the shifted
-    matrix. ``u(M) = min(||M||_F, ||M||_inf) >= lambda_max(M)`` for symmetric ``M``:
-    within a factor ``sqrt(d)`` of ``lambda_max``, and about equal to it for the usual
-    covariances (near the identity, or dominated by one direction), so only eigenvalues
-    within about that factor of the cut-off fall back to the surrogate.
+    One ``cholesky_ex`` of the stacked ``[A, A + shift I]`` (``floor = rtol * max(1,
+    u(A))``, above both cut-offs; ``shift = max(rtol, sqrt(eps64)) * max(1, u(A))``), one
+    triangular solve for both, and the choice between them on the device: ``A`` where
+    ``2 floor u(A^{-1}) < 1`` (certified: then ``lambda_min(A) >= 1 / u(A^{-1}) > 2
+    floor``; NaN: not certified), else the shifted matrix.
+    ``u(M) = min(||M||_F, ||M||_inf) >= lambda_max(M)`` for symmetric ``M``: within a
+    factor ``sqrt(d)`` of ``lambda_max``, and about equal to it for the usual covariances
+    (near the identity, or dominated by one direction), so only eigenvalues within about
+    that factor of the cut-off fall back to the surrogate.
     """
     k, d = a.shape[0], a.shape[-1]
     eye = cached_eye(d, a.dtype, a.device)
-    floor = rtol * _norm_bound(a).clamp_min(1.0)
-    both = torch.cat([a, torch.addcmul(a, floor[:, None, None], eye)])
+    scale = _norm_bound(a).clamp_min(1.0)
+    floor = rtol * scale
+    # the surrogate's shift: floor, but at least sqrt(eps) (float64 cut-offs are so small
+    # that A + floor I would be too ill-conditioned for meaningful gradients)
+    shift = scale * max(rtol, _SQRT_EPS)
+    both = torch.cat([a, torch.addcmul(a, shift[:, None, None], eye)])
     lo, info = torch.linalg.cholesky_ex(both)
     w = torch.linalg.solve_triangular(lo, eye.expand_as(both), upper=False)
     inv = w.transpose(-1, -2) @ w
@@ -547,6 +553,9 @@ def cholesky_maps(
     lo = torch.where(pick, lo[:k], lo[k:])
     logdet = 2.0 * torch.log(torch.diagonal(lo, dim1=-2, dim2=-1)).sum(-1)
     return inv, logdet, w, exact
+
+
+_SQRT_EPS = float(np.sqrt(np.finfo(np.float64).eps))
 
 
 def _norm_bound(m: torch.Tensor) -> torch.Tensor:
