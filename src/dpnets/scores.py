@@ -449,8 +449,8 @@ def projection_score(
     Tensor
         Scalar score, to be maximised.
     """
-    if weights is None:  # fused: one Gram matrix, one autograd function
-        _check_pair(x, y)
+    _check_pair(x, y)
+    if weights is None and x.shape[1] == y.shape[1]:  # fused: one Gram, one function
         r = x.shape[1] + int(constant)
         with no_tf32(x.device):
             c = _gram(x, y, _count(x), constant)
@@ -538,8 +538,8 @@ def vamp_score(
     if p not in (1, 2):
         raise ValueError(f"vamp_score supports p=1 or p=2, got p={p!r}")
     core = None
-    if p == 2 and weights is None:  # fused (projection_score)
-        _check_pair(x, y)
+    _check_pair(x, y)
+    if p == 2 and weights is None and x.shape[1] == y.shape[1]:  # fused (projection_score)
         with no_tf32(x.device):
             count = _count(x)
             sx, sy, total = _global_sums(x.sum(0), y.sum(0), count=count)
