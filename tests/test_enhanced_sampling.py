@@ -62,6 +62,20 @@ def test_exact_fes_and_transitions():
     assert es._transitions(xs) == 3
 
 
+def test_fes_error_of_an_unsampled_window_is_inf_and_says_nowhere():
+    """Short runs (``--quick``) may miss part of the window: the error is inf and the result
+    still has its keys (the quick run crashed with KeyError 'where')."""
+    cfg = {"bin_width": 0.2, "fes_window_kT": 3.0}
+    only_one_well = np.column_stack([np.full(500, -1.0), np.zeros(500)])
+    err, fes = es._fes_error(only_one_well, np.ones(500), cfg)
+    assert err == np.inf and fes["where"] is None
+    rng = np.random.default_rng(0)
+    everywhere = np.column_stack([rng.uniform(-2, 2, 400_000), rng.uniform(-2, 3, 400_000)])
+    weights = np.exp(-es.potential(everywhere) / es.KT)
+    err, fes = es._fes_error(everywhere, weights, cfg)
+    assert err < 0.5 and len(fes["where"]) == 3
+
+
 # --------------------------------------------------------------------------------------------
 # alanine dipeptide in OpenMM (dpnets reproduce enhanced-sampling-alanine)
 

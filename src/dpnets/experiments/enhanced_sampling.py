@@ -267,7 +267,8 @@ def _fes_error(
     region = exact - exact.min() <= float(cfg["fes_window_kT"])
     ok = region & np.isfinite(est)
     if not ok.all() == region.all() or (region & ~np.isfinite(est)).any():
-        return float("inf"), {"est": est, "exact": exact, "ex": ex, "ey": ey}
+        # the window is not sampled everywhere (short runs): no finite error, nowhere
+        return float("inf"), {"est": est, "exact": exact, "ex": ex, "ey": ey, "where": None}
     p = np.exp(-exact[region])
     diff = est[region] - exact[region]
     shift = float((p * diff).sum() / p.sum())
