@@ -29,7 +29,11 @@ from dpnets.data import (
 from dpnets.distributed import broadcast_int, broadcast_module, world_size
 from dpnets.distributed import is_active as dist_active
 from dpnets.exceptions import check_is_fitted
-from dpnets.generator import GeneratorLearning
+from dpnets.generator_learning import (
+    generator_objective,
+    generator_objective_score,
+    generator_samples,
+)
 from dpnets.heldout import heldout_pairs, heldout_score
 from dpnets.io import InvalidModelFile, meta_device, register, restore_module, save, sub_state
 from dpnets.nn.mlp import default_mlp
@@ -128,7 +132,7 @@ class InputScaler(nn.Module):
         return (x - self.shift) / self.scale
 
 
-class DPNet(GeneratorLearning, TransformerMixin, BaseEstimator):
+class DPNet(TransformerMixin, BaseEstimator):
     """Deep Projection Network: a learned feature map ``psi: X -> R^r``.
 
     Trains ``encoder`` (and optionally a separate ``lagged_encoder`` psi') by mini-batch
@@ -460,7 +464,8 @@ class DPNet(GeneratorLearning, TransformerMixin, BaseEstimator):
             device = resolve_device(self.device)
             with local_seed(self.seed, device):  # (a shuffling DataLoader draws from it)
                 if self.objective in GENERATOR_SCORES:  # continuous time: samples of pi
-                    source, model_lag = self._generator_source(data), None
+                    source = generator_samples(data, self.sde, self.objective, self.lagged_encoder)
+                    model_lag = None
                 else:  # the one entry from any input to batches (pairs, or windows)
                     steps = self._windows_steps(data)
                     pair_lag, model_lag = resolve_lag(data, lag)
@@ -476,6 +481,35 @@ class DPNet(GeneratorLearning, TransformerMixin, BaseEstimator):
                 if self.objective in GENERATOR_SCORES:
                     return self._fit_samples(prepared, sizes, enc, run, device)
                 return self._fit_pairs(prepared, sizes, model_lag, enc, run, device)
+
+    def _fit_samples(
+        self,
+        prepared: Prepared,
+        sizes: tuple[tuple[int, ...], int],
+        enc: nn.Module,
+        run: tuple,
+        device: torch.device,
+    ) -> DPNet:
+        """Continuous-time mode: maximise ``P_d^gamma`` (Thm. 2, Eq. 14) on samples of pi
+        (``prepared``: batches of raw samples; ``sizes``: ``(state_shape, 0)``); the
+        objective is :func:`dpnets.generator_learning.generator_objective`."""
+        dtype = module_dtype(enc)
+        # derivatives are taken through the standardisation, with respect to the raw states
+        fmap = self._compose(enc, device, dtype)
+        derivatives, loss_fn = generator_objective(
+            fmap, self.sde, self.objective, self.gamma, self.constant, device, dtype
+        )
+        sample = torch.as_tensor(prepared.first).to(device=device, dtype=dtype)
+        r = self._feature_dim(fmap, sample, prepared.n_train)
+
+        def batch_loss(batch: tuple[Tensor, Tensor]) -> Tensor:
+            return loss_fn(*derivatives(batch[0]))
+
+        val_score = full_batch_score(prepared.val, lambda b: derivatives(b[0]), loss_fn)
+        self.lag_ = None
+        return self._train(
+            (enc, None), batch_loss, prepared.train, val_score, run, (prepared.n_train, sizes[0], r)
+        )
 
     def _initial_module(self, module: nn.Module | None, state_shape: Any) -> nn.Module:
         """The module training starts from: a copy of ``module`` (re-initialised from
@@ -799,7 +833,19 @@ class DPNet(GeneratorLearning, TransformerMixin, BaseEstimator):
         objective = objective or self.objective
         g = float(self.gamma) if gamma is None else check_real("gamma", gamma, 0.0)
         if objective in GENERATOR_SCORES:
-            return self._evaluate_generator(data, objective, g)
+            enc = self.encoder_
+            return generator_objective_score(
+                self.feature_module(),
+                data,
+                self.state_shape_,
+                type(self).__name__,
+                self.sde,
+                objective,
+                g,
+                bool(self.constant),
+                module_device(enc),
+                module_dtype(enc),
+            )
         check_choice("objective", objective, SCORES)
         if lag is None:
             lag = self.lag_ if self.lag_ is not None else 1
