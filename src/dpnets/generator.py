@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -27,7 +27,7 @@ from dpnets.io import arrays_to_tensors, register, tensors_to_arrays
 from dpnets.ito import SDE, check_samples, derivatives_in_chunks, warn_if_piecewise_linear
 from dpnets.moments import Moments
 from dpnets.nn.utils import module_device
-from dpnets.params import check_int
+from dpnets.params import Constraint, integer, one_of
 from dpnets.spectral import (
     SpectralModel,
     dump_feature_map,
@@ -144,6 +144,13 @@ class Generator(SpectralModel):
     >>> np.round(Generator(psi, ou).fit(x).eig().real, 8) + 0.0
     array([ 0., -1., -2.])
     """
+
+    #: accepted values (:mod:`dpnets.params`; the regression parameters:
+    #: ``check_regression_params``), checked by ``fit`` and by :func:`dpnets.load`
+    _parameter_constraints: ClassVar[dict[str, Constraint]] = {
+        "form": one_of("ito", "dirichlet"),
+        "batch_size": integer(1),
+    }
 
     def __init__(
         self,
@@ -300,10 +307,8 @@ class Generator(SpectralModel):
 
     def _check_fit_params(self) -> Any:
         """Validate the parameters; the SDE in use."""
-        if self.form not in ("ito", "dirichlet"):
-            raise ValueError(f"form must be 'ito' or 'dirichlet', got {self.form!r}")
+        self._check_params()
         self.check_regression_params()
-        check_int("batch_size", self.batch_size, 1)
         sde = self._resolve_sde()
         if self.form == "dirichlet" and not sde.reversible:
             raise ValueError(

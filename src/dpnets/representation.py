@@ -7,7 +7,7 @@ import math
 import os
 import warnings
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -39,7 +39,19 @@ from dpnets.io import InvalidModelFile, meta_device, register, restore_module, s
 from dpnets.nn.mlp import default_mlp
 from dpnets.nn.registry import describe
 from dpnets.nn.utils import encode, module_device, module_dtype
-from dpnets.params import check_bool, check_choice, check_int, check_real, check_seed
+from dpnets.params import (
+    Constraint,
+    boolean,
+    check_choice,
+    check_int,
+    check_real,
+    instance_of,
+    integer,
+    one_of,
+    real,
+    satisfies,
+    seed,
+)
 from dpnets.scores import GENERATOR_SCORES, SCORES, MultistepLoss, make_loss
 from dpnets.training import (
     INIT,
@@ -353,40 +365,37 @@ class DPNet(TransformerMixin, BaseEstimator):
         self.compile = compile
 
     # ------------------------------------------------------------------ validation
+    #: the accepted values of each parameter (:mod:`dpnets.params`), checked by ``fit`` and
+    #: by :func:`dpnets.load` (``BaseEstimator._check_params``)
+    _parameter_constraints: ClassVar[dict[str, Constraint]] = {
+        "encoder": instance_of(nn.Module, "a torch.nn.Module or None (the default MLP)"),
+        "lag": satisfies(check_lag, none=True),
+        "lagged_encoder": instance_of(nn.Module, "a torch.nn.Module or None"),
+        "objective": one_of(*SCORES, *GENERATOR_SCORES),
+        "gamma": real(0.0),
+        "lr": real(0.0, low_open=True),
+        "batch_size": integer(2),
+        "epochs": integer(1),
+        "val_fraction": real(0.0, 1.0, high_open=True),
+        "standardize": one_of(*_STANDARDIZE, True, False),
+        "constant": boolean(),
+        "consistency": real(0.0),
+        "consistency_steps": integer(2),
+        "progress": boolean(),
+        "seed": seed(),
+        "init": one_of(*INIT),
+        "optimizer": satisfies(check_optimizer),
+        "device": satisfies(resolve_device, none=True),
+        "autocast": one_of("bf16", "fp16", none=True),
+        "compile": boolean(),
+        "distributed": satisfies(lambda v: v in ("auto", True, False), "'auto', True or False"),
+    }
+
     def _check_params(self) -> None:
-        if self.encoder is not None and not isinstance(self.encoder, nn.Module):
-            raise TypeError(
-                f"encoder must be a torch.nn.Module or None (the default MLP), got "
-                f"{type(self.encoder).__name__}"
-            )
-        if self.encoder is None:
+        """The table, then the rules that tie parameters together or ask the environment."""
+        super()._check_params()
+        if self.encoder is None:  # r sizes the default MLP; a given encoder decides r itself
             check_int("r", self.r, 1)
-        if self.lag is not None:
-            check_lag(self.lag)
-        if self.lagged_encoder is not None and not isinstance(self.lagged_encoder, nn.Module):
-            raise TypeError("lagged_encoder must be a torch.nn.Module or None")
-        check_choice("objective", self.objective, SCORES + GENERATOR_SCORES)
-        check_real("gamma", self.gamma, 0.0)
-        check_real("lr", self.lr, 0.0, low_open=True)
-        check_int("batch_size", self.batch_size, 2)
-        check_int("epochs", self.epochs, 1)
-        check_real("val_fraction", self.val_fraction, 0.0, 1.0, high_open=True)
-        if self.standardize is not True and self.standardize is not False:
-            check_choice("standardize", self.standardize, _STANDARDIZE)
-        check_bool("constant", self.constant)
-        check_real("consistency", self.consistency, 0.0)
-        check_int("consistency_steps", self.consistency_steps, 2)
-        check_bool("progress", self.progress)
-        check_seed(self.seed)
-        check_choice("init", self.init, INIT)
-        check_optimizer(self.optimizer)
-        if self.device is not None:
-            resolve_device(self.device)
-        if self.autocast is not None:
-            check_choice("autocast", self.autocast, ("bf16", "fp16"))
-        check_bool("compile", self.compile)
-        if self.distributed not in ("auto", True, False):
-            raise ValueError(f"distributed must be 'auto', True or False, got {self.distributed!r}")
         if self.distributed is True and not dist_active():
             raise ValueError(
                 "distributed=True needs an initialised torch.distributed process group of "
