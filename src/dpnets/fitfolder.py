@@ -27,6 +27,7 @@ __all__ = [
     "FIT_OPTIONS",
     "FitOption",
     "REVERSIBLE_WORDS",
+    "estimator_params",
     "load_config",
     "write_config",
     "absolute_paths",
@@ -44,10 +45,12 @@ class FitOption:
     """One setting of ``dpnets fit``: its ``config.toml`` table and key, its default, the
     range of a number (``low``, ``low_open``), and its command-line option (``--key`` with
     dashes; ``help`` states the default through ``{default}``, ``cli`` holds further
-    ``argparse`` settings, ``values`` maps the option's words to the setting). The one
-    place an option is defined: :data:`DEFAULT_CONFIG`, the checks of a configuration file
-    (:func:`load_config`) and the ``dpnets fit`` options (:mod:`dpnets.cli`) derive from
-    :data:`FIT_OPTIONS`."""
+    ``argparse`` settings, ``values`` maps the option's words to the setting), and ``to``:
+    the estimator whose parameter of the same name it sets (``"DPNet"``), if it is passed
+    through unchanged. The one place an option is defined: :data:`DEFAULT_CONFIG`, the
+    checks of a configuration file (:func:`load_config`), the ``dpnets fit`` options
+    (:mod:`dpnets.cli`) and the estimator parameters of the fit (:func:`estimator_params`)
+    derive from :data:`FIT_OPTIONS`."""
 
     table: str
     key: str
@@ -57,6 +60,7 @@ class FitOption:
     low_open: bool = False
     cli: dict[str, Any] = field(default_factory=dict)
     values: dict[str, Any] | None = None
+    to: str = ""
 
     @property
     def flags(self) -> tuple[str, ...]:
@@ -124,6 +128,7 @@ FIT_OPTIONS: tuple[FitOption, ...] = (
         DEFAULTS["objective"],
         "the DPNet training objective (default {default})",
         cli={"aliases": ("--score",), "choices": ("projection", "relaxed", "vamp1", "vamp2")},
+        to="DPNet",
     ),
     FitOption(
         "model",
@@ -131,6 +136,7 @@ FIT_OPTIONS: tuple[FitOption, ...] = (
         DEFAULTS["gamma"],
         "weight of the metric distortion penalty (paper Eq. 7; default {default})",
         low=0.0,
+        to="DPNet",
     ),
     FitOption(
         "model",
@@ -139,6 +145,7 @@ FIT_OPTIONS: tuple[FitOption, ...] = (
         "learning rate of the Adam optimiser (default {default})",
         low=0.0,
         low_open=True,
+        to="DPNet",
     ),
     FitOption(
         "model",
@@ -146,6 +153,7 @@ FIT_OPTIONS: tuple[FitOption, ...] = (
         DEFAULTS["batch_size"],
         "pairs per optimisation step, the total over all processes (default {default})",
         low=2,
+        to="DPNet",
     ),
     FitOption(
         "model",
@@ -153,6 +161,7 @@ FIT_OPTIONS: tuple[FitOption, ...] = (
         DEFAULTS["epochs"],
         "passes over the training pairs (default {default})",
         low=1,
+        to="DPNet",
     ),
     FitOption(
         "model",
@@ -160,6 +169,7 @@ FIT_OPTIONS: tuple[FitOption, ...] = (
         0,
         "seed of the weights, split and batches; the same seed repeats the fit (default {default})",
         low=0,
+        to="DPNet",
     ),
     FitOption(
         "model", "device", "", "where to train: cpu, cuda or cuda:N (default: cuda if available)"
@@ -177,6 +187,7 @@ FIT_OPTIONS: tuple[FitOption, ...] = (
         "{default}: the non-reversible estimate)",
         cli={"nargs": "?", "const": "true", "choices": tuple(REVERSIBLE_WORDS)},
         values=REVERSIBLE_WORDS,
+        to="TransferOperator",
     ),
 )
 
@@ -251,6 +262,19 @@ def load_config(path: str | os.PathLike) -> dict[str, dict[str, Any]]:
                 )
             config[table][key] = _config_value(path, table, key, value)
     return config
+
+
+def estimator_params(model: dict[str, Any], estimator: str) -> dict[str, Any]:
+    """The parameters of ``estimator`` (``"DPNet"``) that ``[model]`` settings give
+    (:attr:`FitOption.to`), by name (numbers as the type of their default; a missing
+    setting: its default)."""
+    return {
+        o.key: type(o.default)(model.get(o.key, o.default))
+        if isinstance(o.default, (int, float)) and not isinstance(o.default, bool)
+        else model.get(o.key, o.default)
+        for o in FIT_OPTIONS
+        if o.table == "model" and o.to == estimator
+    }
 
 
 #: the options by table and key
