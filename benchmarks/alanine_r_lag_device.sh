@@ -9,6 +9,10 @@
 # 418 s on an H100 with 16 cores for 2 seeds and 8 workers (r_lag/README.md).
 #
 # Usage, from the repository root:  [SEEDS=3] [WORKERS=8] bash benchmarks/alanine_r_lag_device.sh CACHE_DIR
+#                                   bash benchmarks/alanine_r_lag_device.sh --smoke
+# --smoke (tests/test_benchmarks.py, seconds, no cache or GPU needed): checks only that the
+# command this script runs still exists with the options it passes (PYTHON: the interpreter,
+# default python3).
 #
 # CACHE_DIR (becomes DPNETS_CACHE) must hold what the sweep reads, nothing is simulated:
 #   - the 96 trajectories of the full ensemble, alanine-dipeptide-*.npz (about 45 MB), as
@@ -22,6 +26,14 @@
 # To carry them: copy those files into a git-ignored folder of the checkout (for instance
 # .alanine-cache/, listed in .git/info/exclude) and name it in the device call's carry.
 set -euo pipefail
+if [[ "${1:-}" == "--smoke" ]]; then
+    help="$(PYTHONPATH=src "${PYTHON:-python3}" -m dpnets reproduce --help)"
+    for word in alanine-r-lag --seeds --workers --device --out; do
+        grep -q -- "$word" <<<"$help" || { echo "dpnets reproduce lacks $word" >&2; exit 1; }
+    done
+    echo "smoke: dpnets reproduce alanine-r-lag --seeds --workers --device --out: all present"
+    exit 0
+fi
 cache="${1:?usage: bash benchmarks/alanine_r_lag_device.sh CACHE_DIR}"
 cache="$(cd "$cache" && pwd)"
 out="${OUT:-out}/alanine_r_lag"

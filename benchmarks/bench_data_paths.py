@@ -4,6 +4,7 @@ batch by batch (forced with ``OUT_OF_CORE_BYTES = 0``). Same pairs, MLP, batch s
 seed; the ratios to the array path are what the table is for.
 
     python benchmarks/bench_data_paths.py --n 200000 --dim 100 --epochs 2 --threads 2
+    python benchmarks/bench_data_paths.py --smoke     # tiny sizes, seconds (the test suite's)
 """
 
 from __future__ import annotations
@@ -30,15 +31,19 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=8192)
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes, a few seconds")
     args = parser.parse_args()
+    if args.smoke:
+        parser.set_defaults(n=2000, dim=10, batch=256, epochs=1, threads=1)
+        args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     rng = np.random.default_rng(0)
     x = np.cumsum(rng.standard_normal((args.n + 1, args.dim)), 0).astype(np.float32) * 0.05
     ds = TensorDataset(torch.from_numpy(x[:-1]), torch.from_numpy(x[1:]))
-    folder = tempfile.mkdtemp()
-    np.save(os.path.join(folder, "x.npy"), x)
-    mapped = np.load(os.path.join(folder, "x.npy"), mmap_mode="r")
+    folder = tempfile.TemporaryDirectory()
+    np.save(os.path.join(folder.name, "x.npy"), x)
+    mapped = np.load(os.path.join(folder.name, "x.npy"), mmap_mode="r")
 
     def epoch_seconds(data, out_of_core: bool = False) -> float:
         torch.manual_seed(0)
@@ -79,6 +84,7 @@ def main() -> None:
         sec = run()
         base = sec if base is None else base
         print(f"| {name} | {sec:.2f} | {sec / base:.2f} |")
+    folder.cleanup()
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ Random tanh features of 8-D Gaussian states.
 
     python benchmarks/bench_large_r.py --r 2048,4096 --n 5000
     python benchmarks/bench_large_r.py --r 2048 --n 5000 --threads 1 --steps
+    python benchmarks/bench_large_r.py --smoke        # tiny sizes, seconds (the test suite's)
 
 ``--threads`` limits the BLAS pools of numpy and scipy (through threadpoolctl) and torch's;
 without it every library keeps its default (one thread per core). ``--steps`` also prints
@@ -84,7 +85,11 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None, help="BLAS/torch threads")
     parser.add_argument("--repeat", type=int, default=1, help="best of this many timings")
     parser.add_argument("--steps", action="store_true", help="time the steps of the fit")
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes, a few seconds")
     args = parser.parse_args()
+    if args.smoke:
+        parser.set_defaults(r="16,32", n=300, threads=1, steps=True)
+        args = parser.parse_args()
     rng = np.random.default_rng(0)
     x = rng.standard_normal((args.n, 8))
     with blas_threads(args.threads) as pools:

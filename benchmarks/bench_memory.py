@@ -6,6 +6,7 @@ memory-mapped file: ``4 n d`` bytes) and the size of the saved model.
 
     python benchmarks/bench_memory.py                    # 10^6 x 100, the issue's target
     python benchmarks/bench_memory.py --n 100000 --cases identity,mlp
+    python benchmarks/bench_memory.py --smoke         # tiny sizes, seconds (the test suite's)
 """
 
 from __future__ import annotations
@@ -102,7 +103,11 @@ def main() -> None:
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--write", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--path", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes, a few seconds")
     args = parser.parse_args()
+    if args.smoke:
+        parser.set_defaults(n=2000, d=8, hidden=16, cases="identity,mlp")
+        args = parser.parse_args()
     if args.write:
         write_states(args.path, args.n, args.d)
         return
@@ -121,18 +126,22 @@ def main() -> None:
         print(f"{args.n} x {args.d} float32 states, memory-mapped ({size:.0f} MB)")
         head = ("features", "r", "peak MB", "before fit", "fit s", "model MB")
         print("{:>9} {:>4} {:>8} {:>10} {:>6} {:>9}".format(*head))
+        failed = False
         for case in cases:
             cmd = [sys.executable, __file__, "--worker", case, "--path", path]
             cmd += ["--hidden", str(args.hidden)]
             out = subprocess.run(cmd, capture_output=True, text=True, check=False)
             if out.returncode != 0:
                 print(f"{case}: failed\n{out.stderr}")
+                failed = True
                 continue
             res = json.loads(out.stdout.strip().splitlines()[-1])
             print(
                 f"{case:>9} {res['r']:>4} {res['peak_mb']:>8.0f} {res['before_fit_mb']:>10.0f} "
                 f"{res['fit_s']:>6.1f} {res['model_mb']:>9.3f}"
             )
+    if failed:
+        sys.exit(f"bench_memory: a case failed ({', '.join(cases)})")
 
 
 if __name__ == "__main__":

@@ -27,7 +27,11 @@ on the raw data; its features go through the same :class:`dpnets.TransferOperato
 Usage::
 
     python benchmarks/bench_out_of_box.py                 # full table (about 20 min, 2 CPUs)
-    python benchmarks/bench_out_of_box.py --quick         # smoke test
+    python benchmarks/bench_out_of_box.py --quick         # a fifth of the data, one seed
+    python benchmarks/bench_out_of_box.py --smoke         # seconds: tiny data, one epoch
+                                                          # (the test suite's; an --out
+                                                          # inside benchmarks/results goes
+                                                          # to a temporary folder)
     python benchmarks/bench_out_of_box.py --sweep         # the defaults study (score, gamma,
                                                           # lr, batch size, epochs)
     python benchmarks/bench_out_of_box.py --out DIR       # also write DIR/table.md, results.json
@@ -40,6 +44,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -327,7 +332,9 @@ def fit_dpnets(system: System, trajs: list[np.ndarray], seed: int, **kw: Any) ->
     return {"ts": _leading(op.implied_timescales(), system.k), "fit_s": fit_s}
 
 
-def fit_deeptime(system: System, trajs: list[np.ndarray], seed: int) -> dict[str, Any] | None:
+def fit_deeptime(
+    system: System, trajs: list[np.ndarray], seed: int, epochs: int | None = None
+) -> dict[str, Any] | None:
     """deeptime's VAMPNet (shared lobe, VAMP-2) with the same MLP, epochs, batch and lr."""
     try:
         from deeptime.decomposition.deep import VAMPNet
@@ -345,7 +352,7 @@ def fit_deeptime(system: System, trajs: list[np.ndarray], seed: int) -> dict[str
     loader = DataLoader(ds, batch_size=DEFAULTS["batch_size"], shuffle=True, generator=gen)
     t0 = time.perf_counter()
     try:
-        model = vnet.fit(loader, n_epochs=DEFAULTS["epochs"]).fetch_model()
+        model = vnet.fit(loader, n_epochs=epochs or DEFAULTS["epochs"]).fetch_model()
     except (RuntimeError, ValueError) as err:  # e.g. torch's eigh failing to converge
         print(f"  deeptime VAMPNet failed on {system.name}: {str(err).splitlines()[0]}")
         return {"ts": [float("nan")] * system.k, "fit_s": float("nan"), "error": str(err)[:200]}
@@ -367,17 +374,21 @@ def rel_err(ts: list[float], ref: np.ndarray) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------- runs
-def run_table(systems: list[System], seeds: int, deeptime: bool) -> dict[str, Any]:
+def run_table(
+    systems: list[System], seeds: int, deeptime: bool, epochs: int | None = None
+) -> dict[str, Any]:
+    """The table's fits; ``epochs`` (``--smoke``) overrides the default on both sides."""
+    kw = {} if epochs is None else {"epochs": epochs}
     rows: dict[str, Any] = {}
     for s in systems:
         res: dict[str, Any] = {"ref": s.ref.tolist(), "note": s.note, "n_frames": s.n_frames}
         res.update(s.extra)
         for copy_name, trajs in copies(s).items():
-            runs = [fit_dpnets(s, trajs, seed) for seed in range(seeds)]
+            runs = [fit_dpnets(s, trajs, seed, **kw) for seed in range(seeds)]
             res[copy_name] = runs
             _print_row(s, f"dpnets {copy_name}", runs)
         if deeptime:
-            runs = [fit_deeptime(s, s.trajs, seed) for seed in range(seeds)]
+            runs = [fit_deeptime(s, s.trajs, seed, epochs) for seed in range(seeds)]
             if runs[0] is not None:
                 res["deeptime"] = runs
                 _print_row(s, "deeptime VAMPNet raw", runs)
@@ -554,7 +565,16 @@ def main() -> None:
     p.add_argument("--no-deeptime", action="store_true")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--out", default=None, help="folder for table.md and results.json")
+    p.add_argument("--smoke", action="store_true", help="tiny data, one epoch, seconds")
     args = p.parse_args()
+    epochs = None
+    if args.smoke:
+        p.set_defaults(scale=0.02, seeds=1, threads=1)
+        args = p.parse_args()
+        epochs = 1
+        results = Path(__file__).resolve().parent / "results"
+        if args.out is not None and Path(args.out).resolve().is_relative_to(results):
+            args.out = tempfile.mkdtemp(prefix="bench_out_of_box_smoke_")
     torch.set_num_threads(args.threads)
     scale = 0.2 if args.quick else args.scale
     seeds = 1 if args.quick else args.seeds
@@ -565,7 +585,7 @@ def main() -> None:
         res = run_sweep(systems, seeds)
         table = sweep_table(res)
     else:
-        res = run_table(systems, seeds, deeptime=not args.no_deeptime)
+        res = run_table(systems, seeds, deeptime=not args.no_deeptime, epochs=epochs)
         table = summarise(res)
     wall = time.perf_counter() - t0
     print(table)

@@ -8,6 +8,7 @@ Prints one line per device: seconds per epoch over ``--pairs`` pairs, and pairs 
 Usage::
 
     python benchmarks/bench_schnet.py [--devices cpu,cuda] [--pairs 32000] [--epochs 3]
+    python benchmarks/bench_schnet.py --smoke     # tiny sizes, seconds (the test suite's)
 """
 
 from __future__ import annotations
@@ -43,7 +44,12 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=512)
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--warmup", type=int, default=2048, help="pairs of the warm-up fit")
+    p.add_argument("--smoke", action="store_true", help="tiny sizes, a few seconds")
     a = p.parse_args()
+    if a.smoke:
+        p.set_defaults(pairs=48, batch=24, epochs=1, warmup=24)
+        a = p.parse_args()
     torch.set_num_threads(a.threads)
     xyz, z = heavy_atoms()
     rng = np.random.default_rng(0)
@@ -63,7 +69,7 @@ def main() -> None:
             device=dev,
             progress=False,
         )
-        net.fit((x[:2048], y[:2048]))  # warm-up (CUDA context, kernels)
+        net.fit((x[: a.warmup], y[: a.warmup]))  # warm-up (CUDA context, kernels)
         net.epochs = a.epochs
         t0 = time.perf_counter()
         net.fit((x, y))

@@ -13,6 +13,7 @@ Validation is switched off on both sides, so only training is timed. deeptime is
 Usage::
 
     python benchmarks/bench_training.py [--threads 2] [--epochs 3] [--n 100000]
+    python benchmarks/bench_training.py --smoke    # tiny sizes, seconds (the test suite's)
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ def time_dpnet(x: np.ndarray, r: int, batch: int, epochs: int, score: str) -> fl
         device="cpu",
         seed=0,
     )
-    net.fit(x[:5000])  # warm-up
+    net.fit(x[: min(5000, len(x) // 2)])  # warm-up
     net.epochs = epochs
     t0 = time.perf_counter()
     net.fit(x)
@@ -75,7 +76,9 @@ def time_deeptime(x: np.ndarray, r: int, batch: int, epochs: int) -> float | Non
     vnet = VAMPNet(lobe=lobe, learning_rate=1e-3, device="cpu", score_method="VAMP2")
     ds = TrajectoryDataset(1, x)
     loader = DataLoader(ds, batch_size=batch, shuffle=True)
-    warm = DataLoader(TrajectoryDataset(1, x[:5000]), batch_size=batch, shuffle=True)
+    warm = DataLoader(
+        TrajectoryDataset(1, x[: min(5000, len(x) // 2)]), batch_size=batch, shuffle=True
+    )
     vnet.fit(warm, n_epochs=1)
     t0 = time.perf_counter()
     vnet.fit(loader, n_epochs=epochs)
@@ -105,7 +108,15 @@ def main() -> None:
     p.add_argument("--r", type=int, default=8)
     p.add_argument("--batches", default="256,2048")
     p.add_argument("--hidden", default="128,128", help="MLP hidden widths")
+    p.add_argument("--score-batch", type=int, default=8192, help="batch of the score table")
+    p.add_argument("--score-reps", type=int, default=20, help="repetitions (median)")
+    p.add_argument("--smoke", action="store_true", help="tiny sizes, a few seconds")
     args = p.parse_args()
+    if args.smoke:
+        p.set_defaults(
+            threads=1, epochs=1, n=600, batches="256", hidden="16,16", score_batch=256, score_reps=2
+        )
+        args = p.parse_args()
     global HIDDEN
     HIDDEN = tuple(int(h) for h in args.hidden.split(","))
     torch.set_num_threads(args.threads)
@@ -130,7 +141,8 @@ def main() -> None:
         ratio = f"{dt / vamp:.1f}x" if dt is not None else "n/a"
         print(f"| {b} | {rel:.3f} | {proj:.3f} | {vamp:.3f} | {dts} | {ratio} |")
     print()
-    print("# score forward+backward, batch m=8192 (median of 20, milliseconds)")
+    m, reps = args.score_batch, args.score_reps
+    print(f"# score forward+backward, batch m={m} (median of {reps}, milliseconds)")
     print()
     fns = {
         "covariances only": lambda a, b: sum(c.sum() for c in scores.covariances(a, b)),
@@ -147,8 +159,8 @@ def main() -> None:
     print("| score | r=8 | r=64 |")
     print("|---|---|---|")
     for name, fn in fns.items():
-        t8 = 1e3 * time_score(fn, 8192, 8)
-        t64 = 1e3 * time_score(fn, 8192, 64)
+        t8 = 1e3 * time_score(fn, m, 8, reps)
+        t64 = 1e3 * time_score(fn, m, 64, reps)
         print(f"| {name} | {t8:.2f} | {t64:.2f} |")
 
 

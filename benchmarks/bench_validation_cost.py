@@ -9,6 +9,8 @@ the library took before (module-private helpers, the same maths), on the same da
 
     PYTHONPATH=src python benchmarks/bench_validation_cost.py [--features dpnet|monomial]
         [--old] [--threads 1] [--out benchmarks/results/validation_cost.json]
+    PYTHONPATH=src python benchmarks/bench_validation_cost.py --smoke   # seconds; with
+        # --old; the JSON goes to a temporary folder (never to benchmarks/results)
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import argparse
 import json
 import os
 import platform
+import tempfile
 import time
 from pathlib import Path
 
@@ -35,6 +38,9 @@ from dpnets.validation import (
     implied_timescales,
     pcca,
 )
+
+#: The committed results (a ``--smoke`` run never writes there).
+RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def double_well(n_traj: int, length: int, seed: int = 0, dt: float = 0.01) -> list[np.ndarray]:
@@ -99,31 +105,40 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--old", action="store_true", help="also time the refit-per-resample route")
     ap.add_argument("--out", default=None, help="write the numbers to this JSON file")
+    ap.add_argument("--epochs", type=int, default=5, help="DPNet training epochs (not timed)")
+    ap.add_argument("--repeat", type=int, default=3, help="best of this many timings")
+    ap.add_argument("--smoke", action="store_true", help="tiny sizes, a few seconds")
     args = ap.parse_args()
+    if args.smoke:
+        ap.set_defaults(n_traj=3, length=300, lag=5, n_bootstrap=4, old=True, epochs=1, repeat=1)
+        args = ap.parse_args()
+        if args.out is None or Path(args.out).resolve().is_relative_to(RESULTS):
+            args.out = str(Path(tempfile.mkdtemp(prefix="bench_validation_cost_")) / "smoke.json")
     torch.set_num_threads(args.threads)
     trajs = double_well(args.n_traj, args.length)
     n_frames = sum(len(t) for t in trajs)
     lag, nb = args.lag, args.n_bootstrap
     if args.features == "dpnet":
-        features = DPNet(MLP(2, (64, 64), 4), lag=lag, epochs=5, seed=0, progress=False)
+        features = DPNet(MLP(2, (64, 64), 4), lag=lag, epochs=args.epochs, seed=0, progress=False)
         features.fit(trajs)
-        described = "DPNet(MLP(2, (64, 64), 4)), trained 5 epochs (not timed)"
+        described = f"DPNet(MLP(2, (64, 64), 4)), trained {args.epochs} epochs (not timed)"
     else:
         features = MonomialFeatures(4)
         described = "MonomialFeatures(4) (15 features)"
-    t_fit, op = timed(lambda: TransferOperator(features, lag=lag, dt=0.01).fit(trajs), 3)
+    rep = args.repeat
+    t_fit, op = timed(lambda: TransferOperator(features, lag=lag, dt=0.01).fit(trajs), rep)
     sets = pcca(op, trajs, 2)
     steps = [1, 2, 4]
     lags = [max(1, lag // 4), max(1, lag // 2), lag, 2 * lag, 4 * lag]  # dpnets analyze's scan
     rows = {}
     rows["ck_test"], _ = timed(
-        lambda: ck_test(op, trajs, steps, sets.memberships_of, n_bootstrap=nb, seed=0), 3
+        lambda: ck_test(op, trajs, steps, sets.memberships_of, n_bootstrap=nb, seed=0), rep
     )
     rows["implied_timescales"], _ = timed(
-        lambda: implied_timescales(op, trajs, lags, k=3, n_bootstrap=nb, seed=0), 3
+        lambda: implied_timescales(op, trajs, lags, k=3, n_bootstrap=nb, seed=0), rep
     )
     rows["bootstrap_spectrum"], _ = timed(
-        lambda: bootstrap_spectrum(op, trajs, k=3, n_bootstrap=nb, seed=0), 3
+        lambda: bootstrap_spectrum(op, trajs, k=3, n_bootstrap=nb, seed=0), rep
     )
     if args.old:
         rows["ck_test (old route)"], _ = timed(
@@ -131,7 +146,7 @@ def main() -> None:
         )
         rows["implied_timescales (old route)"], _ = timed(lambda: old_its(op, trajs, lags, nb))
     print(f"{n_frames} frames, {described}, lag {lag}, {nb} resamples, {args.threads} thread(s)")
-    print(f"one TransferOperator.fit: {t_fit:.3f} s (best of 3; the new calls best of 3 too)")
+    print(f"one TransferOperator.fit: {t_fit:.3f} s (best of {rep}; the new calls too)")
     print("| call | seconds | x one fit |\n|---|---|---|")
     for name, sec in rows.items():
         print(f"| {name} | {sec:.2f} | {sec / t_fit:.1f} |")
@@ -145,8 +160,8 @@ def main() -> None:
             f"torch {torch.__version__}",
             "date": time.strftime("%Y-%m-%d"),
             "load_average_1min_at_end": os.getloadavg()[0],
-            "timing": "wall-clock seconds, best of 3 for the fit and the new calls, one run of "
-            "each old route",
+            "timing": f"wall-clock seconds, best of {rep} for the fit and the new calls, "
+            "one run of each old route",
             "frames": n_frames,
             "trajectories": args.n_traj,
             "features": described,

@@ -5,6 +5,7 @@ the largest difference per array between two such files. Run it on two checkouts
     PYTHONPATH=/path/to/before/src python benchmarks/compare_numerics.py run before.npz
     PYTHONPATH=src python benchmarks/compare_numerics.py run after.npz
     python benchmarks/compare_numerics.py diff before.npz after.npz
+    PYTHONPATH=src python benchmarks/compare_numerics.py --smoke   # run twice here, diff: 0
 
 The fits: ``TransferOperator`` on monomials (``reversible`` False / True / "reweight"), on
 indicators of a Markov chain, by ``partial_fit``, on DPNet features; ``Generator`` (Itô and
@@ -172,6 +173,14 @@ def run(path: str) -> None:  # noqa: PLR0915 - one list of cases
 
 
 if __name__ == "__main__":
+    if sys.argv[1:] == ["--smoke"]:  # the seeded runs reproduce within one checkout
+        with tempfile.TemporaryDirectory() as tmp:
+            first, second = f"{tmp}/first.npz", f"{tmp}/second.npz"
+            run(first)
+            run(second)
+            worst = diff(first, second)
+        print(f"largest difference between two runs: {worst:.3g}")
+        sys.exit(0 if worst == 0 else 1)
     if len(sys.argv) == 4 and sys.argv[1] == "diff":
         sys.exit(0 if diff(sys.argv[2], sys.argv[3]) <= 1e-12 else 1)
     if len(sys.argv) == 3 and sys.argv[1] == "run":

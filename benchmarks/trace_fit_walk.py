@@ -4,8 +4,10 @@ starts; consecutive calls in one file make one stop. Also the control-flow walk 
 into dpnets). Run from a checkout:
 
     PYTHONPATH=src python benchmarks/trace_fit_walk.py array     # or: dataset
+    PYTHONPATH=src python benchmarks/trace_fit_walk.py --smoke   # both kinds (it is small)
 """
 
+import argparse
 import os
 import sys
 
@@ -62,12 +64,18 @@ def summary(calls: list[str]) -> str:
 
 
 if __name__ == "__main__":
-    kind = sys.argv[1] if len(sys.argv) > 1 else "array"
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("kind", nargs="?", default="array", choices=("array", "dataset"))
+    ap.add_argument("--smoke", action="store_true", help="both kinds, one thread")
+    args = ap.parse_args()
+    if args.smoke:
+        torch.set_num_threads(1)
     x = np.random.default_rng(0).normal(size=(2000, 2))
-    data = x
-    if kind == "dataset":
-        data = torch.utils.data.TensorDataset(torch.as_tensor(x[:-1]), torch.as_tensor(x[1:]))
-    carried = walk(data, carries_only=True)
-    print(f"{kind}, the data's walk: {summary(carried)}")
-    print("  " + " -> ".join(carried))
-    print(f"{kind}, every call into dpnets: {summary(walk(data, carries_only=False))}")
+    for kind in ("array", "dataset") if args.smoke else (args.kind,):
+        data = x
+        if kind == "dataset":
+            data = torch.utils.data.TensorDataset(torch.as_tensor(x[:-1]), torch.as_tensor(x[1:]))
+        carried = walk(data, carries_only=True)
+        print(f"{kind}, the data's walk: {summary(carried)}")
+        print("  " + " -> ".join(carried))
+        print(f"{kind}, every call into dpnets: {summary(walk(data, carries_only=False))}")

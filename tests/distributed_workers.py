@@ -119,3 +119,63 @@ def fit_worker(rank: int, world: int, store: str, out: str) -> None:
         torch.save(result, os.path.join(out, f"fit{rank}.pt"))
     finally:
         dist.destroy_process_group()
+
+
+class _KillAt(torch.nn.Module):
+    """Identity that SIGKILLs its process at its ``n``-th forward pass (``n <= 0``: never):
+    a worker dying in the middle of an epoch."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.n, self.calls = n, 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        if self.calls == self.n:
+            import signal
+
+            os.kill(os.getpid(), signal.SIGKILL)
+        return x
+
+
+def torchrun_resume(out: str, kill_at: int) -> None:
+    """The issue-35 job under ``torchrun``: ``DPNet(3 -> 32 -> 4, lag=1, epochs=6,
+    val_fraction=0, seed=0).fit(x, checkpoint=..., resume=True)``; rank 1 of the first
+    attempt SIGKILLs itself at its ``kill_at``-th training forward pass. Writes the epoch
+    each rank resumed from (``start{rank}.txt``) and rank 0's final weights
+    (``final.pt``)."""
+    from dpnets.distributed import init_from_env
+    from dpnets.distributed import rank as get_rank
+
+    torch.set_num_threads(1)
+    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    if attempt > 0 and os.environ["RANK"] == "0":
+        # workers of a restart start at different times (imports on a busy machine): the
+        # restarted rank 1 asks the store for rank 0's address before rank 0 is back
+        import time
+
+        time.sleep(3.0)
+    init_from_env()
+    rank = get_rank()
+    ckpt = os.path.join(out, "ckpt.pt")
+    start = torch.load(ckpt, weights_only=True)["epoch"] if os.path.exists(ckpt) else 0
+    with open(os.path.join(out, f"start{rank}.txt"), "a") as fh:
+        fh.write(f"{attempt} {start}\n")
+    rng = np.random.default_rng(0)
+    x = np.cumsum(rng.normal(size=(4000, 3)), axis=0) * 0.05
+    kill = kill_at if (rank == 1 and attempt == 0) else 0
+    module = torch.nn.Sequential(
+        torch.nn.Linear(3, 32), torch.nn.Tanh(), torch.nn.Linear(32, 4), _KillAt(kill)
+    )
+    net = DPNet(module, lag=1, epochs=6, batch_size=512, val_fraction=0, seed=0, progress=False)
+    net.fit(x, checkpoint=ckpt, resume=True)
+    if rank == 0:
+        state = {k: v.clone() for k, v in net.encoder_.state_dict().items()}
+        torch.save(state, os.path.join(out, "final.pt"))
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":  # torchrun tests/distributed_workers.py OUT KILL_AT
+    import sys
+
+    torchrun_resume(sys.argv[1], int(sys.argv[2]))

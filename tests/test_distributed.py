@@ -129,3 +129,62 @@ def test_dpnets_fit_under_torchrun(tmp_path):
     a = load(str(tmp_path / "multi" / "model.pt"))
     b = load(str(tmp_path / "one" / "model.pt"))
     np.testing.assert_allclose(a.implied_timescales(), b.implied_timescales(), rtol=1e-3)
+
+
+def _torchrun() -> str:
+    import shutil
+    import sys
+
+    path = os.path.join(os.path.dirname(sys.executable), "torchrun")
+    if os.path.exists(path):
+        return path
+    found = shutil.which("torchrun")
+    if found is None:
+        pytest.skip("torchrun not installed")
+    return found
+
+
+def test_torchrun_restart_after_a_killed_worker_resumes_from_the_checkpoint(tmp_path):
+    """Issue 35: ``torchrun --max-restarts=1`` (gloo, CPU) with rank 1 SIGKILLed in the
+    middle of epoch 3: the restarted job resumes from rank 0's last checkpoint (it used to
+    hang in the rendezvous, reading the dead attempt's peer addresses) and ends with the
+    weights of an uninterrupted two-process run; only complete checkpoints are left."""
+    import subprocess
+
+    torchrun = _torchrun()
+    worker = os.path.join(os.path.dirname(__file__), "distributed_workers.py")
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    src = os.path.join(os.path.dirname(os.path.dirname(__file__)), "src")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
+    runs = {}
+    # 4000 pairs in batches of 512: 8 forward passes per epoch on each rank; the 20th is
+    # in the middle of epoch 2 (0-based), after rank 0 checkpointed epochs 0 and 1
+    for name, restarts, kill_at in [("whole", 0, 0), ("killed", 1, 20)]:
+        out = tmp_path / name
+        out.mkdir()
+        cmd = [torchrun, "--standalone", "--nproc_per_node=2", f"--max-restarts={restarts}"]
+        done = subprocess.run(
+            [*cmd, worker, str(out), str(kill_at)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=240,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        runs[name] = out
+    starts = [(runs["killed"] / f"start{r}.txt").read_text().split("\n")[:2] for r in range(2)]
+    assert starts[0] == starts[1]  # both ranks saw the same checkpoint on each attempt
+    assert starts[0][0] == "0 0"
+    attempt, start = map(int, starts[0][1].split())
+    assert attempt == 1 and start >= 2  # resumed, not restarted from scratch
+    a = torch.load(runs["whole"] / "final.pt")
+    b = torch.load(runs["killed"] / "final.pt")
+    for k in a:
+        torch.testing.assert_close(b[k], a[k], rtol=1e-6, atol=1e-7)
+    assert sorted(p.name for p in runs["killed"].iterdir()) == [
+        "ckpt.pt",
+        "final.pt",
+        "start0.txt",
+        "start1.txt",
+    ]
+    assert torch.load(runs["killed"] / "ckpt.pt", weights_only=True)["epoch"] == 6

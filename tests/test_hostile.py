@@ -514,4 +514,398 @@ def test_a_second_process_fit_into_a_folder_being_written_is_refused(tmp_path, c
         holder.kill()
         holder.wait()
     assert rc == 2 and err.count("\n") == 1
-    assert f"{out}: another dpnets fit (process {holder.pid}@" in err
+    assert f"{out}: another dpnets fit or analyze (process {holder.pid}@" in err
+
+
+# ------------------------------------------------------------ validation inputs (issue 35)
+def _two_sets(z: np.ndarray) -> np.ndarray:
+    return np.hstack([z[:, :1] > 0, z[:, :1] <= 0]).astype(float)
+
+
+@pytest.fixture(scope="module")
+def fitted_op():
+    x = _ou(800)
+    return TransferOperator(lambda z: np.hstack([z, z**2]), lag=1).fit(x), x
+
+
+@pytest.mark.parametrize(
+    ("memberships", "error", "match"),
+    [
+        (None, TypeError, "memberships must be a callable.*got NoneType"),
+        (np.zeros((800, 2)), TypeError, "memberships must be a callable.*got ndarray"),
+        (
+            lambda z: np.where(np.arange(len(z))[:, None] == 5, np.nan, _two_sets(z)),
+            ValueError,
+            r"memberships returned 2 NaN or inf value\(s\) \(first at state 5\)",
+        ),
+        (
+            lambda z: np.hstack([_two_sets(z)[:, :1], np.full((len(z), 1), np.inf)]),
+            ValueError,
+            "memberships returned 800 NaN or inf",
+        ),
+        (lambda z: _two_sets(z) - 0.5, ValueError, "memberships must be non-negative"),
+        (lambda z: _two_sets(z)[:-1], ValueError, r"for n = 800 states .*got \(799, 2\)"),
+        (lambda z: _two_sets(z)[:, 0], ValueError, r"memberships must return \(n, n_sets\)"),
+        (lambda z: np.full((len(z), 1), "a"), ValueError, "memberships must return numbers"),
+        (
+            lambda z: np.hstack([np.ones((len(z), 1)), np.zeros((len(z), 1))]),
+            ValueError,
+            r"memberships of set\(s\) \[1\] are zero on every frame",
+        ),
+    ],
+)
+@pytest.mark.parametrize("n_bootstrap", [0, 40])
+def test_ck_test_checks_the_memberships_first(fitted_op, memberships, error, match, n_bootstrap):
+    """Issue 35: NaN or all-zero memberships used to give a ChapmanKolmogorov of NaN, None
+    a numpy TypeError; each is now refused before anything is computed."""
+    op, x = fitted_op
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no numpy warning on the way to the error
+        with pytest.raises(error, match=match):
+            dpnets.validation.ck_test(op, x, [1, 2], memberships, n_bootstrap=n_bootstrap)
+
+
+def test_ck_test_memberships_that_differ_in_sets_between_trajectories(fitted_op):
+    op, x = fitted_op
+    calls = []
+
+    def grows(z):
+        calls.append(1)
+        return np.ones((len(z), len(calls)))
+
+    with pytest.raises(ValueError, match="1 sets on one trajectory and 2 on another"):
+        dpnets.validation.ck_test(op, [x[:400], x[400:]], [1], grows)
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "match"),
+    [
+        (
+            lambda op, x: dpnets.validation.implied_timescales(op, None, [1, 2]),
+            TypeError,
+            "data is None",
+        ),
+        (
+            lambda op, x: dpnets.validation.ck_test(op, None, [1], _two_sets),
+            TypeError,
+            "data is None",
+        ),
+        (
+            lambda op, x: dpnets.validation.bootstrap_spectrum(op, None, k=2),
+            TypeError,
+            "data is None",
+        ),
+        (lambda op, x: dpnets.validation.cross_validate(op, None), TypeError, "data is None"),
+        (lambda op, x: pcca(op, None, 2), TypeError, "X is None"),
+        (lambda op, x: pcca(None, x, 2), TypeError, "model must be a fitted dpnets model"),
+        (lambda op, x: pcca(op, x, 2, weights=np.full(800, np.nan)), ValueError, "weights must be"),
+    ],
+)
+def test_validation_functions_name_a_missing_argument(fitted_op, call, error, match):
+    op, x = fitted_op
+    with pytest.raises(error, match=match):
+        call(op, x)
+
+
+def test_good_memberships_still_give_the_test(fitted_op):
+    op, x = fitted_op
+    ck = dpnets.validation.ck_test(op, x, [1, 2], _two_sets)
+    assert np.all(np.isfinite(ck.predictions)) and np.all(np.isfinite(ck.estimates))
+    np.testing.assert_allclose(ck.predictions[0], np.eye(2), atol=1e-12)  # lag 0: crisp sets
+
+
+def _forge_text(path, src, config: str) -> None:
+    """A saved model with its JSON config replaced by ``config`` and the checksum fixed."""
+    p = _payload(src)
+    p["config"] = config
+    p["checksum"] = io._checksum(p["kind"], p["config"], p["tensors"])
+    torch.save(p, path)
+
+
+@pytest.mark.parametrize(
+    ("config", "match"),
+    [
+        ("[" * 100_000 + "]" * 100_000, r"the config nests 100000 levels deep.*refused unparsed"),
+        ('{"a": ' * 65 + "1" + "}" * 65, r"the config nests 65 levels deep"),
+        (
+            json.dumps({"pad": "x" * (io.MAX_CONFIG_CHARS + 1)}),
+            r"the config is \d+ characters long.*refused unparsed",
+        ),
+        ("{" * 3, r"the config is not valid JSON"),
+    ],
+)
+def test_model_file_header_parsing_is_bounded(saved, tmp_path, config, match):
+    """Issue 35: a JSON config nested 100,000 levels deep (checksum fixed up) raised a
+    RecursionError from the json module; depth and size are now bounded before parsing,
+    with one InvalidModelFile line naming the file."""
+    path = tmp_path / "deep.pt"
+    _forge_text(path, saved / "op.pt", config)
+    with pytest.raises(InvalidModelFile, match=match) as info:
+        dpnets.load(path)
+    assert str(path) in str(info.value) and "\n" not in str(info.value)
+
+
+def test_brackets_inside_config_strings_do_not_count_as_depth(saved, tmp_path):
+    path = tmp_path / "strings.pt"
+    _forge(path, saved / "op.pt", lambda c, t: c.update(note='[[[{{{"\\' * 30))
+    assert isinstance(dpnets.load(path), TransferOperator)
+
+
+# ------------------------------------------------------------- files on the command line
+_PDB = "".join(
+    f"ATOM  {i + 1:5d}  CA  ALA A{i + 1:4d}    {3.8 * i:8.3f}{0.0:8.3f}{0.0:8.3f}  1.00  0.00"
+    "           C\n"
+    for i in range(5)
+)
+
+
+@pytest.mark.parametrize("ext", [".xtc", ".dcd", ".trr", ".nc"])
+@pytest.mark.parametrize("content", ["random", "empty"])
+def test_md_file_of_random_bytes_is_one_line_naming_it(tmp_path, ext, content):
+    """Issue 35: ``dpnets fit`` on an .xtc of random bytes with a PDB topology printed
+    MDAnalysis' ``AttributeError: 'XTCReader' object has no attribute '_xdr'`` traceback
+    (raised again by the half-built reader's ``__del__``) after its error, and mdtraj's DCD
+    plugin printed its diagnosis on stdout; now both streams hold one line, exit 2."""
+    pytest.importorskip("mdtraj")
+    pytest.importorskip("MDAnalysis")
+    (tmp_path / "top.pdb").write_text(_PDB + "END\n")
+    bad = tmp_path / f"bad{ext}"
+    bad.write_bytes(np.random.default_rng(0).bytes(5000) if content == "random" else b"")
+    cmd = [sys.executable, "-m", "dpnets", "fit", str(bad), "--topology", str(tmp_path / "top.pdb")]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), *sys.path]))
+    done = subprocess.run(
+        [*cmd, "--out", str(tmp_path / "out"), "--quiet"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stdout == ""
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith(f"dpnets: error: {bad}: cannot read")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.fixture(scope="module")
+def fit_folder(tmp_path_factory):
+    from dpnets.workflow import DEFAULT_CONFIG, fit_files
+
+    folder = tmp_path_factory.mktemp("fit")
+    np.save(folder / "x.npy", np.hstack([_ou(600), _ou(600, seed=1)]))
+    np.save(folder / "w3.npy", np.random.default_rng(0).normal(size=(100, 3)))
+    config = {t: dict(v) for t, v in DEFAULT_CONFIG.items()}
+    config["data"]["paths"] = [str(folder / "x.npy")]
+    config["model"].update(epochs=2, batch_size=128)
+    fit_files(config, folder / "FIT", progress=False)
+    return folder
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["transform", "{FIT}", "{w3}", "--out", "{tmp}/t.npy"],
+        ["forecast", "{FIT}", "{w3}", "--steps", "2", "--out", "{tmp}/f.npy"],
+        ["analyze", "{FIT}", "{w3}", "--out", "{tmp}/an", "--quiet"],
+    ],
+)
+def test_a_file_of_another_width_is_named(fit_folder, tmp_path, capsys, command):
+    """Issue 35: ``dpnets transform FIT w3.npy`` (a width-3 file for a width-2 model) said
+    "X has 3 features, but TransferOperator is expecting 2 features as input" without the
+    file; now one line names it and the shapes, and nothing is written."""
+    names = {"FIT": fit_folder / "FIT", "w3": fit_folder / "w3.npy", "tmp": tmp_path}
+    rc, err = _cli([c.format(**names) for c in command], capsys)
+    assert rc == 2 and err.count("\n") == 1, err
+    assert f"{fit_folder / 'w3.npy'}: states of shape (3,)" in err
+    assert "that model takes states of shape (2,)" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_analyze_into_a_folder_being_written_is_refused(fit_folder, tmp_path, capsys):
+    """Issue 35 item 8: ``dpnets analyze --out`` takes the lock of ``fit``: a folder that
+    another process is writing is refused with one line naming it and the process."""
+    import socket
+
+    out = tmp_path / "busy"
+    out.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        (out / ".dpnets-fit.lock").write_text(f"{holder.pid}@{socket.gethostname()}")
+        rc, err = _cli(["analyze", str(fit_folder / "FIT"), "--out", str(out), "--quiet"], capsys)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert rc == 2 and err.count("\n") == 1, err
+    assert f"{out}: another dpnets fit or analyze (process {holder.pid}@" in err
+    assert sorted(p.name for p in out.iterdir()) == [".dpnets-fit.lock"]  # nothing written
+
+
+def test_concurrent_analyses_into_one_folder_exactly_one_writes_it(fit_folder, tmp_path):
+    """Two analyses into one new folder at once (overwrite=False): one writes it, the other
+    is refused; the folder holds one complete analysis and no staging folder."""
+    from dpnets.workflow import WorkflowError, analyze
+
+    out = tmp_path / "same"
+    start = threading.Barrier(2)
+    results: list = [None] * 2
+
+    def run(i: int) -> None:
+        start.wait()
+        try:
+            analyze(
+                fit_folder / "FIT",
+                out=out,
+                overwrite=False,
+                progress=False,
+                n_bootstrap=2,
+                n_sets=2,
+            )
+            results[i] = "ok"
+        except Exception as err:  # noqa: BLE001 - reported by the assertions below
+            results[i] = err
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(300)
+    assert sum(r == "ok" for r in results) == 1, results
+    err = next(r for r in results if r != "ok")
+    assert isinstance(err, WorkflowError) and str(out) in str(err)
+    assert "another dpnets fit or analyze" in str(err) or "not empty" in str(err)
+    assert sorted(p.name for p in out.iterdir()) == [
+        "ck_test.png",
+        "eigenfunctions.png",
+        "eigenvalues.png",
+        "report.md",
+        "results.json",
+        "timescales.png",
+    ]
+
+
+# ------------------------------------------------------------------ ambiguous list shapes
+@pytest.mark.parametrize(
+    "fit",
+    [
+        lambda x: DPNet(MLP(2, (8,), 2), epochs=1, progress=False).fit(x.tolist()),
+        lambda x: TransferOperator(lambda z: z, lag=1).fit(x.tolist()),
+        lambda x: dpnets.baselines.DMD(lag=1).fit([tuple(r) for r in x]),
+        lambda x: _net(epochs=1).set_params(encoder=MLP(2, (8,), 2)).fit(x).transform(x.tolist()),
+        lambda x: dpnets.validation.implied_timescales(dpnets.baselines.DMD(), x.tolist(), [1]),
+    ],
+)
+def test_a_list_of_rows_is_explained(fit):
+    """Issue 35: ``DPNet.fit(X.tolist())`` read a list of 2-number rows as 300 trajectories
+    of one coordinate ("MLP expects 2 input features, got 1"; the default encoder fitted
+    them silently); now the message says how a list is read and how to pass one
+    trajectory."""
+    x = np.hstack([_ou(300), _ou(300, seed=1)])
+    with pytest.raises(ValueError, match=r"is a list of 300 rows of 2 numbers") as info:
+        fit(x)
+    assert "a list is read as a list of trajectories" in str(info.value)
+    assert "(shape (300, 2))" in str(info.value)
+
+
+def test_a_list_of_numbers_is_explained():
+    x = _ou(300)[:, 0]
+    with pytest.raises(ValueError, match=r"X is a list of 300 numbers.*np.asarray\(X\)"):
+        dpnets.baselines.DMD(lag=1).fit(x.tolist())
+
+
+def test_lists_of_trajectories_are_still_read():
+    """Arrays in a list, and plain lists of scalar frames fewer than their length, are
+    trajectories as before."""
+    x = _ou(300)[:, 0]
+    a = dpnets.baselines.DMD(lag=1).fit([x[:150], x[150:]]).eig()
+    b = dpnets.baselines.DMD(lag=1).fit([x[:150].tolist(), x[150:].tolist()]).eig()
+    np.testing.assert_array_equal(a, b)
+
+
+# ------------------------------------------------------- linear estimators at extreme scales
+def _ar2(n: int = 300) -> np.ndarray:
+    rng = np.random.default_rng(0)
+    x = np.zeros((n, 2))
+    for t in range(1, n):
+        x[t] = 0.9 * x[t - 1] + 0.3 * rng.normal(size=2)
+    return x
+
+
+def _leading(model, k: int = 4) -> np.ndarray:
+    ev = model.eig()
+    return ev[np.argsort(-np.abs(ev), kind="stable")][:k]
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: dpnets.baselines.EDMD(lag=1),
+        lambda: dpnets.baselines.KernelDMD(lag=1),
+        lambda: dpnets.baselines.KernelDMD("laplacian", lag=1),
+        lambda: dpnets.baselines.KernelDMD("absexp", lag=1),
+        lambda: dpnets.baselines.NystromKernelDMD(lag=1, n_centers=200, seed=0),
+    ],
+)
+@pytest.mark.parametrize("scale", [1e-300, 1e300, 2.0**-996, 2.0**996])
+def test_estimators_in_units_of_the_data_give_the_spectrum_of_unit_scale(make, scale):
+    """Issue 35: kernel models at 1e300 raised "length_scale must be finite" (the median
+    distance overflowed) and at 1e-300 silently used length-scale 1 on distances of 1e-300
+    (a constant kernel). Distances are now computed in units of a power of two near the
+    length-scale: the eigenvalues are those at unit scale (exactly for a power-of-two
+    scale; to the round-off of ``x * scale`` otherwise: measured <= 1.3e-9)."""
+    x = _ar2()
+    ref = _leading(make().fit(x))
+    got = _leading(make().fit(x * scale))
+    exact = np.log2(scale) == np.round(np.log2(scale))
+    np.testing.assert_allclose(got, ref, rtol=0, atol=0 if exact else 1e-7)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: dpnets.baselines.DMD(lag=1),
+        lambda: dpnets.baselines.DMD(rank=1, lag=1),
+        lambda: dpnets.baselines.DMD(constant=True, lag=1),
+        lambda: dpnets.baselines.EDMD(dictionary="monomial", lag=1),
+        lambda: TransferOperator(None, lag=1),
+        lambda: TransferOperator(lambda z: np.hstack([z, np.tanh(z)]), lag=1),
+    ],
+)
+@pytest.mark.parametrize("scale", [1e-300, 1e300])
+def test_estimators_on_features_as_given_refuse_extreme_scales_naming_them(make, scale):
+    """Issue 35: ``DMD(lag=1).fit(X * 1e300)`` raised numpy's "array must not contain infs
+    or NaNs", and at 1e-300 DMD(constant=True) and EDMD's monomials silently returned
+    eigenvalues 0.9 away from the right ones (squares below float64's range). Estimators
+    that use their features as given cannot rescale them without changing the model, so
+    they refuse, naming the magnitude and the fix."""
+    with pytest.raises(ValueError, match=r"magnitude \d\.\d+e[-+]300") as info:
+        make().fit(_ar2() * scale)
+    assert ("overflow" if scale > 1 else "underflow") in str(info.value)
+    assert "rescale the data" in str(info.value)
+
+
+@pytest.mark.parametrize("kernel", ["poly", "linear"])
+@pytest.mark.parametrize("scale", [1e-300, 1e300])
+def test_inner_product_kernels_refuse_extreme_scales_naming_them(kernel, scale):
+    with pytest.raises(ValueError, match=rf"states of magnitude .*e[-+]300 with the '{kernel}'"):
+        dpnets.baselines.KernelDMD(kernel, lag=1).fit(_ar2() * scale)
+
+
+def test_moments_at_moderate_scales_are_unchanged():
+    """The range check refuses nothing an ordinary fit computes: features of 1e150 with
+    states of 1e150, and EDMD's bounded features with states of 1e300 (products 1e300)."""
+    x = _ar2()
+    ref = _leading(dpnets.baselines.DMD(lag=1).fit(x), 2)
+    np.testing.assert_allclose(_leading(dpnets.baselines.DMD(lag=1).fit(x * 2.0**500), 2), ref)
+    np.testing.assert_allclose(_leading(dpnets.baselines.DMD(lag=1).fit(x * 2.0**-500), 2), ref)
+
+
+def test_transform_of_none_names_the_argument():
+    """Issue 35: ``net.transform(None)`` said "X must have at least one dimension
+    (samples), got a scalar"."""
+    net = _net(epochs=1).fit(_ou(300))
+    with pytest.raises(TypeError, match=r"X is None: pass the states"):
+        net.transform(None)
+    with pytest.raises(TypeError, match=r"trajectory 1 is None"):
+        dpnets.baselines.DMD(lag=1).fit([_ou(300), None])

@@ -154,3 +154,173 @@ def test_covariances_centering_and_weights():
     cw, _, _ = scores.covariances(x, weights=w)
     xx = torch.cat([x[:1], x], 0)
     np.testing.assert_allclose(cw.numpy(), scores.covariances(xx)[0].numpy())
+
+
+# --------------------------------------------- the GPU path (Cholesky) against today's
+
+_OBJECTIVES = {
+    "projection": lambda x, y: scores.projection_score(x, y, 0.3, constant=True),
+    "projection, shared": lambda x, y: scores.projection_score(x, x, 0.3),
+    "vamp1": lambda x, y: scores.vamp_score(x, y, 1, 0.2, constant=True),
+    "vamp2": lambda x, y: scores.vamp_score(x, y, 2, 0.2, constant=True),
+    "relaxed": lambda x, y: scores.relaxed_score(x, y, 0.2, constant=True),
+    "generator": lambda x, y: scores.GeneratorLoss(0.2, constant=True)(x, y),
+    "metric distortion": lambda x, y: scores.metric_distortion(
+        scores.covariances(x)[0] + scores.covariances(y)[0]
+    ),
+    "consistency": lambda x, y: scores.multistep_penalty(
+        x, torch.stack([y, 0.5 * y + 0.1 * x], 1), constant=True
+    ),
+}
+
+
+def _pair_data(n, r, dtype, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, r, generator=g, dtype=F64) + 0.3
+    y = 0.7 * x + torch.randn(n, r, generator=g, dtype=F64)
+    return x.to(dtype), y.to(dtype)
+
+
+def _value_and_grads(fn, x, y, method):
+    from dpnets.linalg import spectral_method
+
+    x, y = x.clone().requires_grad_(), y.clone().requires_grad_()
+    with spectral_method(method):
+        s = fn(x, y)
+    s.backward()
+    zero = torch.zeros_like(x)
+    return s.detach(), x.grad, zero if y.grad is None else y.grad
+
+
+@pytest.mark.parametrize("r", [3, 8, 64])
+@pytest.mark.parametrize("name", list(_OBJECTIVES))
+def test_cholesky_path_equals_eigendecomposition(name, r):
+    """Every objective by Cholesky (the GPU path) equals the eigendecomposition's (today's,
+    the CPU path): values to 1e-10 and gradients to 1e-9 in float64, values to float32
+    round-off in float32."""
+    fn = _OBJECTIVES[name]
+    x, y = _pair_data(2000, r, F64)
+    s0, gx0, gy0 = _value_and_grads(fn, x, y, "eigh")
+    s1, gx1, gy1 = _value_and_grads(fn, x, y, "cholesky")
+    assert abs(float(s1 - s0)) < 1e-10 * max(1.0, abs(float(s0)))
+    torch.testing.assert_close(gx1, gx0, rtol=1e-9, atol=1e-12)
+    torch.testing.assert_close(gy1, gy0, rtol=1e-9, atol=1e-12)
+    x32, y32 = x.float(), y.float()
+    s0, gx0, _ = _value_and_grads(fn, x32, y32, "eigh")
+    s1, gx1, _ = _value_and_grads(fn, x32, y32, "cholesky")
+    assert abs(float(s1) - float(s0)) <= 4 * torch.finfo(torch.float32).eps * max(
+        1.0, abs(float(s0))
+    )
+    torch.testing.assert_close(gx1, gx0, rtol=1e-5, atol=1e-6)
+
+
+def test_cholesky_projection_score_against_numpy():
+    """P^gamma of [1, psi] by Cholesky against numpy's pseudo-inverses and eigenvalues."""
+    from dpnets.linalg import spectral_method
+
+    x, y = _pair_data(3000, 5, F64, seed=3)
+    one = np.ones((3000, 1))
+    fx, fy = np.hstack([one, x.numpy()]), np.hstack([one, y.numpy()])
+    cx, cy, cxy = fx.T @ fx / 3000, fy.T @ fy / 3000, fx.T @ fy / 3000
+    p0 = np.sum((np.linalg.pinv(cx) @ cxy) * (cxy @ np.linalg.pinv(cy)))
+
+    def dist(c):
+        lam = np.linalg.eigvalsh(c)
+        return np.sum(lam**2 - lam - np.log(lam))
+
+    ref = p0 - 0.3 * (dist(cx) + dist(cy)) / (2 * 6)
+    with spectral_method("cholesky"):
+        got = scores.projection_score(x, y, 0.3, constant=True).item()
+    assert abs(got - ref) < 1e-10 * abs(ref)
+
+
+@pytest.mark.parametrize("name", ["projection", "vamp1", "vamp2", "generator", "consistency"])
+def test_cholesky_path_gradcheck_float64(name):
+    from dpnets.linalg import spectral_method
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(30, 4, dtype=F64, generator=g, requires_grad=True)
+    y = torch.randn(30, 4, dtype=F64, generator=g, requires_grad=True)
+    with spectral_method("cholesky"):
+        assert torch.autograd.gradcheck(_OBJECTIVES[name], (x, y))
+
+
+@pytest.mark.parametrize("name", scores.SCORES)
+def test_cholesky_path_rank_deficient_float32_finite(name):
+    """Rank-deficient features on the GPU path: not certified, the finite surrogate."""
+    from dpnets.linalg import spectral_method
+
+    g = torch.Generator().manual_seed(0)
+    base = torch.randn(64, 3, generator=g)
+    x = torch.cat([base, base @ torch.randn(3, 4, generator=g), torch.zeros(64, 1)], 1)
+    x = x.requires_grad_()
+    with spectral_method("cholesky"):
+        loss = scores.make_loss(name, gamma=1.0, constant=True)(x, x.roll(1, 0))
+    loss.backward()
+    assert torch.isfinite(loss) and torch.isfinite(x.grad).all()
+
+
+def test_cholesky_path_repeated_eigenvalues_finite_gradients():
+    """Whitened features (Cov([1, psi]) = I: every eigenvalue repeated): the gradients of
+    both paths are finite and equal."""
+    g = torch.Generator().manual_seed(0)
+    z = torch.randn(500, 4, generator=g, dtype=F64)
+    z = torch.cat([torch.ones(500, 1, dtype=F64), z], 1)
+    q, _ = torch.linalg.qr(z)
+    x = (q[:, 1:] * np.sqrt(500)).contiguous()  # [1, x] orthonormal: Cov = I exactly
+    y = x.roll(1, 0)
+    fn = _OBJECTIVES["projection"]
+    s0, gx0, _ = _value_and_grads(fn, x, y, "eigh")
+    s1, gx1, _ = _value_and_grads(fn, x, y, "cholesky")
+    assert torch.isfinite(gx1).all() and torch.isfinite(gx0).all()
+    torch.testing.assert_close(gx1, gx0, rtol=1e-8, atol=1e-10)
+    assert abs(float(s1 - s0)) < 1e-10
+
+
+def _frozen_projection(x, y, gamma, constant):
+    """P^gamma through the unfused path (covariances, then the generic spectral maps):
+    the formulas of main before issue 32."""
+    if constant:
+        x, y = scores.with_constant(x), scores.with_constant(y)
+    return scores.projection_score_from_covariances(*scores.covariances(x, y), gamma)
+
+
+@pytest.mark.parametrize("case", ["random", "rank-deficient", "small", "shared"])
+@pytest.mark.parametrize("dtype", [F64, torch.float32])
+def test_fused_projection_score_equals_the_unfused_formulas(case, dtype):
+    """The fused P^gamma (one Gram matrix, one autograd function, eigh on the CPU) against
+    the unfused formulas, cut-offs active included (rank-deficient features; eigenvalues
+    all below 1, where the clamp of ``ln`` and the pseudo-inverse's cut-off differ):
+    float64 values to 1e-10 and gradients to 1e-9, float32 to round-off."""
+    g = torch.Generator().manual_seed(7)
+    base = torch.randn(300, 3, generator=g, dtype=F64)
+    if case == "rank-deficient":
+        x = torch.cat([base, base @ torch.randn(3, 2, generator=g, dtype=F64)], 1)
+        x = torch.cat([x, torch.zeros(300, 1, dtype=F64)], 1)
+    elif case == "small":
+        x = 1e-4 * base
+    else:
+        x = base + 0.5
+    y = x.roll(1, 0) + 0.1 * torch.randn(x.shape, generator=g, dtype=F64)
+    if case == "shared":
+        y = x
+    x, y = x.to(dtype), y.to(dtype)
+    from dpnets.linalg import spectral_method
+
+    for constant in (False, True):
+        xa, ya = x.clone().requires_grad_(), y.clone().requires_grad_()
+        xb, yb = x.clone().requires_grad_(), y.clone().requires_grad_()
+        with spectral_method("eigh"):  # the CPU path, also where CUDA is the default
+            fused = scores.projection_score(
+                xa, xa if case == "shared" else ya, 0.3, constant=constant
+            )
+            frozen = _frozen_projection(xb, xb if case == "shared" else yb, 0.3, constant)
+        fused.backward()
+        frozen.backward()
+        tol = 1e-10 if dtype == F64 else 4 * torch.finfo(dtype).eps
+        fused, frozen = fused.item(), frozen.item()
+        assert abs(fused - frozen) <= tol * max(1.0, abs(frozen))
+        gtol = {"rtol": 1e-9, "atol": 1e-12} if dtype == F64 else {"rtol": 1e-4, "atol": 1e-6}
+        torch.testing.assert_close(xa.grad, xb.grad, **gtol)
+        if case != "shared":
+            torch.testing.assert_close(ya.grad, yb.grad, **gtol)

@@ -215,3 +215,25 @@ def test_memory_maps_go_where_arrays_go_and_datasets_of_pairs_are_refused(tmp_pa
     ):
         with pytest.raises(TypeError, match="TensorDataset: this needs the states themselves"):
             call()
+
+
+def test_ck_bootstrap_resamples_without_a_set_leave_it_out_silently():
+    """Set 0 lives in trajectory 0 only (shifted by +20), so about a third of the resamples
+    of 4 trajectories draw none of its frames: they say nothing of it and are left out of
+    its interval, without numpy's "invalid value" warning and without NaN intervals."""
+    from dpnets import TransferOperator
+
+    trajs = [OrnsteinUhlenbeck(dt=0.1).sample(800, seed=s) for s in range(4)]
+    trajs[0] = trajs[0] + 20.0
+    op = TransferOperator(None, lag=2, dt=0.1).fit(trajs)
+
+    def sets(x):
+        return np.column_stack([x[:, 0] > 10, x[:, 0] <= 10]).astype(float)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ck = ck_test(op, trajs, [1, 2], memberships=sets, n_bootstrap=40, seed=0)
+    for bound in (ck.predictions_lower, ck.predictions_upper, ck.estimates_lower):
+        assert np.all(np.isfinite(bound))
+    # the set is closed (no transitions between the trajectories' regions)
+    np.testing.assert_allclose(np.diagonal(ck.estimates, axis1=1, axis2=2), 1.0, atol=0.02)

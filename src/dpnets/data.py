@@ -30,6 +30,7 @@ from dpnets.distributed import shard
 
 __all__ = [
     "check_frames",
+    "check_not_rows",
     "TrainingSource",
     "Prepared",
     "standardise",
@@ -83,9 +84,9 @@ def check_states(
     """Validate an array of states of shape ``(n, *state_shape)``.
 
     Raises ``ValueError`` naming the problem for NaN/inf values, empty or 0-d input, or
-    non-numeric data. A 1-D array is returned as ``(n, 1)``. Arrays (memory-mapped ones
-    included) are not copied, and the finiteness check reads them in chunks, so a
-    memory-mapped ``.npy`` file is never held in memory as a whole.
+    non-numeric data (``TypeError`` for None). A 1-D array is returned as ``(n, 1)``.
+    Arrays (memory-mapped ones included) are not copied, and the finiteness check reads
+    them in chunks, so a memory-mapped ``.npy`` file is never held in memory as a whole.
 
     Parameters
     ----------
@@ -102,6 +103,8 @@ def check_states(
         reading it into memory.
     """
     arr: np.ndarray | OutOfCoreStates
+    if a is None:
+        raise TypeError(f"{name} is None: pass the states (an array of shape (n_samples, ...))")
     if is_streaming(a):
         raise TypeError(
             f"{name} is a torch {type(a).__name__}: this needs the states themselves (an "
@@ -225,14 +228,53 @@ class OutOfCoreStates:
         return self  # a read-only reference to the file, shared (h5py objects do not copy)
 
 
+def _is_scalar(v: object) -> bool:
+    return isinstance(v, (int, float, np.number)) and not isinstance(v, bool)
+
+
+def check_not_rows(data: object, name: str = "X") -> None:
+    """Refuse a list that reads as the rows of one table rather than as trajectories.
+
+    A list is a list of trajectories. A list of plain numbers, or a list of more rows
+    (Python lists or tuples of numbers, all of one length) than each row has numbers, as
+    ``X.tolist()`` gives, would be read as many trajectories of one-dimensional frames: a
+    ``ValueError`` says so and how to pass one trajectory. Trajectories given as arrays
+    are never refused."""
+    if not isinstance(data, list) or len(data) < 2:
+        return
+    if all(_is_scalar(v) for v in data[:64]) and all(map(_is_scalar, data)):
+        raise ValueError(
+            f"{name} is a list of {len(data)} numbers: a list is read as a list of "
+            f"trajectories, and a number is not one. For one trajectory of scalar states pass "
+            f"np.asarray({name}) (shape ({len(data)},))"
+        )
+    first = data[0]
+    if not (isinstance(first, (list, tuple)) and first and all(map(_is_scalar, first))):
+        return
+    width = len(first)
+    if len(data) <= width:
+        return
+    if all(isinstance(r, (list, tuple)) and len(r) == width for r in data):
+        raise ValueError(
+            f"{name} is a list of {len(data)} rows of {width} numbers (as X.tolist() gives): "
+            f"a list is read as a list of trajectories, which would make {len(data)} "
+            f"trajectories of {width} one-dimensional frames each. For one trajectory of "
+            f"{width}-dimensional states pass np.asarray({name}) (shape ({len(data)}, {width})); "
+            "for several trajectories, a list of such arrays (one per trajectory); for "
+            "scalar trajectories, pass each as a numpy array"
+        )
+
+
 def check_frames(X: object, name: str = "X") -> np.ndarray:
     """The frames of ``X``, as ``fit`` takes it: one trajectory ``(n, *state_shape)``, or a
     list of trajectories whose frames are concatenated in order (checked like
-    :func:`check_states`; every trajectory must have the same state shape)."""
+    :func:`check_states`; every trajectory must have the same state shape; the rows of
+    one table as a list are refused, :func:`check_not_rows`)."""
     if not isinstance(X, list):
         return check_states(X, name)  # type: ignore[return-value]
     if not X:
         raise ValueError(f"{name} is an empty list of trajectories")
+    check_not_rows(X, name)
     parts = [check_states(t, f"{name}[{k}]") for k, t in enumerate(X)]
     for k, p in enumerate(parts):
         if p.shape[1:] != parts[0].shape[1:]:
@@ -472,6 +514,7 @@ def pair_segments(data: object, lag: int = 1, lazy: bool = True) -> list[PairSeg
     if isinstance(data, list):
         if len(data) == 0:
             raise ValueError("empty list of trajectories")
+        check_not_rows(data, "X")
         trajs = [check_states(t, f"trajectory {k}", lazy=lazy) for k, t in enumerate(data)]
         shape = trajs[0].shape[1:]
         for k, t in enumerate(trajs):

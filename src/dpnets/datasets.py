@@ -41,6 +41,8 @@ a device is refused without being opened for reading.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import glob
 import json
 import math
@@ -48,6 +50,7 @@ import os
 import re
 import stat
 import struct
+import sys
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -625,7 +628,7 @@ class _Reader:
         else:
             top = self._load_topology(md)
             try:
-                with warnings.catch_warnings():
+                with warnings.catch_warnings(), _quiet_c_stdout():
                     warnings.simplefilter("ignore")
                     load = getattr(md, _MDTRAJ_LOADERS[ext]) if ext in _MDTRAJ_LOADERS else md.load
                     traj = load(path, top=top, stride=self.stride)
@@ -879,14 +882,16 @@ def _read_mdanalysis(
             "topology_format": "ITP",
             "include_dir": os.environ.get("GMXLIB", os.path.dirname(os.path.abspath(top_path))),
         }
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            u = mda.Universe(top_path, path, **kwargs)
-    except Exception as exc:
-        raise DataFileError(
-            path, f"cannot read ({why}; MDAnalysis with {top_path}: {_reason(exc)})"
-        ) from exc
+    failure = None
+    with _quiet_finalizers():
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                u = mda.Universe(top_path, path, **kwargs)
+        except Exception as exc:  # its traceback holds the half-built reader: dropped here
+            failure = f"cannot read ({why}; MDAnalysis with {top_path}: {_reason(exc)})"
+    if failure is not None:
+        raise DataFileError(path, failure) from None
     try:
         top = _mdtraj_topology(md, u)
         xyz, time, lengths, angles = [], [], [], []
@@ -908,6 +913,44 @@ def _read_mdanalysis(
         raise
     except Exception as exc:
         raise DataFileError(path, f"cannot read through MDAnalysis: {_reason(exc)}") from exc
+
+
+@contextlib.contextmanager
+def _quiet_c_stdout():
+    """Within the block, what C code writes to the process's standard output is discarded:
+    mdtraj's DCD plugin prints its diagnosis of a bad header ("dcdplugin) unrecognized DCD
+    header: ...") there before raising, and the error we raise says it in one line."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # no real stdout (a notebook): nothing to do
+        yield
+        return
+    sys.stdout.flush()
+    saved = os.dup(fd)
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), fd)
+        yield
+    finally:
+        os.dup2(saved, fd)
+        os.close(saved)
+
+
+@contextlib.contextmanager
+def _quiet_finalizers():
+    """Within the block, and while its garbage is collected at its end, exceptions raised in
+    finalisers are not printed. MDAnalysis readers that fail in ``__init__`` fail again in
+    ``__del__`` (``AttributeError: 'XTCReader' object has no attribute '_xdr'``), which
+    Python prints to stderr as "Exception ignored in ..." after our one-line error."""
+    hook = sys.unraisablehook
+    sys.unraisablehook = lambda unraisable: None
+    try:
+        yield
+    finally:
+        try:
+            gc.collect()
+        finally:
+            sys.unraisablehook = hook
 
 
 def _gromacs_top(path: str) -> bool:

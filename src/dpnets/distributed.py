@@ -41,6 +41,7 @@ __all__ = [
     "average_gradients",
     "broadcast_module",
     "broadcast_int",
+    "all_equal_int",
     "shard",
 ]
 
@@ -84,7 +85,10 @@ def init_from_env() -> bool:
 
     Does nothing (returns False) outside a multi-process launch (``WORLD_SIZE`` unset or
     1) or when a group is already initialised. The backend is NCCL when CUDA is available,
-    else gloo; on CUDA the process's device is set to ``cuda:LOCAL_RANK``.
+    else gloo; on CUDA the process's device is set to ``cuda:LOCAL_RANK``. Under
+    ``torchrun --max-restarts`` each restart attempt keys its rendezvous apart from the
+    previous attempt's (whose dead workers' addresses the agent's store still holds), so
+    restarted workers never wait on a dead peer.
     """
     dist = _dist()
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or dist.is_initialized():
@@ -92,8 +96,43 @@ def init_from_env() -> bool:
     cuda = torch.cuda.is_available()
     if cuda:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-    dist.init_process_group(backend="nccl" if cuda else "gloo")
+    backend = "nccl" if cuda else "gloo"
+    store = _attempt_store()
+    if store is None:
+        dist.init_process_group(backend=backend)
+    else:
+        dist.init_process_group(
+            backend=backend,
+            store=store,
+            rank=int(os.environ["RANK"]),
+            world_size=int(os.environ["WORLD_SIZE"]),
+        )
     return True
+
+
+def _attempt_store():
+    """The torchrun agent's key-value store seen under a prefix of this restart attempt,
+    or None outside an elastic launch.
+
+    ``torchrun --max-restarts`` restarts every worker on the *same* agent store, which
+    still holds the previous attempt's keys (the peers' addresses, the init barrier's
+    counters): a restarted worker could read a dead peer's address and wait on it forever
+    (issue 35). Each attempt therefore gets keys of its own."""
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return None
+    from torch.distributed.constants import default_pg_timeout
+
+    dist = _dist()
+    store = dist.TCPStore(
+        host_name=os.environ["MASTER_ADDR"],
+        port=int(os.environ["MASTER_PORT"]),
+        world_size=int(os.environ["WORLD_SIZE"]),
+        is_master=False,
+        timeout=default_pg_timeout,  # as init_process_group's own store: 30 minutes
+    )
+    run = os.environ.get("TORCHELASTIC_RUN_ID", "")
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    return dist.PrefixStore(f"dpnets/{run}/attempt_{attempt}/", store)
 
 
 @contextlib.contextmanager
@@ -185,6 +224,19 @@ def broadcast_int(value: int, src: int = 0) -> int:
         t = t.cuda()
     _dist().broadcast(t, src=src)
     return int(t.item())
+
+
+def all_equal_int(value: int) -> bool:
+    """Whether every process holds the same integer (one all-reduce; True in a single
+    process). Every process gets the same answer, so all can raise together instead of
+    waiting on each other."""
+    if not is_active():
+        return True
+    t = torch.tensor([int(value), -int(value)], dtype=torch.int64)
+    if _dist().get_backend() == "nccl":
+        t = t.cuda()
+    _dist().all_reduce(t, op=_dist().ReduceOp.MAX)
+    return int(t[0].item()) == -int(t[1].item())
 
 
 def shard(index: Tensor) -> Tensor:

@@ -73,6 +73,8 @@ __all__ = [
     "meta_device",
     "STALE_TMP_SECONDS",
     "MAX_MODULE_ELEMENTS",
+    "MAX_CONFIG_CHARS",
+    "MAX_CONFIG_DEPTH",
 ]
 
 
@@ -331,6 +333,27 @@ def _checksum(kind: str, config: str, tensors: dict[str, torch.Tensor]) -> str:
 #: the most elements (parameters and buffers) a module rebuilt from a file may hold beyond
 #: the stored tensors (non-persistent buffers), checked on the ``meta`` device
 MAX_MODULE_ELEMENTS = 10**8
+
+#: bounds on a model file's JSON config (the header): its length in characters and the
+#: nesting depth of its arrays and objects (the deepest model dpnets writes, a composite
+#: operator on a DPNet with a registered encoder, nests about 8 levels deep)
+MAX_CONFIG_CHARS = 2**24
+MAX_CONFIG_DEPTH = 64
+
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+
+
+def _json_depth(text: str) -> int:
+    """The deepest nesting of arrays and objects in JSON ``text`` (brackets inside strings
+    skipped), without parsing it: no recursion, linear time."""
+    brackets = _NOT_BRACKET.sub("", _JSON_STRING.sub("", text))
+    depth = deepest = 0
+    for ch in brackets:
+        depth += 1 if ch in "[{" else -1
+        deepest = max(deepest, depth)
+    return deepest
+
 
 _META_SCALARS = {
     torch.Tensor.item: 1.0,
@@ -617,10 +640,21 @@ def _read(path: str) -> tuple[str, dict, dict[str, torch.Tensor]]:
     for name, t in tensors.items():
         if t.is_floating_point() and not bool(torch.isfinite(t).all()):
             raise bad(f"tensor {name!r} holds NaN or inf values")
+    if len(config) > MAX_CONFIG_CHARS:
+        raise bad(
+            f"the config is {len(config)} characters long, more than a model's config "
+            f"can be (limit {MAX_CONFIG_CHARS}); refused unparsed"
+        )
+    depth = _json_depth(config)
+    if depth > MAX_CONFIG_DEPTH:
+        raise bad(
+            f"the config nests {depth} levels deep, more than a model's config can "
+            f"(limit {MAX_CONFIG_DEPTH}); refused unparsed"
+        )
     try:
         cfg = json.loads(config)
-    except json.JSONDecodeError as err:
-        raise bad(f"the config is not valid JSON ({err})") from None
+    except (json.JSONDecodeError, RecursionError) as err:
+        raise bad(f"the config is not valid JSON ({type(err).__name__}: {err})") from None
     if not isinstance(cfg, dict):
         raise bad("the config is not a mapping")
     if version == 1:

@@ -15,6 +15,9 @@ this module:
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+from collections.abc import Iterator
 from typing import NamedTuple
 
 import numpy as np
@@ -34,6 +37,14 @@ __all__ = [
     "max_eigval",
     "torch_sym_pinv",
     "torch_sym_inv_sqrt",
+    "SymChol",
+    "torch_sym_chol",
+    "cholesky_maps",
+    "eigh_maps",
+    "cached_eye",
+    "SPECTRAL_METHODS",
+    "spectral_method",
+    "uses_cholesky",
     "eig_biorthogonal",
 ]
 
@@ -391,6 +402,28 @@ def spectral_power(e: SymEig, power: float, rtol: float | None = None) -> torch.
     return value + _rot(e, (ut @ d @ e.u) * dd)
 
 
+def eigh_maps(a: torch.Tensor, rtol: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(A^+, sum_i ln max(s_i, floor), A^+_floor)`` of a batch of symmetric float64
+    matrices from one ``eigh``, without autograd (for functions that write their own
+    backward pass): the pseudo-inverse with the cut-off of :func:`spectral_power`
+    (``s > rtol * max(s)``), and the metric distortion's clamped log-determinant
+    (``floor = rtol * max(1, max(s))``) with its gradient ``A^+_floor`` (the
+    pseudo-inverse over ``s > floor``). The values :func:`spectral_power` and
+    :func:`spectral_trace` give, from the same decomposition.
+    """
+    s, u = torch.linalg.eigh(a)
+    smax = s[..., -1:]
+    keep = s > rtol * smax.clamp_min(0.0)
+    f = torch.where(keep, 1.0 / torch.where(keep, s, torch.ones_like(s)), torch.zeros_like(s))
+    ut = u.transpose(-1, -2)
+    inv = (u * f[..., None, :]) @ ut
+    floor = rtol * smax.clamp_min(1.0)
+    clamped = torch.maximum(s, floor)
+    logdet = torch.log(clamped).sum(-1)
+    g = torch.where(s > floor, 1.0 / clamped, torch.zeros_like(s))
+    return inv, logdet, (u * g[..., None, :]) @ ut
+
+
 def torch_sym_pinv(a: torch.Tensor, rtol: float | None = None) -> torch.Tensor:
     """Differentiable pseudo-inverse of a symmetric PSD torch matrix (float64 inside).
 
@@ -407,3 +440,177 @@ def torch_sym_inv_sqrt(a: torch.Tensor, rtol: float | None = None) -> torch.Tens
     if rtol is None:
         rtol = default_rtol(a.shape[-1], a.dtype)
     return spectral_power(torch_sym_eig(a), -0.5, rtol).to(a.dtype)
+
+
+# ------------------------------------------------------------- torch, without eigh (GPU)
+#
+# ``torch.linalg.eigh`` checks its LAPACK/cuSOLVER status on the host: on a GPU every call
+# synchronises the device with the host. The maps below need no eigendecomposition: one
+# batched ``cholesky_ex`` and one triangular solve, all decisions taken on the device, so a
+# training step on a GPU never waits for the GPU (and can be captured in a CUDA graph).
+
+#: how the scores decompose their ``r x r`` covariances (:func:`spectral_method`)
+SPECTRAL_METHODS = ("auto", "eigh", "cholesky")
+
+_METHOD: contextvars.ContextVar[str] = contextvars.ContextVar("dpnets_spectral", default="auto")
+
+
+@contextlib.contextmanager
+def spectral_method(method: str) -> Iterator[None]:
+    """Within the block, the scores decompose their covariances with ``method``.
+
+    ``"eigh"``: a float64 symmetric eigendecomposition (:func:`torch_sym_eig`); exact
+    relative cut-offs for any PSD matrix, but on a GPU one host synchronisation per call.
+    ``"cholesky"``: :func:`torch_sym_chol`, no synchronisation; the same values (to
+    round-off) wherever no eigenvalue comes near the cut-offs, which it certifies on the
+    device. ``"auto"`` (the default): ``"cholesky"`` for CUDA tensors, ``"eigh"`` otherwise.
+    """
+    if method not in SPECTRAL_METHODS:
+        raise ValueError(f"method must be one of {', '.join(SPECTRAL_METHODS)}, got {method!r}")
+    token = _METHOD.set(method)
+    try:
+        yield
+    finally:
+        _METHOD.reset(token)
+
+
+def uses_cholesky(t: torch.Tensor) -> bool:
+    """Whether the scores use :func:`torch_sym_chol` for a tensor on ``t``'s device."""
+    method = _METHOD.get()
+    if method == "auto":
+        return t.device.type == "cuda"
+    return method == "cholesky"
+
+
+_EYES: dict[tuple[int, torch.dtype, torch.device], torch.Tensor] = {}
+
+
+def cached_eye(d: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A cached identity matrix (no allocation or fill kernel per step); read only."""
+    key = (d, dtype, device)
+    eye = _EYES.get(key)
+    if eye is None:
+        eye = _EYES[key] = torch.eye(d, dtype=dtype, device=device)
+    return eye
+
+
+class SymChol(NamedTuple):
+    """Cholesky-based maps of a (batch of) symmetric PSD float64 matrices ``A``.
+
+    Where ``exact`` (a boolean tensor of the batch shape, decided on the device,
+    :func:`cholesky_maps`), no eigenvalue of ``A`` lies within a factor 2 of ``floor >=``
+    the relative cut-offs of :func:`spectral_power` and of the metric distortion's clamp,
+    and the fields equal the eigendecomposition's maps to round-off: ``inv = A^+``,
+    ``logdet = sum_i ln max(s_i, floor)``, ``whiten = L^{-1}`` (``A = L L^T``;
+    ``W A W^T = I``, so ``W = Q A^{-1/2}`` with ``Q`` orthogonal). Elsewhere they are
+    those of ``A + shift I`` (a finite Tikhonov surrogate for the cut-off:
+    ``1 / (s + shift)`` instead of ``1/s`` or ``0``; ``shift = floor`` for float32 cut-offs,
+    :func:`cholesky_maps`). The gradients are those of the maps
+    on ``A`` (``-A^+ G A^+`` for the inverse, ``A^+`` for the log-determinant): first-order
+    perturbation theory without eigenvalue gaps, finite at repeated eigenvalues, and equal
+    to the eigendecomposition's where ``exact``.
+    """
+
+    a: torch.Tensor
+    inv: torch.Tensor
+    logdet: torch.Tensor
+    whiten: torch.Tensor
+    exact: torch.Tensor
+
+
+def cholesky_maps(
+    a: torch.Tensor, rtol: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The values of :class:`SymChol`'s fields ``inv, logdet, whiten, exact`` for a batch
+    ``a`` of symmetric float64 matrices of shape (k, d, d), without autograd (for
+    functions that write their own backward pass, e.g. the scores').
+
+    One ``cholesky_ex`` of the stacked ``[A, A + shift I]`` (``floor = rtol * max(1,
+    u(A))``, above both cut-offs; ``shift = max(rtol, sqrt(eps64)) * max(1, u(A))``), one
+    triangular solve for both, and the choice between them on the device: ``A`` where
+    ``2 floor u(A^{-1}) < 1`` (certified: then ``lambda_min(A) >= 1 / u(A^{-1}) > 2
+    floor``; NaN: not certified), else the shifted matrix.
+    ``u(M) = min(||M||_F, ||M||_inf) >= lambda_max(M)`` for symmetric ``M``: within a
+    factor ``sqrt(d)`` of ``lambda_max``, and about equal to it for the usual covariances
+    (near the identity, or dominated by one direction), so only eigenvalues within about
+    that factor of the cut-off fall back to the surrogate.
+    """
+    k, d = a.shape[0], a.shape[-1]
+    eye = cached_eye(d, a.dtype, a.device)
+    scale = _norm_bound(a).clamp_min(1.0)
+    floor = rtol * scale
+    # the surrogate's shift: floor, but at least sqrt(eps) (float64 cut-offs are so small
+    # that A + floor I would be too ill-conditioned for meaningful gradients)
+    shift = scale * max(rtol, _SQRT_EPS)
+    both = torch.cat([a, torch.addcmul(a, shift[:, None, None], eye)])
+    lo, info = torch.linalg.cholesky_ex(both)
+    w = torch.linalg.solve_triangular(lo, eye.expand_as(both), upper=False)
+    inv = w.transpose(-1, -2) @ w
+    exact = (info[:k] == 0) & (2.0 * floor * _norm_bound(inv[:k]) < 1.0)
+    pick = exact[:, None, None]
+    inv = torch.where(pick, inv[:k], inv[k:])
+    w = torch.where(pick, w[:k], w[k:])
+    lo = torch.where(pick, lo[:k], lo[k:])
+    logdet = 2.0 * torch.log(torch.diagonal(lo, dim1=-2, dim2=-1)).sum(-1)
+    return inv, logdet, w, exact
+
+
+_SQRT_EPS = float(np.sqrt(np.finfo(np.float64).eps))
+
+
+def _norm_bound(m: torch.Tensor) -> torch.Tensor:
+    """``min(||M||_F, ||M||_inf)``, an upper bound of the spectral radius (batched)."""
+    fro = torch.linalg.vector_norm(m, dim=(-2, -1))
+    return torch.minimum(fro, m.abs().sum(-1).amax(-1))
+
+
+class _CholMaps(torch.autograd.Function):
+    """``(A + sigma I)^{-1}``, ``ln det(A + sigma I)``, ``L^{-1}`` and ``exact`` of a batch
+    ``A`` of shape (k, d, d) with a closed-form backward (:class:`SymChol`)."""
+
+    @staticmethod
+    def forward(ctx, a: torch.Tensor, rtol: float):  # noqa: D102
+        inv, logdet, w, exact = cholesky_maps(a, rtol)
+        ctx.save_for_backward(inv, w)
+        ctx.set_materialize_grads(False)
+        ctx.mark_non_differentiable(exact)
+        return inv, logdet, w, exact
+
+    @staticmethod
+    def backward(ctx, g_inv, g_logdet, g_w, _):  # noqa: D102
+        inv, w = ctx.saved_tensors
+        grad = None
+        if g_inv is not None:  # d(A^{-1}) = -A^{-1} dA A^{-1}
+            grad = -(inv @ g_inv @ inv)
+        if g_logdet is not None:  # d ln det A = tr(A^{-1} dA)
+            term = g_logdet[:, None, None] * inv
+            grad = term if grad is None else grad + term
+        if g_w is not None:  # dW = -Phi(W dA W^T) W, Phi: lower triangle, half diagonal
+            m = torch.tril(g_w @ w.transpose(-1, -2))
+            m = m - 0.5 * torch.diag_embed(torch.diagonal(m, dim1=-2, dim2=-1))
+            term = -(w.transpose(-1, -2) @ m @ w)
+            grad = term if grad is None else grad + term
+        return grad, None
+
+
+def torch_sym_chol(a: torch.Tensor, rtol: float) -> SymChol:
+    """Decompose symmetric PSD ``a`` of shape (..., r, r) by Cholesky; see :class:`SymChol`.
+
+    No host synchronisation (``cholesky_ex``, ``solve_triangular`` and ``torch.where``):
+    the choice between the exact maps and the surrogate is taken on the device.
+    ``rtol`` is the relative cut-off of the eigendecomposition's maps it stands in for.
+    """
+    if a.ndim < 2 or a.shape[-1] != a.shape[-2]:
+        raise ValueError(f"expected square matrices, got shape {tuple(a.shape)}")
+    a64 = a.to(torch.float64)
+    a64 = 0.5 * (a64 + a64.transpose(-1, -2))
+    batch = a64.shape[:-2]
+    flat = a64.reshape(-1, *a64.shape[-2:])
+    inv, logdet, w, exact = _CholMaps.apply(flat, float(rtol))
+    return SymChol(
+        a64,
+        inv.reshape(a64.shape),
+        logdet.reshape(batch),
+        w.reshape(a64.shape),
+        exact.reshape(batch),
+    )

@@ -11,6 +11,12 @@ first chunk it was given, before its sums and products are taken: a large common
 (raw coordinates ``+ 1e6``) then does not cancel the covariances away, as it would in
 ``sum(x x^T) / n - mean mean^T`` (the input standardisation of :class:`dpnets.DPNet` does
 the same for its means and variances).
+
+Values whose float64 products cannot be represented (features of magnitude ``1e300``, whose
+squares overflow, or ``1e-300``, whose squares fall below the normal range and lose their
+digits) are refused by :meth:`Moments.cov` with a ``ValueError`` naming the magnitude: the
+estimators that use their features as given (DMD, ``TransferOperator`` on a feature map)
+cannot rescale them without changing the model.
 """
 
 from __future__ import annotations
@@ -62,6 +68,7 @@ class Moments:
         self._pilot: dict[str, np.ndarray] = {}
         self._sum: dict[str, np.ndarray] = {}
         self._prod: dict[tuple[str, str], np.ndarray] = {}
+        self._absmax: dict[str, np.ndarray] = {}  # the largest |value| of each variable
 
     def update(self, blocks: Mapping[str, np.ndarray], weights: np.ndarray | None = None) -> None:
         """Add a chunk of samples.
@@ -108,6 +115,10 @@ class Moments:
                 )
             d = a - pilot
             shifted[name] = d
+            top = np.abs(a).max(axis=0)
+            self._absmax[name] = (
+                top if name not in self._absmax else np.maximum(self._absmax[name], top)
+            )
             self._sum[name] += d.sum(axis=0) if w is None else w @ d
         for a, b in self.products:
             da = shifted[a] if w is None else shifted[a] * w[:, None]
@@ -182,6 +193,8 @@ class Moments:
                 out._prod[(a, b)] = c * p + out._prod.get((a, b), 0.0)
             out.count += int(round(c * part.count))
             out.weight += c * w
+            for k, v in part._absmax.items():
+                out._absmax[k] = v if k not in out._absmax else np.maximum(out._absmax[k], v)
         return out
 
     def _check(self, *names: str) -> None:
@@ -202,15 +215,47 @@ class Moments:
         return self._pilot[name] + self._sum[name] / self.weight
 
     def cov(self, a: str, b: str) -> np.ndarray:
-        """Centred cross-covariance ``E[(a - E a)(b - E b)^T]``, float64 (k_a, k_b)."""
+        """Centred cross-covariance ``E[(a - E a)(b - E b)^T]``, float64 (k_a, k_b).
+
+        Raises ``ValueError`` naming the magnitude when the products of the two blocks'
+        values overflow float64 or fall below its normal range (module docstring)."""
         self._check(a, b)
         if (a, b) not in self._prod:
             if (b, a) in self._prod:
                 return self.cov(b, a).T
             raise KeyError(f"the product ({a!r}, {b!r}) is not accumulated")
+        self._check_range(a, b)
         da = self._sum[a] / self.weight
         db = self._sum[b] / self.weight
         return self._prod[(a, b)] / self.weight - np.outer(da, db)
+
+    def _check_range(self, a: str, b: str) -> None:
+        """Refuse products of values whose scale float64 cannot hold (a ``ValueError``
+        naming the scale): values so large that their products overflow (``1e300 x``), or
+        so small that their products fall below the normal range and lose their digits
+        (``1e-300 x``); the moments would otherwise be inf, or silently zero."""
+        ma, mb = self._absmax.get(a), self._absmax.get(b)
+        if ma is None or mb is None:
+            return
+        ma, mb = ma[ma > 0], mb[mb > 0]  # variables that are zero: their moments are exact
+        if ma.size == 0 or mb.size == 0:
+            return
+        la, lb = np.log2(ma), np.log2(mb)
+        high = float(la.max() + lb.max())
+        low = float(la.min() + lb.min())
+        if high + np.log2(max(self.weight, 1.0)) < 1022.0 and low > -1022.0:
+            return
+        over = high + np.log2(max(self.weight, 1.0)) >= 1022.0
+        names = [_BLOCKS.get(n, f"block {n!r}") for n in dict.fromkeys((a, b))]
+        largest = float(max(ma.max(), mb.max())) if over else float(min(ma.min(), mb.min()))
+        problem = "overflow" if over else "underflow (lose their digits)"
+        raise ValueError(
+            f"values of magnitude {largest:.3g} in the {' and '.join(names)}: their float64 "
+            f"products {problem}, so the covariances cannot be computed; this estimator uses "
+            "its features as given: rescale the data to a moderate scale (e.g. divide by "
+            "their standard deviation; DPNet and EDMD's Chebyshev dictionary do so "
+            "themselves)"
+        )
 
     def second(
         self,
@@ -223,6 +268,15 @@ class Moments:
         zero shifts), float64 (k_a, k_b); computed as the covariance plus the outer product
         of the shifted means, so it stays accurate for any offset of the data."""
         return self.cov(a, b) + np.outer(self.mean(a) - shift_a, self.mean(b) - shift_b)
+
+
+#: readable names of the blocks the estimators accumulate (in the errors of ``cov``)
+_BLOCKS = {
+    "x": "features",
+    "y": "features of the lagged states",
+    "t": "lagged states",
+    "s": "states",
+}
 
 
 def _at_b(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -34,6 +34,15 @@ Numerical choices
   spectral work on the ``r x r`` matrices happens in float64 and is cast back.
 * Pseudo-inverses come from a symmetric eigendecomposition with a relative rank cut-off
   (:mod:`dpnets.linalg`), with a gradient that is finite at repeated eigenvalues.
+* Without sample weights, the projection score (and VAMP-2) is one autograd function of
+  the Gram matrix of ``[1, X, 1, Y]`` with a closed-form backward (few kernels).
+* On a GPU (:func:`dpnets.linalg.spectral_method`, ``"auto"``) the projection, VAMP-2,
+  generator scores, the metric distortion and the consistency penalty use a Cholesky
+  factorisation instead (:func:`dpnets.linalg.torch_sym_chol`): no host synchronisation
+  and a few kernels per step, the same values to round-off wherever no eigenvalue is near
+  the cut-off (certified on the device), and the Tikhonov surrogate ``(C + floor I)^{-1}``
+  where one is. The relaxed score (operator norms: ``eigh``) and VAMP-1 (singular
+  values: ``svdvals``) still synchronise once per step on a GPU.
 * ``ln C`` in the metric distortion uses eigenvalues clamped at ``rtol * max(1, lambda_max)``
   so that ``R`` stays finite and differentiable for (near-)singular ``C``; the quadratic
   part ``tr(C^2 - C)`` is computed exactly and still pushes small eigenvalues up.
@@ -47,15 +56,21 @@ from collections.abc import Callable, Iterator
 import torch
 from torch import Tensor, nn
 
-from dpnets.distributed import global_sums
+from dpnets.distributed import global_sums, reducing
 from dpnets.linalg import (
+    SymChol,
     SymEig,
+    cached_eye,
+    cholesky_maps,
     default_rtol,
+    eigh_maps,
     max_eigval,
     spectral_power,
     spectral_trace,
+    torch_sym_chol,
     torch_sym_eig,
     torch_sym_inv_sqrt,
+    uses_cholesky,
 )
 
 __all__ = [
@@ -135,7 +150,7 @@ def covariances(
     n = x.shape[0]
     w = None
     if weights is None:
-        count = torch.full((1,), float(n), dtype=x.dtype, device=x.device)
+        count = _count(x)
     else:
         w = weights.to(x.dtype).reshape(-1)
         if w.shape[0] != n:
@@ -145,15 +160,28 @@ def covariances(
         if center:
             sx = x.sum(0) if w is None else (w[:, None] * x).sum(0)
             sy = y.sum(0) if w is None else (w[:, None] * y).sum(0)
-            sx, sy, total = global_sums(sx, sy, count)
+            sx, sy, total = _global_sums(sx, sy, count=count)
             x, y = x - sx / total, y - sy / total
-        if w is None:
-            sums = _gram_blocks(x, y)
-        else:
-            xw, yw = x * w[:, None], y * w[:, None]
-            sums = (xw.T @ x, yw.T @ y, xw.T @ y)
-        cx, cy, cxy, total = global_sums(*sums, count)
+        if w is None:  # one Gram matrix of [X, Y], summed and divided as one tensor
+            return _gram_blocks(_gram(x, y, count), x.shape[1], y is x)
+        xw, yw = x * w[:, None], y * w[:, None]
+        cx, cy, cxy, total = _global_sums(xw.T @ x, yw.T @ y, xw.T @ y, count=count)
     return cx / total, cy / total, cxy / total
+
+
+def _count(x: Tensor) -> Tensor | int:
+    """The number of samples of a batch: a tensor to be summed over processes inside a
+    distributed fit, else a Python number (no tensor per step)."""
+    n = x.shape[0]
+    return torch.full((1,), float(n), dtype=x.dtype, device=x.device) if reducing() else n
+
+
+def _global_sums(*sums: Tensor, count: Tensor | int) -> tuple:
+    """:func:`global_sums` of ``sums`` and ``count``; a Python ``count`` (not reducing)
+    passes through as it is."""
+    if isinstance(count, int):
+        return (*sums, count)
+    return global_sums(*sums, count)
 
 
 class _SymGram(torch.autograd.Function):
@@ -170,31 +198,64 @@ class _SymGram(torch.autograd.Function):
         return z @ (g + g.T)
 
 
-def _gram_blocks(x: Tensor, y: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """``(X^T X, Y^T Y, X^T Y)`` (sums, not means) from one GEMM on ``[X, Y]`` and one in
-    the backward pass, instead of three and six (``y is x``: one Gram matrix)."""
-    if y is x:
-        c = _SymGram.apply(x)
+def _gram(x: Tensor, y: Tensor, count: Tensor | int, constant: bool = False) -> Tensor:
+    """The covariance (Gram matrix over the count) of ``[X, Y]`` (of ``X`` when ``y is
+    x``), with a column of ones before each block when ``constant``: one concatenation,
+    one GEMM (:class:`_SymGram`), one division."""
+    parts = [x] if y is x else [x, y]
+    if constant:
+        one = torch.ones_like(x[:, :1])
+        parts = [t for p in parts for t in (one, p)]
+    z = parts[0] if len(parts) == 1 else torch.cat(parts, 1)
+    gram, total = _global_sums(_SymGram.apply(z), count=count)
+    return gram / total
+
+
+def _gram_blocks(c: Tensor, r: int, shared: bool) -> tuple[Tensor, Tensor, Tensor]:
+    """``(Cx, Cy, Cxy)`` as views of the Gram matrix ``c`` of ``[X, Y]`` (``shared``:
+    ``y is x``, ``c`` is the one block). One GEMM forward and one backward
+    (:class:`_SymGram`), instead of three and six."""
+    if shared:
         return c, c, c
-    r = x.shape[1]
-    c = _SymGram.apply(torch.cat([x, y], dim=1))
     return c[:r, :r], c[r:, r:], c[:r, r:]
 
 
-def _eigs(cx: Tensor, cy: Tensor) -> tuple[SymEig, ...]:
-    """The float64 eigendecompositions of ``Cx`` and ``Cy`` for the spectral work.
+Decomposition = SymEig | SymChol
+
+
+def _eigs(cx: Tensor, cy: Tensor, rtol: float | None = None) -> tuple[Decomposition, ...]:
+    """The float64 decompositions of ``Cx`` and ``Cy`` for the spectral work.
 
     Equally shaped matrices (the usual case) give **one** decomposition of the stacked
-    ``(2, r, r)`` batch, ``(e,)``: one ``eigh`` call, and every spectral map after it
-    (pseudo-inverses, metric distortions) runs once on the batch, with half the kernel
-    launches of two separate passes. Otherwise ``(ex, ey)``.
+    ``(2, r, r)`` batch, ``(e,)``: one ``eigh`` (or ``cholesky_ex``) call, and every
+    spectral map after it (pseudo-inverses, metric distortions) runs once on the batch,
+    with half the kernel launches of two separate passes. Otherwise ``(ex, ey)``.
+    With ``rtol`` (the maps' cut-off) and :func:`dpnets.linalg.uses_cholesky`, Cholesky
+    decompositions (:class:`dpnets.linalg.SymChol`, no host synchronisation); without,
+    always eigendecompositions (:class:`dpnets.linalg.SymEig`).
     """
+    if rtol is not None and uses_cholesky(cx):
+
+        def dec(a: Tensor) -> Decomposition:
+            return torch_sym_chol(a, rtol)
+
+    else:
+        dec = torch_sym_eig
     if cx.shape == cy.shape:
-        return (torch_sym_eig(torch.stack([cx, cy])),)
-    return torch_sym_eig(cx), torch_sym_eig(cy)
+        return (dec(torch.stack([cx, cy])),)
+    return dec(cx), dec(cy)
 
 
-def _pair(es: tuple[SymEig, ...], fn: Callable[[SymEig], Tensor]) -> tuple[Tensor, Tensor]:
+def _pinv(e: Decomposition, rtol: float) -> Tensor:
+    """``C^+`` with the relative cut-off ``rtol`` from a decomposition (float64)."""
+    if isinstance(e, SymChol):
+        return e.inv
+    return spectral_power(e, -1.0, rtol)
+
+
+def _pair(
+    es: tuple[Decomposition, ...], fn: Callable[[Decomposition], Tensor]
+) -> tuple[Tensor, Tensor]:
     """``(fn(ex), fn(ey))`` from :func:`_eigs`' result (``fn`` batched when stacked)."""
     if len(es) == 1:
         out = fn(es[0])
@@ -202,12 +263,25 @@ def _pair(es: tuple[SymEig, ...], fn: Callable[[SymEig], Tensor]) -> tuple[Tenso
     return fn(es[0]), fn(es[1])
 
 
-def _metric_distortion(e: SymEig, rtol: float) -> Tensor:
+def _whiten(e: Decomposition, rtol: float) -> Tensor:
+    """A whitening ``W`` with ``W C W^T`` the projector on the range of ``C``:
+    ``C^{+/2}`` (symmetric) from an eigendecomposition, ``L^{-1}`` from a Cholesky one. Any
+    two differ by an orthogonal factor on the left, which Frobenius norms and singular
+    values of ``W_x M W_y^T`` do not see."""
+    if isinstance(e, SymChol):
+        return e.whiten
+    return spectral_power(e, -0.5, rtol)
+
+
+def _metric_distortion(e: Decomposition, rtol: float) -> Tensor:
     """``tr(C^2 - C) - sum_i ln max(s_i, floor)`` from a decomposition (float64).
 
     Batched: a decomposition of shape ``(..., r, r)`` gives values of shape ``(...)``. The
     clamp ``floor = rtol * max(1, lambda_max)`` stays a tensor (no host synchronisation).
     """
+    quadratic = (e.a * e.a).sum((-1, -2)) - torch.diagonal(e.a, dim1=-2, dim2=-1).sum(-1)
+    if isinstance(e, SymChol):
+        return quadratic - e.logdet
     floor = rtol * torch.clamp(e.s[..., -1:], min=1.0)
 
     def log_clamped(s: Tensor) -> Tensor:
@@ -216,7 +290,6 @@ def _metric_distortion(e: SymEig, rtol: float) -> Tensor:
     def dlog(s: Tensor) -> Tensor:
         return torch.where(s > floor, 1.0 / torch.maximum(s, floor), torch.zeros_like(s))
 
-    quadratic = (e.a * e.a).sum((-1, -2)) - torch.diagonal(e.a, dim1=-2, dim2=-1).sum(-1)
     return quadratic - spectral_trace(e, log_clamped, dlog)
 
 
@@ -236,15 +309,16 @@ def metric_distortion(c: Tensor, rtol: float | None = None) -> Tensor:
     """
     if rtol is None:
         rtol = default_rtol(c.shape[0], c.dtype)
-    return _metric_distortion(torch_sym_eig(c), rtol).to(c.dtype)
+    e = torch_sym_chol(c, rtol) if uses_cholesky(c) else torch_sym_eig(c)
+    return _metric_distortion(e, rtol).to(c.dtype)
 
 
-def _reg(es: tuple[SymEig, ...], gamma: float, rtol: float) -> Tensor | float:
+def _reg(es: tuple[Decomposition, ...], gamma: float, rtol: float) -> Tensor | float:
     """``gamma (R(Cx) + R(Cy)) / (2 d)``: the paper's scale (module docstring), from
     :func:`_eigs`' decompositions (``d``: the dimension of ``Cx``)."""
     if gamma == 0.0:
         return 0.0
-    coef = gamma / (2 * es[0].s.shape[-1])
+    coef = gamma / (2 * es[0].a.shape[-1])
     return coef * sum(_metric_distortion(e, rtol).sum() for e in es)
 
 
@@ -261,8 +335,8 @@ def projection_score_from_covariances(
     """``P^gamma`` (Eq. 7) from covariance matrices; see :func:`projection_score`."""
     if rtol is None:
         rtol = default_rtol(cx.shape[0], cxy.dtype)
-    es = _eigs(cx, cy)
-    cx_pinv, cy_pinv = _pair(es, lambda e: spectral_power(e, -1.0, rtol))
+    es = _eigs(cx, cy, rtol)
+    cx_pinv, cy_pinv = _pair(es, lambda e: _pinv(e, rtol))
     cxy64 = cxy.to(torch.float64)
     # ||Cx^{+/2} Cxy Cy^{+/2}||_HS^2 = tr(Cx^+ Cxy Cy^+ Cxy^T)
     score = torch.sum((cx_pinv @ cxy64) * (cxy64 @ cy_pinv))
@@ -281,6 +355,63 @@ def relaxed_score_from_covariances(
     denom = torch.clamp(nx * ny, min=tiny)
     score = (cxy.to(torch.float64) ** 2).sum() / denom
     return (score - _reg(es, gamma, rtol)).to(cxy.dtype)
+
+
+class _ProjectionFromGram(torch.autograd.Function):
+    """``P^gamma`` from the covariance ``c`` of ``[X, Y]`` with a closed-form backward: a
+    handful of kernels forward and backward, the two ``r x r`` blocks decomposed as one
+    batch. ``cholesky``: :func:`dpnets.linalg.cholesky_maps` (the GPU path, no host
+    synchronisation), the values and gradients of :func:`projection_score_from_covariances`
+    to round-off wherever it certifies both covariances, else its surrogate; otherwise
+    :func:`dpnets.linalg.eigh_maps`, those of :func:`projection_score_from_covariances`
+    to round-off everywhere.
+
+    With ``B = Cxy``, ``Ax = Cx^+``, ``Ay = Cy^+``, ``K = Ax B Ay``: ``dP/dB = 2K``,
+    ``dP/dCx = -K (Ax B)^T``, ``dP/dCy = -K^T (B Ay)`` (the range held fixed) and
+    ``dR(C)/dC = 2C - I - C^+_floor``.
+    """
+
+    @staticmethod
+    def forward(  # noqa: D102
+        ctx, c: Tensor, r: int, shared: bool, gamma: float, rtol: float, cholesky: bool
+    ):
+        c64 = c.to(torch.float64)
+        if shared:
+            b = c64
+            a = (0.5 * (c64 + c64.T)).expand(2, r, r)
+        else:
+            b = c64[:r, r:]
+            a = torch.stack([c64[:r, :r], c64[r:, r:]])
+            a = 0.5 * (a + a.transpose(-1, -2))
+        if cholesky:
+            inv, logdet, _, _ = cholesky_maps(a, rtol)
+            dlog = inv
+        else:
+            inv, logdet, dlog = eigh_maps(a, rtol)
+        axb, bay = inv[0] @ b, b @ inv[1]
+        score = (axb * bay).sum()
+        coef = gamma / (2 * r)
+        if gamma != 0.0:
+            quadratic = (a * a).sum((-1, -2)) - torch.diagonal(a, dim1=-2, dim2=-1).sum(-1)
+            score = score - coef * (quadratic - logdet).sum()
+        ctx.save_for_backward(a, inv, dlog, axb, bay)
+        ctx.meta = (r, shared, coef, c.dtype)
+        return score.to(c.dtype)
+
+    @staticmethod
+    def backward(ctx, g: Tensor):  # noqa: D102
+        a, inv, dlog, axb, bay = ctx.saved_tensors
+        r, shared, coef, dtype = ctx.meta
+        k = axb @ inv[1]  # Ax B Ay: dP/dB = 2K
+        gx, gy = -(k @ axb.T), -(k.T @ bay)
+        if coef != 0.0:  # - coef (2C - I - C^{-1})
+            reg = coef * (dlog - 2.0 * a + cached_eye(r, a.dtype, a.device))
+            gx, gy = gx + reg[0], gy + reg[1]
+        if shared:
+            grad = gx + gy + 2.0 * k
+        else:  # the symmetric gradient of c: K in both off-diagonal blocks
+            grad = torch.cat([torch.cat([gx, k], 1), torch.cat([k.T, gy], 1)])
+        return (g.to(torch.float64) * grad).to(dtype), None, None, None, None, None
 
 
 def projection_score(
@@ -318,6 +449,15 @@ def projection_score(
     Tensor
         Scalar score, to be maximised.
     """
+    _check_pair(x, y)
+    if weights is None and x.shape[1] == y.shape[1]:  # fused: one Gram, one function
+        r = x.shape[1] + int(constant)
+        with no_tf32(x.device):
+            c = _gram(x, y, _count(x), constant)
+        if rtol is None:
+            rtol = default_rtol(r, c.dtype)
+        chol = uses_cholesky(c)
+        return _ProjectionFromGram.apply(c, r, y is x, float(gamma), float(rtol), chol)
     if constant:
         x, y = with_constant(x), with_constant(y)
     cx, cy, cxy = covariances(x, y, weights=weights)
@@ -397,22 +537,38 @@ def vamp_score(
     """
     if p not in (1, 2):
         raise ValueError(f"vamp_score supports p=1 or p=2, got p={p!r}")
-    cx, cy, cxy = covariances(x, y, center=True, weights=weights)
-    if rtol is None:
-        rtol = default_rtol(cx.shape[0], cxy.dtype)
-    if p == 2:
-        core = projection_score_from_covariances(cx, cy, cxy, 0.0, rtol).to(torch.float64)
+    core = None
+    _check_pair(x, y)
+    if p == 2 and weights is None and x.shape[1] == y.shape[1]:  # fused (projection_score)
+        with no_tf32(x.device):
+            count = _count(x)
+            sx, sy, total = _global_sums(x.sum(0), y.sum(0), count=count)
+            c = _gram(x - sx / total, y - sy / total, count)
+        dtype = c.dtype
+        if rtol is None:
+            rtol = default_rtol(x.shape[1], dtype)
+        chol = uses_cholesky(c)
+        core = _ProjectionFromGram.apply(c, x.shape[1], False, 0.0, float(rtol), chol)
+        core = core.to(torch.float64)
     else:
-        wx, wy = _pair(_eigs(cx, cy), lambda e: spectral_power(e, -0.5, rtol))
-        k = wx @ cxy.to(torch.float64) @ wy
+        cx, cy, cxy = covariances(x, y, center=True, weights=weights)
+        dtype = cxy.dtype
+        if rtol is None:
+            rtol = default_rtol(cx.shape[0], dtype)
+    if p == 2 and core is None:
+        core = projection_score_from_covariances(cx, cy, cxy, 0.0, rtol).to(torch.float64)
+    elif p == 1:
+        # whitened K (Cx^{+/2} or, by Cholesky, L_x^{-1}: the same singular values)
+        wx, wy = _pair(_eigs(cx, cy, rtol), lambda e: _whiten(e, rtol))
+        k = wx @ cxy.to(torch.float64) @ wy.transpose(-1, -2)
         core = torch.linalg.svdvals(k).sum()
     score = 1.0 + core
     if gamma != 0.0:
         if constant:
             x, y = with_constant(x), with_constant(y)
         ux, uy, _ = covariances(x, y, weights=weights)
-        score = score - _reg(_eigs(ux, uy), gamma, rtol)
-    return score.to(cxy.dtype)
+        score = score - _reg(_eigs(ux, uy, rtol), gamma, rtol)
+    return score.to(dtype)
 
 
 # ------------------------------------------------------------------------------ modules
@@ -503,18 +659,29 @@ def multistep_penalty(
     if constant:
         x = with_constant(x)
         ys = torch.cat([torch.ones_like(ys[:, :, :1]), ys], dim=2)
-    n = x.shape[0]
     with no_tf32(x.device):  # sums of the global batch in a distributed fit
-        count = torch.full((1,), float(n), dtype=x.dtype, device=x.device)
-        *sums, total = global_sums(x.T @ x, *(x.T @ ys[:, k] for k in range(ys.shape[1])), count)
-        cx, c0k = sums[0] / total, [(c / total).double() for c in sums[1:]]
-    w = torch_sym_inv_sqrt(cx.double(), rtol)
-    k1 = w @ c0k[0] @ w
+        count = _count(x)
+        # [C_00, C_01, ..., C_0K] from one GEMM: x^T [x, y_1, ..., y_K]
+        steps = ys.shape[1]
+        grams = x.T @ torch.cat([x[:, None], ys], 1).flatten(1)
+        *sums, total = _global_sums(*grams.unflatten(1, (steps + 1, -1)).unbind(1), count=count)
+        cx, c0k = sums[0] / total, (torch.stack(sums[1:]) / total).double()
+    cx = cx.double()
+    if uses_cholesky(cx):
+        # W = L^{-1}: W C W^T = Q (C^{-1/2} C C^{-1/2}) Q^T with Q orthogonal, so every
+        # ||K_k - K_1^k||_F is that of the symmetric whitening
+        if rtol is None:
+            rtol = default_rtol(cx.shape[0], torch.float64)
+        w = torch_sym_chol(cx, rtol).whiten
+    else:
+        w = torch_sym_inv_sqrt(cx, rtol)
+    ks = w @ c0k @ w.transpose(-1, -2)  # K_1, ..., K_K in one batched product
+    k1 = ks[0]
     total = torch.zeros((), dtype=torch.float64, device=x.device)
     power = k1
-    for c in c0k[1:]:
+    for k in range(1, steps):
         power = power @ k1
-        total = total + ((w @ c @ w - power) ** 2).sum()
+        total = total + ((ks[k] - power) ** 2).sum()
     return total
 
 
@@ -577,8 +744,8 @@ def generator_score_from_covariances(
     """
     if rtol is None:
         rtol = default_rtol(cx.shape[0], cd.dtype)
-    e = torch_sym_eig(cx)
-    score = torch.sum(spectral_power(e, -1.0, rtol) * cd.to(torch.float64).T)
+    e = torch_sym_chol(cx, rtol) if uses_cholesky(cx) else torch_sym_eig(cx)
+    score = torch.sum(_pinv(e, rtol) * cd.to(torch.float64).T)
     if gamma != 0.0:
         score = score - (gamma / cx.shape[0]) * _metric_distortion(e, rtol)
     return score.to(cd.dtype)
@@ -641,7 +808,7 @@ def dirichlet_form(jac: Tensor, weights: Tensor | None = None) -> Tensor:
     with no_tf32(jac.device):
         # sums divided by the total weight (of the global batch in a distributed fit)
         if weights is None:
-            count = torch.full((1,), float(n), dtype=jac.dtype, device=jac.device)
+            count = _count(jac)
             e = torch.einsum("nim,njm->ij", jac, jac)
         else:
             w = weights.to(jac.dtype).reshape(-1)
@@ -649,7 +816,7 @@ def dirichlet_form(jac: Tensor, weights: Tensor | None = None) -> Tensor:
                 raise ValueError(f"weights has {w.shape[0]} entries for {n} samples")
             count = w.sum().reshape(1)
             e = torch.einsum("n,nim,njm->ij", w, jac, jac)
-        e, total = global_sums(e, count)
+        e, total = _global_sums(e, count=count)
         return 0.5 * e / total
 
 

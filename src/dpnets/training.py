@@ -21,7 +21,12 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from dpnets.distributed import average_gradients, is_main_process, statistics_reduced
+from dpnets.distributed import (
+    all_equal_int,
+    average_gradients,
+    is_main_process,
+    statistics_reduced,
+)
 from dpnets.distributed import is_active as dist_active
 from dpnets.io import atomic_write
 from dpnets.nn.registry import build, describe
@@ -37,6 +42,7 @@ __all__ = [
     "check_optimizer",
     "progress_bar",
     "train",
+    "train_step",
     "train_estimator",
     "TrainResult",
     "Checkpoint",
@@ -127,7 +133,8 @@ def full_batch_score(
     ``outputs(batch)`` gives the tensors the loss takes (features, derivatives) for each
     batch; they are concatenated over the split before the loss, because the DPNets scores
     are functions of covariances: a mean of batch scores would be a different, biased
-    quantity.
+    quantity. The batches' features stay on the device; the score is read on the host
+    once per evaluation (no synchronisation per batch).
     """
     if batches is None:
         return None
@@ -408,6 +415,37 @@ def train(
         )
 
 
+def train_step(
+    opt: torch.optim.Optimizer,
+    batch_loss: Callable[[Any], Tensor],
+    batch: Any,
+    params: list[Tensor],
+    scaler: torch.amp.GradScaler | None = None,
+    distributed: bool = False,
+) -> Tensor:
+    """One optimisation step of :func:`train` on ``batch``; returns the detached loss.
+
+    Nothing here reads a tensor's value on the host (no ``.item()``, no Python branch on a
+    tensor): on a GPU the step only queues work, and the loop reads the epoch's summed
+    loss once, at its end (the divergence check). The exception is ``scaler`` (fp16
+    autocast), whose ``step`` checks for inf/NaN gradients on the host.
+    """
+    opt.zero_grad(set_to_none=True)
+    loss = batch_loss(batch)
+    if scaler is None:
+        loss.backward()
+        if distributed:
+            average_gradients(params)
+        opt.step()
+    else:
+        scaler.scale(loss).backward()
+        if distributed:
+            average_gradients(params)
+        scaler.step(opt)
+        scaler.update()
+    return loss.detach()
+
+
 def _train_loop(
     modules: Sequence[nn.Module],
     params: list[Tensor],
@@ -446,6 +484,12 @@ def _train_loop(
         start, history, initial = saved["epoch"], saved["history"], saved["initial"]
         best, best_epoch, best_state = saved["best"], saved["best_epoch"], saved["best_state"]
         last_state, last_epoch = saved["last_state"], saved["last_epoch"]
+    if distributed and checkpoint is not None and not all_equal_int(start):
+        raise RuntimeError(
+            f"the processes found different checkpoints at {os.fspath(checkpoint.path)} "
+            "(they would resume from different epochs): put the checkpoint on a file system "
+            "that every process sees"
+        )
     bar = progress_bar(range(start, epochs), progress, desc, total=epochs - start)
     for epoch in bar:
         for m in modules:
@@ -455,20 +499,8 @@ def _train_loop(
         failure = None
         try:
             for batch in batches:
-                opt.zero_grad(set_to_none=True)
-                loss = batch_loss(batch)
-                if scaler is None:
-                    loss.backward()
-                    if distributed:
-                        average_gradients(params)
-                    opt.step()
-                else:
-                    scaler.scale(loss).backward()
-                    if distributed:
-                        average_gradients(params)
-                    scaler.step(opt)
-                    scaler.update()
-                total = loss.detach() if total is None else total + loss.detach()
+                loss = train_step(opt, batch_loss, batch, params, scaler, distributed)
+                total = loss if total is None else total + loss
                 count += 1
         except torch.linalg.LinAlgError as err:
             failure = f"an eigendecomposition failed ({str(err).splitlines()[0]})"

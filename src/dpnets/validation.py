@@ -18,7 +18,15 @@ from typing import Any
 import numpy as np
 
 from dpnets.base import BaseEstimator, clone, is_fitted
-from dpnets.data import PairSegment, check_frames, check_lag, check_states, chunks, pair_segments
+from dpnets.data import (
+    PairSegment,
+    check_frames,
+    check_lag,
+    check_not_rows,
+    check_states,
+    chunks,
+    pair_segments,
+)
 from dpnets.estimation import OperatorFit, estimate_operator, operator_products
 from dpnets.heldout import HELDOUT_KINDS, basis_score, heldout_pairs
 from dpnets.moments import FIT_CHUNK, Moments
@@ -644,6 +652,9 @@ def _ck_from_sums(
     v = _basis_map(model, pilot, spread).T @ np.real(model.stationary_coef())
     gv = g @ v  # (S, q): sum_x w(x) m_i(x) z(x)
     norm = gv[:, 0]  # E_pi[m_i], up to the sample count
+    # a resample that draws no frame of a set says nothing of it: NaN, left out of that
+    # set's interval by _interval (ck_test checked every set's mass on the whole data)
+    norm = np.where(norm != 0, norm, np.nan)
 
     def propagate(op: OperatorFit, t: int, lag: int) -> np.ndarray:
         b = _basis_map(op, pilot, spread)
@@ -836,7 +847,10 @@ def _trajectories(data: Any) -> list[np.ndarray]:
             raise TypeError("give trajectories (an array or a list of arrays), not (X, Y) pairs")
         if not data:
             raise ValueError("empty list of trajectories")
+        check_not_rows(data, "data")
         return [check_states(t, f"trajectory {i}") for i, t in enumerate(data)]
+    if data is None:
+        raise TypeError("data is None: pass the trajectories (an array or a list of arrays)")
     return [check_states(data, "trajectory")]
 
 
@@ -1176,7 +1190,10 @@ def ck_test(
         Multiples ``k`` of the lag.
     memberships : callable
         States ``(n, ...)`` -> memberships ``(n, n_sets)`` (e.g.
-        :attr:`MetastableSets.memberships_of` from :func:`pcca`).
+        :attr:`MetastableSets.memberships_of` from :func:`pcca`): finite, non-negative, one
+        row per state, and every set with some mass on ``data``. They are checked on the
+        data before anything is computed (``TypeError`` if not callable, ``ValueError``
+        naming the problem otherwise).
     dt : float, optional
         Time between frames (for ``lag_times``); default the model's ``dt``, else 1.
     include_lag0 : bool, default True
@@ -1204,6 +1221,7 @@ def ck_test(
         n_bootstrap, confidence, n_blocks, seed
     )
     trajs = _trajectories(data)
+    _check_memberships(memberships, trajs)
     tau = int(model.lag_)
     steps = check_lags(steps, "steps", max(t.shape[0] for t in trajs), unit=tau)
     lag0 = bool(include_lag0)
@@ -1352,10 +1370,60 @@ def _ck_curves(
 
 
 def _memberships(memberships: Callable[[np.ndarray], np.ndarray], x: np.ndarray) -> np.ndarray:
-    m = np.asarray(memberships(x), dtype=np.float64)
-    if m.ndim != 2 or m.shape[0] != x.shape[0]:
-        raise ValueError(f"memberships must return (n, n_sets) for n = {x.shape[0]}; got {m.shape}")
+    """The values of ``memberships`` at the states ``x``: ``(n, n_sets)``, finite and
+    non-negative (a ``ValueError`` naming ``memberships`` and the problem otherwise)."""
+    try:
+        m = np.asarray(memberships(x), dtype=np.float64)
+    except (TypeError, ValueError) as err:
+        raise ValueError(
+            f"memberships must return numbers, an array (n, n_sets); it returned values that "
+            f"are not ({str(err).splitlines()[0]})"
+        ) from None
+    if m.ndim != 2 or m.shape[0] != x.shape[0] or m.shape[1] < 1:
+        raise ValueError(
+            f"memberships must return (n, n_sets) for n = {x.shape[0]} states (one row per "
+            f"state, one column per set); got {m.shape}"
+        )
+    bad = ~np.isfinite(m)
+    if bad.any():
+        row = int(np.argwhere(bad)[0][0])
+        raise ValueError(
+            f"memberships returned {int(bad.sum())} NaN or inf value(s) (first at state "
+            f"{row}): memberships must be finite"
+        )
+    if (m < 0).any():
+        raise ValueError(
+            f"memberships must be non-negative (probabilities of the sets); "
+            f"{int((m < 0).sum())} value(s) are negative (smallest {m.min():.3g})"
+        )
     return m
+
+
+def _check_memberships(memberships: Any, trajs: list[np.ndarray]) -> None:
+    """``ck_test``'s ``memberships`` before anything is computed: a callable whose values
+    on the data are valid (:func:`_memberships`), with the same number of sets on every
+    trajectory, and every set with some mass on the data."""
+    if not callable(memberships):
+        raise TypeError(
+            "memberships must be a callable, states (n, ...) -> memberships (n, n_sets) (e.g. "
+            f"pcca(...).memberships_of); got {type(memberships).__name__}"
+        )
+    mass: np.ndarray | None = None
+    for traj in trajs:
+        total = _encode(lambda x: _memberships(memberships, x), traj).sum(0)
+        if mass is not None and total.shape != mass.shape:
+            raise ValueError(
+                f"memberships returned {mass.size} sets on one trajectory and {total.size} on "
+                "another: the number of sets must not depend on the states"
+            )
+        mass = total if mass is None else mass + total
+    assert mass is not None
+    empty = np.flatnonzero(~(mass > 0))
+    if empty.size:
+        raise ValueError(
+            f"memberships of set(s) {empty.tolist()} are zero on every frame of the data: each "
+            "set needs some mass (frames that belong to it) for its probabilities to be defined"
+        )
 
 
 # ------------------------------------------------------------------------------ PCCA+
@@ -1462,6 +1530,11 @@ def pcca(model: Any, X: Any, n_sets: int, weights: Any = None) -> MetastableSets
         ``chi = Phi A``), renormalised to be row-stochastic.
     """
     n_sets = check_int("n_sets", n_sets, 2)
+    if not callable(getattr(model, "eigenfunctions", None)):
+        raise TypeError(
+            f"model must be a fitted dpnets model (with eig and eigenfunctions); got "
+            f"{type(model).__name__}"
+        )
     lam = np.asarray(model.eig())
     if n_sets > lam.size:
         raise ValueError(f"n_sets={n_sets} exceeds the model's {lam.size} eigenvalues")

@@ -177,8 +177,8 @@ def _take_lock(out: Path) -> Path:
             except OSError:
                 owner = "unknown"
             raise WorkflowError(
-                f"{out}: another dpnets fit (process {owner}) is writing this output folder; "
-                "wait for it to finish or choose another --out"
+                f"{out}: another dpnets fit or analyze (process {owner}) is writing this output "
+                "folder; wait for it to finish or choose another --out"
             ) from None
         with os.fdopen(fd, "w") as fh:
             fh.write(f"{os.getpid()}@{socket.gethostname()}")
@@ -389,6 +389,21 @@ def _fit_report(op, trajs, usable, lag: int, dt: float, units: str, seconds: flo
     )
 
 
+def _check_like_fit(op: Any, trajs: Any, folder: str | os.PathLike) -> None:
+    """Every trajectory read has the state shape the fit in ``folder`` was trained on; a
+    ``WorkflowError`` naming the file otherwise."""
+    want = getattr(op, "state_shape_", None)
+    if want is None:
+        return
+    want = tuple(want)
+    for source, t in zip(trajs.sources, trajs.data, strict=True):
+        if tuple(t.shape[1:]) != want:
+            raise WorkflowError(
+                f"{source}: states of shape {tuple(t.shape[1:])} (read as the fit in {folder} "
+                f"reads its files), but that model takes states of shape {want}"
+            )
+
+
 def _load_fit(folder: str | os.PathLike):
     from dpnets import load
 
@@ -422,7 +437,32 @@ def analyze(
     the number of PCCA+ sets (default: from the spectral gap, :func:`dpnets.validation.
     sets_from_gap`, and the report says why). ``reversible``: re-estimate the operator with
     ``TransferOperator(reversible=...)`` (False, True or "reweight"; default None: as the
-    fit was)."""
+    fit was). The output folder is written as :func:`fit_files` writes its own: locked
+    against a concurrent fit or analyze, the files staged and moved into place only when
+    every one is complete."""
+    op, config = _load_fit(folder)
+    out = Path(folder) / "analysis" if out is None else Path(out)
+    created = not out.exists()
+    _check_out(out, overwrite)
+    with _FitFolder(out, overwrite, created) as stage:  # as fit: locked, staged
+        return _analyze(
+            op, config, stage, paths, lags, n_sets, n_bootstrap, progress, reversible, folder
+        )
+
+
+def _analyze(
+    op: Any,
+    config: dict,
+    out: Path,
+    paths: Sequence[str],
+    lags: Sequence[int] | None,
+    n_sets: int | None,
+    n_bootstrap: int,
+    progress: bool,
+    reversible: bool | str | None,
+    folder: str | os.PathLike,
+) -> str:
+    """The work of :func:`analyze`, writing into ``out`` (the staging folder)."""
     from dpnets import plot
     from dpnets.base import clone
     from dpnets.validation import (
@@ -434,10 +474,8 @@ def analyze(
         sets_from_gap,
     )
 
-    op, config = _load_fit(folder)
-    out = Path(folder) / "analysis" if out is None else Path(out)
-    _check_out(out, overwrite)
     trajs, dt = _read(_data_like(config, paths))
+    _check_like_fit(op, trajs, folder)
     lag = int(op.lag_)
     data = [t for t in trajs.data if t.shape[0] > lag]
     if not data:
@@ -546,6 +584,7 @@ def transform_files(
     if out.suffix not in (".npz", ".npy"):
         raise WorkflowError(f"{out}: the output must be a .npz file (or .npy for one trajectory)")
     trajs, _ = _read(_data_like(config, paths))
+    _check_like_fit(op, trajs, folder)
     if out.suffix == ".npy" and len(trajs.data) != 1:
         raise WorkflowError(
             f"{out}: {len(trajs.data)} trajectories need a .npz output (one array each); "
@@ -574,6 +613,7 @@ def forecast_file(
     if int(steps) < 1:
         raise WorkflowError(f"--steps must be >= 1, got {steps}")
     trajs, _ = _read(_data_like(config, paths))
+    _check_like_fit(op, trajs, folder)
     x = np.concatenate(trajs.data)
     pred = op.predict(x, t=list(range(1, int(steps) + 1)))
     _save_npy(out, pred)

@@ -173,7 +173,15 @@ class MonomialFeatures(_PolynomialFeatures):
         return x[:, :, None] ** np.arange(self.degree + 1)
 
     def __call__(self, x: Any) -> np.ndarray:
-        out = super().__call__(x)
+        with np.errstate(over="ignore", invalid="ignore"):
+            out = super().__call__(x)
+        if not np.all(np.isfinite(out)):
+            top = float(np.max(np.abs(np.asarray(x, dtype=np.float64))))
+            raise ValueError(
+                f"monomials of degree up to {self.degree} of states of magnitude {top:.3g} "
+                "overflow float64: rescale the data to a moderate scale, or use the Chebyshev "
+                "dictionary (scaled to the data's bounding box)"
+            )
         return out if self.include_constant else out[:, 1:]
 
     def n_features(self, dim: int) -> int:

@@ -65,7 +65,10 @@ class DMD(TransferOperator):
     Notes
     -----
     Other fitted attributes are those of :class:`dpnets.TransferOperator`; ``modes()`` maps
-    back to the full state.
+    back to the full state. DMD regresses on the states as given, so states whose squares
+    leave float64's range (magnitudes near ``1e300`` or ``1e-300``) are refused with a
+    ``ValueError`` naming the magnitude (rescale them; ``EDMD``'s Chebyshev dictionary and
+    the kernel models work in units of the data).
 
     Examples
     --------

@@ -107,11 +107,18 @@ class Kernel:
         self.coef0 = float(coef0)
 
     def __call__(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        """Gram matrix ``k(a_i, b_j)`` of two sets of flattened states."""
+        """Gram matrix ``k(a_i, b_j)`` of two sets of flattened states.
+
+        The kernels of a length-scale depend on ``a / l`` and ``b / l`` only, so both are
+        computed in units of a power of two near ``l`` (an exact rescaling): states of any
+        scale (``1e-300 x``, ``1e300 x``) with a length-scale of their scale give the Gram
+        matrix of ``x`` at ``l / scale``, with no under- or overflow of the distances."""
         if self.name == "linear":
             return a @ b.T
         pw = _sklearn_pairwise()
-        ell = self.length_scale
+        unit = _power_of_two(self.length_scale)
+        a, b = a / unit, b / unit
+        ell = self.length_scale / unit
         if self.name == "rbf":
             return pw.rbf_kernel(a, b, gamma=0.5 / ell**2)
         if self.name == "laplacian":
@@ -169,14 +176,44 @@ class KernelFeatures:
         return np.concatenate(out) if out else np.zeros((0, self.weights.shape[1]))
 
 
+def _power_of_two(value: float) -> float:
+    """The power of two nearest ``value`` (> 0): dividing by it is exact."""
+    exponent = int(np.round(np.log2(value))) if np.isfinite(value) and value > 0 else 0
+    return float(2.0 ** np.clip(exponent, -1000, 1000))
+
+
+def _check_inner_products(x: np.ndarray, ell: float, name: str) -> None:
+    """Refuse states whose inner products ``x.y / l^2`` (the ``poly`` and ``linear``
+    kernels) overflow or underflow float64, naming the scale: the Gram matrix would be inf,
+    or silently constant (``coef0^degree``)."""
+    top = float(np.max(np.abs(x))) if x.size else 0.0
+    if top == 0.0:
+        return
+    exponent = 2.0 * (np.log2(top) - np.log2(ell))
+    if -1000.0 < exponent < 1000.0:
+        return
+    what = "x.y" if name == "linear" else f"x.y / length_scale^2 (length_scale {ell:g})"
+    fix = "rescale the data" if name == "linear" else "give a length_scale of the data's scale"
+    raise ValueError(
+        f"states of magnitude {top:.3g} with the {name!r} kernel: the inner products {what} "
+        f"{'overflow' if exponent > 0 else 'underflow'} float64; {fix}, or use a kernel of "
+        "distances ('rbf', 'laplacian', 'absexp'), which are computed in units of their "
+        "length-scale"
+    )
+
+
 def _median_distance(x: np.ndarray, metric: str) -> float:
-    """Median pairwise distance of at most 1000 evenly spaced states (median heuristic)."""
+    """Median pairwise distance of at most 1000 evenly spaced states (median heuristic),
+    computed in units of the states' spread (a power of two: exact), so that states of
+    tiny or huge scale neither underflow nor overflow the distances."""
     step = max(1, x.shape[0] // 1000)
     sub = x[::step][:1000]
-    d = _sklearn_pairwise().pairwise_distances(sub, metric=metric)
+    spread = float(np.max(np.abs(sub - sub.mean(0)))) if sub.size else 0.0
+    unit = _power_of_two(spread)
+    d = _sklearn_pairwise().pairwise_distances(sub / unit, metric=metric)
     d = d[np.triu_indices(sub.shape[0], k=1)]
     d = d[d > 0]
-    return float(np.median(d)) if d.size else 1.0
+    return float(np.median(d)) * unit if d.size else 1.0
 
 
 def _reduce(
@@ -258,6 +295,8 @@ class _KernelRegression(DiscreteTimeModel):
                 ell = _median_distance(x, "manhattan")
             else:
                 ell = 1.0
+        if self.kernel in ("poly", "linear"):
+            _check_inner_products(x, 1.0 if self.kernel == "linear" else ell, self.kernel)
         return Kernel(self.kernel, ell, self.degree, self.coef0)
 
     def _rtol(self, dim: int) -> float:
