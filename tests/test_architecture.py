@@ -126,7 +126,21 @@ LAYERS = [
     ["io", "data", "moments", "nn", "nn.*", "scores", "heldout", "ito"],
     ["training", "spectral", "estimation", "generator_learning"],
     ["representation", "operators", "generator", "baselines", "baselines.*"],
-    ["validation", "plot", "datasets", "systems", "systems.*", "export", "engines", "fitfolder"],
+    [
+        "validation",
+        "resampling",
+        "timescales",
+        "chapman_kolmogorov",
+        "metastable",
+        "cross_validation",
+        "plot",
+        "datasets",
+        "systems",
+        "systems.*",
+        "export",
+        "engines",
+        "fitfolder",
+    ],
     ["", "workflow", "experiments", "experiments.*", "cli", "__main__"],
 ]
 
