@@ -6,8 +6,8 @@ forward and backward pass (a deterministic count, not a timing), on both decompo
 ``DPNet.fit`` that reads no tensor on the host (``.item()``, ``float()``, ``bool()``,
 ``.tolist()``, ``.cpu()``, ``.numpy()`` raise inside it after the first epoch).
 
-Where CUDA is present: ``torch.cuda.set_sync_debug_mode("error")`` raises nothing in any
-training step of a ``DPNet.fit`` epoch after the first with the defaults, and the score's
+Where CUDA is present: ``torch.cuda.set_sync_debug_mode("error")`` raises nothing in the
+whole batch loop of a ``DPNet.fit`` epoch after the first with the defaults, and the score's
 forward and backward pass launches a bounded number of kernels (``cudaLaunchKernel``
 counted by the profiler).
 """
@@ -21,6 +21,7 @@ import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+import dpnets.data
 import dpnets.training
 from dpnets import DPNet
 from dpnets.linalg import spectral_method
@@ -166,26 +167,29 @@ def sync_errors():
 
 
 @cuda
-def test_no_host_synchronisation_in_the_training_steps_on_cuda(monkeypatch):
-    """With the defaults on ``device="cuda"``, every training step of every epoch after the
-    first runs with ``set_sync_debug_mode("error")`` and raises nothing (the loop's one
-    read of the epoch's loss, the validation score and the permutation's copy to the
-    device are outside the steps)."""
-    original = dpnets.training.train_step
-    armed, steps = [False], [0]
+def test_no_host_synchronisation_in_a_training_epoch_on_cuda(monkeypatch):
+    """With the defaults on ``device="cuda"``, every epoch after the first runs its whole
+    batch loop (the permutation's copy to the device, the batches gathered by indexing and
+    every training step) with ``set_sync_debug_mode("error")`` and raises nothing; the
+    loop's one read of the epoch's loss and the validation score come after it."""
+    original = dpnets.data.IndexBatcher.__iter__
+    armed, epochs, steps = [False], [0], [0]
 
-    def guarded(*args, **kwargs):
-        if not armed[0]:
-            return original(*args, **kwargs)
-        steps[0] += 1
+    def guarded(self):
+        if not armed[0] or not self.shuffle:  # the validation split is not shuffled
+            yield from original(self)
+            return
+        epochs[0] += 1
         with sync_errors():
-            return original(*args, **kwargs)
+            for batch in original(self):
+                steps[0] += 1
+                yield batch
 
-    monkeypatch.setattr(dpnets.training, "train_step", guarded)
+    monkeypatch.setattr(dpnets.data.IndexBatcher, "__iter__", guarded)
     x = OrnsteinUhlenbeck(dt=0.1).sample(20_000, seed=0)
     net = DPNet(epochs=3, seed=0, progress=False, device="cuda")
     net.fit(x, callback=lambda epoch, model: armed.__setitem__(0, True))
-    assert steps[0] >= 2 * 15  # two epochs of 17 batches of 1024 pairs
+    assert epochs[0] == 2 and steps[0] >= 2 * 15  # two epochs of 17 batches of 1024 pairs
     assert np.all(np.isfinite(net.history_["train_score"]))
 
 

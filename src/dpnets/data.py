@@ -643,9 +643,12 @@ def batch_indices(
     """The batches of one epoch over ``n`` items, as CPU index tensors: a permutation
     (``shuffle``, drawn from ``generator``) or ``0..n-1`` split into ``n_batches`` nearly
     equal parts; with ``sharded`` this process's part of each (:func:`dpnets.distributed.shard`).
-    The permutation is moved to ``device`` once per epoch."""
+    The permutation is moved to ``device`` once per epoch; to a CUDA device from pinned
+    memory without blocking, so an epoch's batches never wait for the host."""
     perm = torch.randperm(n, generator=generator) if shuffle else torch.arange(n)
-    if device is not None:
+    if device is not None and device.type == "cuda":
+        perm = perm.pin_memory().to(device, non_blocking=True)
+    elif device is not None:
         perm = perm.to(device)
     for b in torch.tensor_split(perm, n_batches):
         yield shard(b) if sharded else b
