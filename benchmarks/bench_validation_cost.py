@@ -28,10 +28,10 @@ import torch
 
 from dpnets import DPNet, TransferOperator
 from dpnets.baselines import MonomialFeatures
+from dpnets.chapman_kolmogorov import _ck_curves
 from dpnets.nn import MLP
+from dpnets.resampling import refit_at_lag
 from dpnets.validation import (
-    _ck_curves,
-    _refit_at,
     bootstrap_spectrum,
     bootstrap_trajectories,
     ck_test,
@@ -75,7 +75,7 @@ def old_ck(model, trajs, steps, members, n_bootstrap):
     tau = int(model.lag_)
 
     def stat(sample):
-        return np.stack(_ck_curves(_refit_at(model, sample, tau), sample, steps, members, True))
+        return np.stack(_ck_curves(refit_at_lag(model, sample, tau), sample, steps, members, True))
 
     return bootstrap_trajectories(trajs, stat, n_bootstrap, seed=0)
 
@@ -87,7 +87,7 @@ def old_its(model, trajs, lags, n_bootstrap):
         out = []
         for lag in lags:
             usable = [t for t in sample if t.shape[0] > lag]
-            est = _refit_at(model, usable, lag) if usable else None
+            est = refit_at_lag(model, usable, lag) if usable else None
             out.append(np.sort(est.implied_timescales())[-4:-1] if est else np.full(3, np.nan))
         return np.array(out)
 

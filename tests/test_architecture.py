@@ -124,9 +124,23 @@ def test_no_module_imports_another_modules_private_names():
 LAYERS = [
     ["exceptions", "distributed", "params", "linalg", "base", "nn.registry", "parallel"],
     ["io", "data", "moments", "nn", "nn.*", "scores", "heldout", "ito"],
-    ["training", "spectral", "estimation"],
+    ["training", "spectral", "estimation", "generator_learning"],
     ["representation", "operators", "generator", "baselines", "baselines.*"],
-    ["validation", "plot", "datasets", "systems", "systems.*", "export", "engines", "fitfolder"],
+    [
+        "validation",
+        "resampling",
+        "timescales",
+        "chapman_kolmogorov",
+        "metastable",
+        "cross_validation",
+        "plot",
+        "datasets",
+        "systems",
+        "systems.*",
+        "export",
+        "engines",
+        "fitfolder",
+    ],
     ["", "workflow", "experiments", "experiments.*", "cli", "__main__"],
 ]
 

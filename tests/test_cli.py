@@ -90,3 +90,57 @@ def test_every_option_says_what_it_does_and_its_default():
             elif len(text.split()) < 3 or not ("default" in text or "required" in text):
                 missing.append(f"{name} {action.option_strings[0]}: {text!r}")
     assert not missing, "\n".join(missing)
+
+
+def test_a_fit_option_is_defined_in_one_place():
+    """Issue 34: DEFAULT_CONFIG, the config-file checks, the ``dpnets fit`` option (its help
+    and default) and the estimator parameter all derive from ``fitfolder.FIT_OPTIONS``."""
+    import argparse
+
+    from dpnets.cli import _fit_config, _parser
+    from dpnets.fitfolder import DEFAULT_CONFIG, FIT_OPTIONS, estimator_params
+
+    keys = {(o.table, o.key) for o in FIT_OPTIONS}
+    assert keys == {(t, k) for t, table in DEFAULT_CONFIG.items() for k in table}
+    sub = next(a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction))
+    actions = {a.dest: a for a in sub.choices["fit"]._actions}
+    for o in FIT_OPTIONS:
+        assert DEFAULT_CONFIG[o.table][o.key] == o.default
+        action = actions["data" if o.cli.get("positional") else o.key]
+        if action.option_strings:
+            assert action.option_strings[0] == "--" + o.key.replace("_", "-")
+            shown = str(o.default).lower() if isinstance(o.default, bool) else str(o.default)
+            assert f"default {shown}" in action.help or "default:" in action.help, o.key
+    args = sub.choices["fit"].parse_args(
+        ["a.npy", "--out", "o", "--stride", "3", "--gamma", "0.5", "--score", "vamp1"]
+        + ["--reversible", "reweight", "--keys", "x", "y"]
+    )
+    config = _fit_config(args)
+    expected = {"paths": ["a.npy"], "stride": 3, "keys": ["x", "y"]}
+    assert config["data"] == {**DEFAULT_CONFIG["data"], **expected}
+    model = config["model"]
+    assert (model["gamma"], model["objective"], model["reversible"]) == (0.5, "vamp1", "reweight")
+    assert estimator_params(model, "DPNet") == {
+        "objective": "vamp1",
+        "gamma": 0.5,
+        "lr": DEFAULT_CONFIG["model"]["lr"],
+        "batch_size": DEFAULT_CONFIG["model"]["batch_size"],
+        "epochs": DEFAULT_CONFIG["model"]["epochs"],
+        "seed": 0,
+    }
+    assert estimator_params(model, "TransferOperator") == {"reversible": "reweight"}
+
+
+def test_a_config_file_value_is_checked_against_its_options_range(tmp_path):
+    import pytest
+
+    from dpnets.fitfolder import WorkflowError, load_config
+
+    for line, match in (
+        ("[data]\nstride = 0\n", r"\[data\] stride = 0: stride must be an integer >= 1"),
+        ("[model]\nlr = 0.0\n", r"\[model\] lr = 0.0: lr must be in \(0"),
+        ("[model]\nbatch_size = 1\n", r"batch_size must be an integer >= 2"),
+    ):
+        (tmp_path / "c.toml").write_text(line)
+        with pytest.raises(WorkflowError, match=match):
+            load_config(tmp_path / "c.toml")

@@ -126,7 +126,7 @@ def test_pcca_refuses_bad_weights(chain_model, weights, match):
 def test_pcca_memberships_are_finite_where_a_frame_clips_to_zero(chain_model):
     """A frame outside the simplex (all memberships clip to 0) goes to its nearest set
     instead of giving 0/0 = NaN; uniform weights give the right blocks."""
-    from dpnets.validation import _clip_rows
+    from dpnets.metastable import _clip_rows
 
     chi = _clip_rows(np.array([[-0.2, -0.1], [0.3, 0.7], [1.4, -0.4]]))
     np.testing.assert_allclose(chi, [[0.0, 1.0], [0.3, 0.7], [1.0, 0.0]])

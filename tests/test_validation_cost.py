@@ -9,18 +9,20 @@ import pytest
 
 from dpnets import TransferOperator
 from dpnets.baselines import EDMD, MonomialFeatures
+from dpnets.chapman_kolmogorov import _ck_curves
 from dpnets.estimation import OperatorFit
 from dpnets.moments import Moments
+from dpnets.resampling import (
+    TrajectorySums,
+    fit_at_lag,
+    fixed_feature_operator,
+    interval_of,
+    refit_at_lag,
+    resampling_units,
+    whole_trajectories,
+)
 from dpnets.systems import MarkovChain, OrnsteinUhlenbeck
 from dpnets.validation import (
-    _ck_curves,
-    _fit_at,
-    _interval,
-    _operator_only,
-    _refit_at,
-    _Sums,
-    _unit_pieces,
-    _whole,
     bootstrap_spectrum,
     bootstrap_trajectories,
     ck_test,
@@ -83,10 +85,10 @@ def _same_fit(a: OperatorFit, b: TransferOperator) -> None:
         np.testing.assert_allclose(a.reweighting_coef, b.reweighting_coef_, rtol=1e-10, atol=1e-10)
 
 
-def _sums_of(template: TransferOperator, *args, **kwargs) -> _Sums:
+def _sums_of(template: TransferOperator, *args, **kwargs) -> TrajectorySums:
     """The sums of :mod:`dpnets.validation` for an operator's features and parameters."""
-    features, params = _operator_only(template)
-    return _Sums(features, params, *args, **kwargs)
+    features, params = fixed_feature_operator(template)
+    return TrajectorySums(features, params, *args, **kwargs)
 
 
 @pytest.mark.parametrize(
@@ -102,7 +104,7 @@ def _sums_of(template: TransferOperator, *args, **kwargs) -> _Sums:
 )
 def test_a_refit_from_sums_equals_the_fit_on_the_resampled_trajectories(make, trajs):
     template = make()
-    pieces = _whole(trajs)
+    pieces = whole_trajectories(trajs)
     sums = _sums_of(template, trajs, [1, 3], [pieces])
     rng = np.random.default_rng(1)
     for _ in range(3):
@@ -116,10 +118,10 @@ def test_a_refit_from_sums_equals_the_fit_on_the_resampled_trajectories(make, tr
 
 def test_blocks_of_a_single_trajectory_are_the_bootstrap_units():
     s = MarkovChain(P).sample(3000, seed=5)[:, None].astype(float)
-    units = _unit_pieces([s], 10)
+    units = resampling_units([s], 10)
     assert len(units) == 10 and units[0][1] == 0 and units[-1][2] == 3000
     blocks = np.array_split(s, 10)
-    sums = _sums_of(TransferOperator(one_hot), [s], [2], [_whole([s]), units])
+    sums = _sums_of(TransferOperator(one_hot), [s], [2], [whole_trajectories([s]), units])
     pick = np.array([3, 3, 0, 9, 5, 5, 5, 1, 2, 7])
     fast = sums.fit(2, 1, np.bincount(pick, minlength=10))
     _same_fit(fast, TransferOperator(one_hot, lag=2).fit([blocks[i] for i in pick]))
@@ -131,7 +133,7 @@ def _slow_timescales(make, lags, k):
         out = np.full((len(lags), k), np.nan)
         for j, lag in enumerate(lags):
             usable = [t for t in sample if t.shape[0] > lag]
-            ts = _fit_at(make(), usable, lag).implied_timescales()
+            ts = fit_at_lag(make(), usable, lag).implied_timescales()
             ts = np.sort(ts[np.isfinite(ts) & (ts > 0)])[::-1][:k]
             out[j, : ts.size] = ts
         return out
@@ -169,7 +171,7 @@ def test_bootstrap_spectrum_equals_refits_on_the_same_resamples():
     spec = bootstrap_spectrum(model, trajs, k=3, n_bootstrap=10, seed=7)
 
     def leading(sample):
-        return np.asarray(_refit_at(model, sample, 2).eig())[:3]
+        return np.asarray(refit_at_lag(model, sample, 2).eig())[:3]
 
     slow = bootstrap_trajectories(trajs, leading, 10, seed=7)
     np.testing.assert_allclose(spec.samples, slow, rtol=1e-10, atol=1e-12)
@@ -205,10 +207,10 @@ def test_ck_test_from_sums_equals_the_refits(crisp, reversible):
     np.testing.assert_allclose(ck.estimates, est, atol=1e-10)
 
     def curves(sample):
-        return np.stack(_ck_curves(_refit_at(op, sample, 3), sample, steps, members, True))
+        return np.stack(_ck_curves(refit_at_lag(op, sample, 3), sample, steps, members, True))
 
     slow = bootstrap_trajectories(trajs, curves, 8, seed=2)
-    lower, upper = _interval(slow, 0.95)
+    lower, upper = interval_of(slow, 0.95)
     np.testing.assert_allclose(ck.predictions_lower, lower[0], atol=1e-10)
     np.testing.assert_allclose(ck.estimates_upper, upper[1], atol=1e-10)
     np.testing.assert_allclose(ck.estimates_lower, lower[1], atol=1e-10)
@@ -230,12 +232,12 @@ def test_ck_test_on_a_single_trajectory_and_a_loaded_model(tmp_path):
     blocks = np.array_split(s, 10)
     units = bootstrap_trajectories(
         blocks,
-        lambda t: np.stack(_ck_curves(_refit_at(op, t, 2), t, np.array([1, 3]), members)),
+        lambda t: np.stack(_ck_curves(refit_at_lag(op, t, 2), t, np.array([1, 3]), members)),
         6,
         seed=0,
     )
     assert units.shape == (6, 2, 2, 3, 3)
-    np.testing.assert_allclose(ck.estimates_upper, _interval(units, 0.95)[1][1], atol=1e-10)
+    np.testing.assert_allclose(ck.estimates_upper, interval_of(units, 0.95)[1][1], atol=1e-10)
     # a loaded model holds no training data: its operator is re-estimated on the data
     op.save(tmp_path / "m.pt")
     again = ck_test(

@@ -104,7 +104,7 @@ def test_pcca_algorithm_equals_deeptime_on_exact_eigenvectors():
     eigenvectors, give deeptime's memberships."""
     from deeptime.markov import pcca as deeptime_pcca
 
-    from dpnets.validation import _clip_rows, _pcca_isa, _pcca_optimise
+    from dpnets.metastable import _clip_rows, _pcca_isa, _pcca_optimise
 
     vals, vecs = np.linalg.eig(P9)
     order = np.argsort(-vals.real)[:3]

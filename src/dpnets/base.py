@@ -13,9 +13,11 @@ import copy
 import inspect
 import warnings
 from collections import defaultdict
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
+
+from dpnets.params import Constraint, validate_params
 
 __all__ = ["BaseEstimator", "TransformerMixin", "clone", "fit_lag", "is_fitted", "vamp2_scorer"]
 
@@ -68,7 +70,18 @@ class TransformerMixin:
 
 
 class BaseEstimator:
-    """Mixin giving ``get_params``, ``set_params`` and ``__repr__`` from ``__init__``."""
+    """Mixin giving ``get_params``, ``set_params`` and ``__repr__`` from ``__init__``, and
+    the parameter checks from the class's declarative table ``_parameter_constraints``."""
+
+    #: parameter name -> constraint (:mod:`dpnets.params`): the one table of accepted values,
+    #: checked by :meth:`_check_params` in ``fit`` and by :func:`dpnets.load`
+    _parameter_constraints: ClassVar[dict[str, Constraint]] = {}
+
+    def _check_params(self) -> None:
+        """Check every parameter against the class's ``_parameter_constraints`` (the first
+        bad value raises, naming the parameter); subclasses extend it only for rules that
+        tie parameters together or ask the environment."""
+        validate_params(self, self._parameter_constraints)
 
     @classmethod
     def _get_param_names(cls) -> list[str]:

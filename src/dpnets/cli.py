@@ -26,46 +26,29 @@ _FIT_EXAMPLE = """examples:
 """
 
 
-#: ``--reversible`` values -> ``TransferOperator(reversible=...)``
-_REVERSIBLE = {"false": False, "true": True, "reweight": "reweight"}
+def _add_fit_options(p: argparse.ArgumentParser, table: str) -> None:
+    """The ``dpnets fit`` options of one ``config.toml`` table, from
+    :data:`dpnets.fitfolder.FIT_OPTIONS` (name, type, default, help and choices)."""
+    from dpnets.fitfolder import FIT_OPTIONS
 
-
-def _add_data_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--topology",
-        help="topology of MD trajectories (.pdb, .gro, .prmtop, .psf; GROMACS .tpr/.top through "
-        "MDAnalysis; default: none, needed for MD files)",
-    )
-    p.add_argument(
-        "--features",
-        choices=("raw", "positions", "dihedrals", "distances"),
-        help="what MD frames become: atom positions (for schnet), backbone dihedrals "
-        "(sin/cos) or pairwise distances of the selection (default raw: positions)",
-    )
-    p.add_argument(
-        "--selection",
-        help="MD atoms to keep: heavy, backbone, all or mdtraj syntax (default heavy)",
-    )
-    p.add_argument(
-        "--keys", nargs="+", help=".npz keys or .h5 dataset paths to read (default: all)"
-    )
-    p.add_argument(
-        "--columns",
-        nargs="+",
-        help=".csv/.txt columns to read, by header name or 0-based index (default: all)",
-    )
-    p.add_argument("--stride", type=int, help="keep every k-th frame (default 1: every frame)")
-    p.add_argument(
-        "--dt", type=float, help="time per frame (default: from the files, else 1 frame)"
-    )
+    for o in FIT_OPTIONS:
+        if o.table != table:
+            continue
+        default = str(o.default).lower() if isinstance(o.default, bool) else o.default
+        kw = {k: v for k, v in o.cli.items() if k not in ("aliases", "positional")}
+        kw["help"] = o.help.format(default=default)
+        if o.cli.get("positional"):
+            p.add_argument("data", nargs="*", **kw)
+            continue
+        if isinstance(o.default, (int, float)) and not isinstance(o.default, bool):
+            kw["type"] = type(o.default)
+        p.add_argument(*o.flags, dest=o.key, **kw)
 
 
 def _parser() -> argparse.ArgumentParser:
     from dpnets import __version__
     from dpnets.experiments import EXPERIMENTS
-    from dpnets.workflow import DEFAULT_CONFIG
-
-    _M = DEFAULT_CONFIG["model"]  # noqa: N806 - the defaults every option states
+    from dpnets.fitfolder import REVERSIBLE_WORDS
 
     parser = argparse.ArgumentParser(
         prog="dpnets",
@@ -85,7 +68,7 @@ def _parser() -> argparse.ArgumentParser:
         epilog=_FIT_EXAMPLE,
         formatter_class=raw,
     )
-    p_fit.add_argument("data", nargs="*", help="trajectory files or glob patterns")
+    _add_fit_options(p_fit, "data")  # the data paths (positional)
     p_fit.add_argument(
         "--out", required=True, help="output folder, empty or new (required; see --overwrite)"
     )
@@ -94,62 +77,7 @@ def _parser() -> argparse.ArgumentParser:
         help="repeat an earlier fit from its config.toml; options given here override it "
         "(default: none)",
     )
-    p_fit.add_argument(
-        "--lag", type=int, help=f"lag between paired frames, in frames (default {_M['lag']})"
-    )
-    p_fit.add_argument(
-        "--encoder",
-        help=f"the network: mlp:W1,W2,... (hidden widths) or schnet for MD positions "
-        f"(default {_M['encoder']})",
-    )
-    p_fit.add_argument(
-        "--dim", type=int, help=f"number of learned features r (default {_M['dim']})"
-    )
-    p_fit.add_argument(
-        "--objective",
-        "--score",  # its name before 0.2
-        dest="objective",
-        choices=("projection", "relaxed", "vamp1", "vamp2"),
-        help=f"the DPNet training objective (default {_M['objective']})",
-    )
-    p_fit.add_argument(
-        "--gamma",
-        type=float,
-        help=f"weight of the metric distortion penalty (paper Eq. 7; default {_M['gamma']})",
-    )
-    p_fit.add_argument(
-        "--lr", type=float, help=f"learning rate of the Adam optimiser (default {_M['lr']})"
-    )
-    p_fit.add_argument(
-        "--batch-size",
-        type=int,
-        dest="batch_size",
-        help=f"pairs per optimisation step, the total over all processes (default "
-        f"{_M['batch_size']})",
-    )
-    p_fit.add_argument(
-        "--epochs", type=int, help=f"passes over the training pairs (default {_M['epochs']})"
-    )
-    p_fit.add_argument(
-        "--seed",
-        type=int,
-        help=f"seed of the weights, split and batches; the same seed repeats the fit "
-        f"(default {_M['seed']})",
-    )
-    p_fit.add_argument(
-        "--device", help="where to train: cpu, cuda or cuda:N (default: cuda if available)"
-    )
-    p_fit.add_argument(
-        "--reversible",
-        nargs="?",
-        const="true",
-        choices=tuple(_REVERSIBLE),
-        help="estimate the transfer operator under detailed balance (equilibrium data): "
-        "symmetrised covariances, real eigenvalues, TICA's timescales on the learned "
-        "features; 'reweight' first reweights off-equilibrium data (short runs started away "
-        "from equilibrium) by Koopman reweighting; --reversible alone means true (default "
-        f"{str(_M.get('reversible', False)).lower()}: the non-reversible estimate)",
-    )
+    _add_fit_options(p_fit, "model")
     p_fit.add_argument(
         "--overwrite",
         action="store_true",
@@ -160,7 +88,6 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="print no progress bars or report (default: print them)",
     )
-    _add_data_options(p_fit)
 
     p_an = sub.add_parser(
         "analyze",
@@ -196,7 +123,7 @@ def _parser() -> argparse.ArgumentParser:
         "--reversible",
         nargs="?",
         const="true",
-        choices=tuple(_REVERSIBLE),
+        choices=tuple(REVERSIBLE_WORDS),
         help="re-estimate the operator under detailed balance (true), after Koopman "
         "reweighting (reweight) or without it (false); --reversible alone means true "
         "(default: as the fit was)",
@@ -367,42 +294,25 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _fit_config(args: argparse.Namespace) -> dict:
+    from dpnets.fitfolder import FIT_OPTIONS
     from dpnets.workflow import DEFAULT_CONFIG, load_config
 
     config = (
         load_config(args.config) if args.config else {t: dict(v) for t, v in DEFAULT_CONFIG.items()}
     )
-    if args.data:
-        config["data"]["paths"] = list(args.data)
-    for table, keys in (
-        ("data", ("topology", "features", "selection", "keys", "columns", "stride", "dt")),
-        (
-            "model",
-            (
-                "lag",
-                "encoder",
-                "dim",
-                "objective",
-                "gamma",
-                "lr",
-                "batch_size",
-                "epochs",
-                "seed",
-                "device",
-            ),
-        ),
-    ):
-        for key in keys:
-            value = getattr(args, key)
-            if value is not None:
-                config[table][key] = list(value) if isinstance(value, list) else value
-    if getattr(args, "reversible", None) is not None:
-        config["model"]["reversible"] = _REVERSIBLE[args.reversible]
+    for o in FIT_OPTIONS:  # options given override the file
+        value = getattr(args, "data" if o.cli.get("positional") else o.key)
+        if value is None or (o.cli.get("positional") and not value):
+            continue
+        if o.values is not None:
+            value = o.values[value]
+        config[o.table][o.key] = list(value) if isinstance(value, list) else value
     return config
 
 
 def _run(args: argparse.Namespace) -> int:
     from dpnets import workflow
+    from dpnets.fitfolder import REVERSIBLE_WORDS
 
     if args.command == "fit":
         from dpnets import distributed
@@ -425,7 +335,7 @@ def _run(args: argparse.Namespace) -> int:
             lags=args.lags,
             n_sets=args.sets,
             n_bootstrap=args.bootstrap,
-            reversible=None if args.reversible is None else _REVERSIBLE[args.reversible],
+            reversible=None if args.reversible is None else REVERSIBLE_WORDS[args.reversible],
             out=args.out,
             progress=not args.quiet,
         )

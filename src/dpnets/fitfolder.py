@@ -14,6 +14,7 @@ import glob
 import json
 import os
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,10 @@ from dpnets.representation import DEFAULTS
 __all__ = [
     "WorkflowError",
     "DEFAULT_CONFIG",
+    "FIT_OPTIONS",
+    "FitOption",
+    "REVERSIBLE_WORDS",
+    "estimator_params",
     "load_config",
     "write_config",
     "absolute_paths",
@@ -35,33 +40,162 @@ class WorkflowError(ValueError):
     line prints its one-line message and exits with status 2."""
 
 
-#: Settings of ``dpnets fit`` (the ``[data]`` and ``[model]`` tables of ``config.toml``).
+@dataclass(frozen=True)
+class FitOption:
+    """One setting of ``dpnets fit``: its ``config.toml`` table and key, its default, the
+    range of a number (``low``, ``low_open``), and its command-line option (``--key`` with
+    dashes; ``help`` states the default through ``{default}``, ``cli`` holds further
+    ``argparse`` settings, ``values`` maps the option's words to the setting), and ``to``:
+    the estimator whose parameter of the same name it sets (``"DPNet"``), if it is passed
+    through unchanged. The one place an option is defined: :data:`DEFAULT_CONFIG`, the
+    checks of a configuration file (:func:`load_config`), the ``dpnets fit`` options
+    (:mod:`dpnets.cli`) and the estimator parameters of the fit (:func:`estimator_params`)
+    derive from :data:`FIT_OPTIONS`."""
+
+    table: str
+    key: str
+    default: Any
+    help: str
+    low: float | None = None
+    low_open: bool = False
+    cli: dict[str, Any] = field(default_factory=dict)
+    values: dict[str, Any] | None = None
+    to: str = ""
+
+    @property
+    def flags(self) -> tuple[str, ...]:
+        """The option's names: ``--key`` with dashes, then any older names (``cli``)."""
+        return ("--" + self.key.replace("_", "-"), *self.cli.get("aliases", ()))
+
+
+#: ``--reversible`` words -> ``TransferOperator(reversible=...)``
+REVERSIBLE_WORDS = {"false": False, "true": True, "reweight": "reweight"}
+
+#: Every setting of ``dpnets fit``, in ``config.toml`` order (``[data]``, then ``[model]``).
+FIT_OPTIONS: tuple[FitOption, ...] = (
+    FitOption("data", "paths", [], "trajectory files or glob patterns", cli={"positional": True}),
+    FitOption(
+        "data",
+        "keys",
+        [],
+        ".npz keys or .h5 dataset paths to read (default: all)",
+        cli={"nargs": "+"},
+    ),
+    FitOption(
+        "data",
+        "columns",
+        [],
+        ".csv/.txt columns to read, by header name or 0-based index (default: all)",
+        cli={"nargs": "+"},
+    ),
+    FitOption(
+        "data",
+        "topology",
+        "",
+        "topology of MD trajectories (.pdb, .gro, .prmtop, .psf; GROMACS .tpr/.top through "
+        "MDAnalysis; default: none, needed for MD files)",
+    ),
+    FitOption(
+        "data",
+        "features",
+        "raw",
+        "what MD frames become: atom positions (for schnet), backbone dihedrals "
+        "(sin/cos) or pairwise distances of the selection (default raw: positions)",
+        cli={"choices": ("raw", "positions", "dihedrals", "distances")},
+    ),
+    FitOption(
+        "data",
+        "selection",
+        "heavy",
+        "MD atoms to keep: heavy, backbone, all or mdtraj syntax (default {default})",
+    ),
+    FitOption("data", "stride", 1, "keep every k-th frame (default {default}: every frame)", low=1),
+    # 0: from the files, else 1 frame
+    FitOption("data", "dt", 0.0, "time per frame (default: from the files, else 1 frame)", low=0.0),
+    FitOption("model", "lag", 1, "lag between paired frames, in frames (default {default})", low=1),
+    FitOption(
+        "model",
+        "encoder",
+        "mlp:" + ",".join(str(h) for h in DEFAULT_WIDTHS),
+        "the network: mlp:W1,W2,... (hidden widths) or schnet for MD positions (default {default})",
+    ),
+    FitOption(
+        "model", "dim", DEFAULTS["r"], "number of learned features r (default {default})", low=1
+    ),
+    FitOption(
+        "model",
+        "objective",
+        DEFAULTS["objective"],
+        "the DPNet training objective (default {default})",
+        cli={"aliases": ("--score",), "choices": ("projection", "relaxed", "vamp1", "vamp2")},
+        to="DPNet",
+    ),
+    FitOption(
+        "model",
+        "gamma",
+        DEFAULTS["gamma"],
+        "weight of the metric distortion penalty (paper Eq. 7; default {default})",
+        low=0.0,
+        to="DPNet",
+    ),
+    FitOption(
+        "model",
+        "lr",
+        DEFAULTS["lr"],
+        "learning rate of the Adam optimiser (default {default})",
+        low=0.0,
+        low_open=True,
+        to="DPNet",
+    ),
+    FitOption(
+        "model",
+        "batch_size",
+        DEFAULTS["batch_size"],
+        "pairs per optimisation step, the total over all processes (default {default})",
+        low=2,
+        to="DPNet",
+    ),
+    FitOption(
+        "model",
+        "epochs",
+        DEFAULTS["epochs"],
+        "passes over the training pairs (default {default})",
+        low=1,
+        to="DPNet",
+    ),
+    FitOption(
+        "model",
+        "seed",
+        0,
+        "seed of the weights, split and batches; the same seed repeats the fit (default {default})",
+        low=0,
+        to="DPNet",
+    ),
+    FitOption(
+        "model", "device", "", "where to train: cpu, cuda or cuda:N (default: cuda if available)"
+    ),
+    # the operator on the learned features: False, True (detailed balance: symmetrised
+    # covariances, real spectrum) or "reweight" (Koopman-reweighted first)
+    FitOption(
+        "model",
+        "reversible",
+        False,
+        "estimate the transfer operator under detailed balance (equilibrium data): "
+        "symmetrised covariances, real eigenvalues, TICA's timescales on the learned "
+        "features; 'reweight' first reweights off-equilibrium data (short runs started away "
+        "from equilibrium) by Koopman reweighting; --reversible alone means true (default "
+        "{default}: the non-reversible estimate)",
+        cli={"nargs": "?", "const": "true", "choices": tuple(REVERSIBLE_WORDS)},
+        values=REVERSIBLE_WORDS,
+        to="TransferOperator",
+    ),
+)
+
+#: Settings of ``dpnets fit`` (the ``[data]`` and ``[model]`` tables of ``config.toml``),
+#: from :data:`FIT_OPTIONS`.
 DEFAULT_CONFIG: dict[str, dict[str, Any]] = {
-    "data": {
-        "paths": [],
-        "keys": [],
-        "columns": [],
-        "topology": "",
-        "features": "raw",
-        "selection": "heavy",
-        "stride": 1,
-        "dt": 0.0,  # 0: from the files, else 1 frame
-    },
-    "model": {
-        "lag": 1,
-        "encoder": "mlp:" + ",".join(str(h) for h in DEFAULT_WIDTHS),
-        "dim": DEFAULTS["r"],
-        "objective": DEFAULTS["objective"],
-        "gamma": DEFAULTS["gamma"],
-        "lr": DEFAULTS["lr"],
-        "batch_size": DEFAULTS["batch_size"],
-        "epochs": DEFAULTS["epochs"],
-        "seed": 0,
-        "device": "",
-        # the operator on the learned features: False, True (detailed balance: symmetrised
-        # covariances, real spectrum) or "reweight" (Koopman-reweighted first)
-        "reversible": False,
-    },
+    table: {o.key: o.default for o in FIT_OPTIONS if o.table == table}
+    for table in ("data", "model")
 }
 
 #: keys renamed since: old name -> new name (old config files still load)
@@ -130,18 +264,21 @@ def load_config(path: str | os.PathLike) -> dict[str, dict[str, Any]]:
     return config
 
 
-#: ranges of the numeric settings: key -> (low, low open)
-_CONFIG_RANGES: dict[str, tuple[float, bool]] = {
-    "stride": (1, False),
-    "dt": (0.0, False),
-    "lag": (1, False),
-    "dim": (1, False),
-    "gamma": (0.0, False),
-    "lr": (0.0, True),
-    "batch_size": (2, False),
-    "epochs": (1, False),
-    "seed": (0, False),
-}
+def estimator_params(model: dict[str, Any], estimator: str) -> dict[str, Any]:
+    """The parameters of ``estimator`` (``"DPNet"``) that ``[model]`` settings give
+    (:attr:`FitOption.to`), by name (numbers as the type of their default; a missing
+    setting: its default)."""
+    return {
+        o.key: type(o.default)(model.get(o.key, o.default))
+        if isinstance(o.default, (int, float)) and not isinstance(o.default, bool)
+        else model.get(o.key, o.default)
+        for o in FIT_OPTIONS
+        if o.table == "model" and o.to == estimator
+    }
+
+
+#: the options by table and key
+_OPTIONS = {(o.table, o.key): o for o in FIT_OPTIONS}
 
 
 def _config_value(path: Any, table: str, key: str, value: Any) -> Any:
@@ -151,7 +288,7 @@ def _config_value(path: Any, table: str, key: str, value: Any) -> Any:
 
     default = DEFAULT_CONFIG[table][key]
     where = f"{path}: [{table}] {key} = {value!r}"
-    low, low_open = _CONFIG_RANGES.get(key, (None, False))
+    low, low_open = _OPTIONS[table, key].low, _OPTIONS[table, key].low_open
     try:
         if isinstance(default, bool):  # pragma: no cover - no bool settings yet
             if not isinstance(value, bool):

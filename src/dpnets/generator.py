@@ -9,16 +9,13 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
-from torch import Tensor, nn
 
 from dpnets.data import (
     PairSegment,
-    Prepared,
-    TrainingSource,
     check_state_shape,
     check_states,
     is_streaming,
@@ -29,9 +26,8 @@ from dpnets.exceptions import check_is_fitted
 from dpnets.io import arrays_to_tensors, register, tensors_to_arrays
 from dpnets.ito import SDE, check_samples, derivatives_in_chunks, warn_if_piecewise_linear
 from dpnets.moments import Moments
-from dpnets.nn.utils import module_device, module_dtype
-from dpnets.params import check_int
-from dpnets.scores import GeneratorLoss
+from dpnets.nn.utils import module_device
+from dpnets.params import Constraint, integer, one_of
 from dpnets.spectral import (
     SpectralModel,
     dump_feature_map,
@@ -40,9 +36,8 @@ from dpnets.spectral import (
     restore_feature_map,
     restore_fitted_state,
 )
-from dpnets.training import full_batch_score
 
-__all__ = ["Generator", "GeneratorLearning"]
+__all__ = ["Generator"]
 
 
 def _torch_features(features: Any, dtype: torch.dtype) -> tuple[Callable, torch.device]:
@@ -68,98 +63,6 @@ def _torch_features(features: Any, dtype: torch.dtype) -> tuple[Callable, torch.
         "Generator features must be None (identity), a fitted DPNet, a torch.nn.Module or a "
         "torch callable states -> (n, r)"
     )
-
-
-class GeneratorLearning:
-    """The continuous-time training mode of :class:`dpnets.DPNet` (a mixin of it): the
-    generator objectives ``"generator"`` (``P_d^gamma``, paper Thm. 2, Eq. 14, from the Itô
-    derivatives of the features, Eqs. 12-13) and ``"dirichlet"`` (reversible SDEs, first
-    derivatives only), trained on samples of the invariant distribution instead of lagged
-    pairs, and their evaluation. With :class:`Generator` (the least-squares estimator on the
-    learned features, App. E), generator learning lives in this module; the SDE maths is in
-    :mod:`dpnets.ito` and the scores in :mod:`dpnets.scores`.
-    """
-
-    def _generator_source(self, data: Any) -> TrainingSource:
-        """Checked settings, and the samples of pi as a training source (pairs
-        ``(x_k, x_k)``: the generator objectives need no lag)."""
-        if not isinstance(self.sde, SDE):
-            raise ValueError(
-                f"objective={self.objective!r} needs sde=dpnets.ito.SDE(...) (e.g. "
-                "dpnets.ito.overdamped_langevin)"
-            )
-        if self.lagged_encoder is not None:
-            raise ValueError("generator scores use one feature map; lagged_encoder must be None")
-        if self.objective == "dirichlet" and not self.sde.reversible:
-            raise ValueError(
-                "objective='dirichlet' needs a reversible SDE; use objective='generator'"
-            )
-        return TrainingSource.of_samples(check_samples(data))
-
-    def _fit_samples(
-        self,
-        prepared: Prepared,
-        sizes: tuple[tuple[int, ...], int],
-        enc: nn.Module,
-        run: tuple,
-        device: torch.device,
-    ) -> Any:
-        """Continuous-time mode: maximise ``P_d^gamma`` (Thm. 2, Eq. 14) on samples of pi
-        (``prepared``: batches of raw samples; ``sizes``: ``(state_shape, 0)``)."""
-        if self.objective == "generator":
-            warn_if_piecewise_linear(enc)
-        dtype = module_dtype(enc)
-        # derivatives are taken through the standardisation, with respect to the raw states
-        fmap = self._compose(enc, device, dtype)
-        form = "ito" if self.objective == "generator" else "dirichlet"
-        loss_fn = GeneratorLoss(float(self.gamma), form, constant=bool(self.constant))
-        sde = self.sde
-
-        def derivatives(xb: Tensor) -> tuple[Tensor, Tensor]:
-            xb = xb.to(device, non_blocking=True).to(dtype)
-            if form == "ito":
-                return sde.ito_derivative(fmap, xb)
-            return sde.diffusion_jacobian(fmap, xb)
-
-        train_batches, val_batches, n_train = prepared.train, prepared.val, prepared.n_train
-        sample = torch.as_tensor(prepared.first).to(device=device, dtype=dtype)
-        r = self._feature_dim(fmap, sample, n_train)
-
-        def batch_loss(batch: tuple[Tensor, Tensor]) -> Tensor:
-            return loss_fn(*derivatives(batch[0]))
-
-        val_score = full_batch_score(val_batches, lambda b: derivatives(b[0]), loss_fn)
-        self.lag_ = None
-        return self._train(
-            (enc, None),
-            batch_loss,
-            train_batches,
-            val_score,
-            run,
-            (n_train, sizes[0], r),
-        )
-
-    def _evaluate_generator(self, data: Any, objective: str, gamma: float) -> float:
-        if not isinstance(self.sde, SDE):
-            raise ValueError(f"objective={objective!r} needs the model's sde (DPNet(..., sde=...))")
-        x = check_samples(data)
-        check_state_shape(x.shape[1:], self.state_shape_, type(self).__name__)
-        fmap = self.feature_module()
-        was_training = fmap.training
-        fmap.eval()  # (evaluation changes nothing on the estimator: the mode is restored)
-        device, dtype = module_device(self.encoder_), module_dtype(self.encoder_)
-        form = "ito" if objective == "generator" else "dirichlet"
-        try:
-            with torch.no_grad():
-                parts = list(
-                    derivatives_in_chunks(
-                        fmap, x, form, self.sde, chunk=8192, device=device, dtype=dtype
-                    )
-                )
-                loss = GeneratorLoss(gamma, form, constant=bool(self.constant))
-                return -float(loss(*(torch.cat(c) for c in zip(*parts, strict=True))))
-        finally:
-            fmap.train(was_training)
 
 
 class Generator(SpectralModel):
@@ -242,6 +145,13 @@ class Generator(SpectralModel):
     array([ 0., -1., -2.])
     """
 
+    #: accepted values (:mod:`dpnets.params`; the regression parameters:
+    #: ``check_regression_params``), checked by ``fit`` and by :func:`dpnets.load`
+    _parameter_constraints: ClassVar[dict[str, Constraint]] = {
+        "form": one_of("ito", "dirichlet"),
+        "batch_size": integer(1),
+    }
+
     def __init__(
         self,
         features: Any = None,
@@ -271,7 +181,6 @@ class Generator(SpectralModel):
 
     # ------------------------------------------------------------------ helpers
     def _resolve_sde(self):
-        from dpnets.ito import SDE
 
         if self.sde is not None:
             if self.drift is not None or self.diffusion is not None:
@@ -302,7 +211,6 @@ class Generator(SpectralModel):
         ``constant`` the constant function comes first (its derivatives are zero).
         ``torch_features``: the output of :func:`_torch_features` for ``features_``, when
         the caller evaluates many chunks (it copies the module)."""
-        from dpnets.ito import derivatives_in_chunks
         from dpnets.scores import with_constant
 
         if torch_features is None:
@@ -399,10 +307,8 @@ class Generator(SpectralModel):
 
     def _check_fit_params(self) -> Any:
         """Validate the parameters; the SDE in use."""
-        if self.form not in ("ito", "dirichlet"):
-            raise ValueError(f"form must be 'ito' or 'dirichlet', got {self.form!r}")
+        self._check_params()
         self.check_regression_params()
-        check_int("batch_size", self.batch_size, 1)
         sde = self._resolve_sde()
         if self.form == "dirichlet" and not sde.reversible:
             raise ValueError(
@@ -415,7 +321,6 @@ class Generator(SpectralModel):
     def _samples(X: Any) -> list:
         """The validated sample arrays of ``X``, not concatenated (out-of-core arrays stay
         out of core)."""
-        from dpnets.ito import check_samples
 
         if not isinstance(X, list):
             if isinstance(X, tuple) or is_streaming(X):
@@ -431,7 +336,6 @@ class Generator(SpectralModel):
     def _accumulate(self, X: Any, sample_weight: Any, sde: Any, fresh: bool) -> None:
         """Add the moments of samples ``X`` (new statistics when ``fresh``), then refit; the
         statistics change only once the whole piece has been read."""
-        from dpnets.ito import warn_if_piecewise_linear
 
         parts = self._samples(X)
         shape = tuple(parts[0].shape[1:])

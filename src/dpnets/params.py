@@ -5,16 +5,43 @@ Each check names the parameter, the value it got and what it expects, and raises
 ``ValueError`` for a value of the right kind out of range (``lr=-1``, ``rtol=nan``).
 Integers are never silently truncated: ``epochs=2.5`` is refused, ``epochs=3.0`` is too
 (pass ``3``).
+
+Estimators declare their parameters' constraints in one table, ``_parameter_constraints``
+(as scikit-learn does): a dict from parameter name to a constraint built here (``integer``,
+``real``, ``one_of``, ``boolean``, ``seed``, ``count``, ``instance_of``, ``satisfies``, or any
+callable ``(name, value)`` that raises). :func:`validate_params` applies a table; it is what
+``BaseEstimator._check_params`` runs in every ``fit`` and what :func:`dpnets.load` runs on a
+file's configuration.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from numbers import Integral, Real
 from typing import Any
 
-__all__ = ["check_int", "check_real", "check_choice", "check_bool", "check_seed"]
+__all__ = [
+    "check_int",
+    "check_real",
+    "check_choice",
+    "check_bool",
+    "check_seed",
+    "Constraint",
+    "integer",
+    "real",
+    "one_of",
+    "boolean",
+    "seed",
+    "count",
+    "instance_of",
+    "satisfies",
+    "validate_params",
+]
+
+#: A parameter constraint: ``check(name, value)`` raises ``TypeError``/``ValueError`` naming
+#: the parameter when ``value`` is not accepted.
+Constraint = Callable[[str, Any], Any]
 
 
 def check_int(name: str, value: Any, low: int | None = None, high: int | None = None) -> int:
@@ -74,6 +101,96 @@ def check_seed(value: Any) -> int | None:
     if value is None:
         return None
     return check_int("seed", value, 0)
+
+
+def _or_none(check: Constraint, none: bool) -> Constraint:
+    if not none:
+        return check
+    return lambda name, value: None if value is None else check(name, value)
+
+
+def integer(low: int | None = None, high: int | None = None, *, none: bool = False) -> Constraint:
+    """An ``int`` in ``[low, high]`` (:func:`check_int`); ``none``: ``None`` accepted too."""
+    return _or_none(lambda name, value: check_int(name, value, low, high), none)
+
+
+def real(
+    low: float | None = None,
+    high: float | None = None,
+    *,
+    low_open: bool = False,
+    high_open: bool = False,
+    none: bool = False,
+) -> Constraint:
+    """A finite real in the interval (:func:`check_real`); ``none``: ``None`` accepted too."""
+    return _or_none(
+        lambda name, value: check_real(
+            name, value, low, high, low_open=low_open, high_open=high_open
+        ),
+        none,
+    )
+
+
+def one_of(*choices: Any, none: bool = False) -> Constraint:
+    """One of ``choices``, of the same type (:func:`check_choice`)."""
+    return _or_none(lambda name, value: check_choice(name, value, choices), none)
+
+
+def boolean() -> Constraint:
+    """True or False (:func:`check_bool`)."""
+    return check_bool
+
+
+def seed() -> Constraint:
+    """``None`` or a non-negative integer (:func:`check_seed`)."""
+    return lambda name, value: check_seed(value)
+
+
+def count(*, none: bool = True) -> Constraint:
+    """A positive integer (numpy integers too, bools refused), or ``None``: a ``ValueError``
+    ``"<name> must be a positive integer or None"`` otherwise (``rank``, ``n_centers``)."""
+
+    def check(name: str, value: Any) -> None:
+        if value is None and none:
+            return
+        if isinstance(value, bool) or not isinstance(value, Integral) or value < 1:
+            tail = " or None" if none else ""
+            raise ValueError(f"{name} must be a positive integer{tail}, got {value!r}")
+
+    return check
+
+
+def instance_of(types: type | tuple[type, ...], what: str, *, none: bool = True) -> Constraint:
+    """An instance of ``types`` (``what`` says it in words), or ``None`` when ``none``: a
+    ``TypeError`` ``"<name> must be <what>, got <type>"`` otherwise."""
+
+    def check(name: str, value: Any) -> None:
+        if not isinstance(value, types):
+            raise TypeError(f"{name} must be {what}, got {type(value).__name__}")
+
+    return _or_none(check, none)
+
+
+def satisfies(
+    test: Callable[[Any], Any], what: str | None = None, *, none: bool = False
+) -> Constraint:
+    """``test(value)`` truthy (a ``ValueError`` ``"<name> must be <what>, got <value>"``
+    otherwise); with ``what=None``, ``test`` raises its own error and its result is ignored
+    (a check shared with other code, e.g. ``training.check_optimizer``)."""
+
+    def check(name: str, value: Any) -> None:
+        ok = test(value)
+        if what is not None and not ok:
+            raise ValueError(f"{name} must be {what}, got {value!r}")
+
+    return _or_none(check, none)
+
+
+def validate_params(obj: Any, constraints: Mapping[str, Constraint]) -> None:
+    """Check every parameter of ``obj`` named in ``constraints`` (in the table's order):
+    the first bad value raises its constraint's error, which names the parameter."""
+    for name, check in constraints.items():
+        check(name, getattr(obj, name))
 
 
 def _range(low: int | None, high: int | None) -> str:

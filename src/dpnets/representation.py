@@ -7,7 +7,7 @@ import math
 import os
 import warnings
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -29,13 +29,29 @@ from dpnets.data import (
 from dpnets.distributed import broadcast_int, broadcast_module, world_size
 from dpnets.distributed import is_active as dist_active
 from dpnets.exceptions import check_is_fitted
-from dpnets.generator import GeneratorLearning
+from dpnets.generator_learning import (
+    generator_objective,
+    generator_objective_score,
+    generator_samples,
+)
 from dpnets.heldout import heldout_pairs, heldout_score
 from dpnets.io import InvalidModelFile, meta_device, register, restore_module, save, sub_state
 from dpnets.nn.mlp import default_mlp
 from dpnets.nn.registry import describe
 from dpnets.nn.utils import encode, module_device, module_dtype
-from dpnets.params import check_bool, check_choice, check_int, check_real, check_seed
+from dpnets.params import (
+    Constraint,
+    boolean,
+    check_choice,
+    check_int,
+    check_real,
+    instance_of,
+    integer,
+    one_of,
+    real,
+    satisfies,
+    seed,
+)
 from dpnets.scores import GENERATOR_SCORES, SCORES, MultistepLoss, make_loss
 from dpnets.training import (
     INIT,
@@ -128,7 +144,7 @@ class InputScaler(nn.Module):
         return (x - self.shift) / self.scale
 
 
-class DPNet(GeneratorLearning, TransformerMixin, BaseEstimator):
+class DPNet(TransformerMixin, BaseEstimator):
     """Deep Projection Network: a learned feature map ``psi: X -> R^r``.
 
     Trains ``encoder`` (and optionally a separate ``lagged_encoder`` psi') by mini-batch
@@ -349,40 +365,37 @@ class DPNet(GeneratorLearning, TransformerMixin, BaseEstimator):
         self.compile = compile
 
     # ------------------------------------------------------------------ validation
+    #: the accepted values of each parameter (:mod:`dpnets.params`), checked by ``fit`` and
+    #: by :func:`dpnets.load` (``BaseEstimator._check_params``)
+    _parameter_constraints: ClassVar[dict[str, Constraint]] = {
+        "encoder": instance_of(nn.Module, "a torch.nn.Module or None (the default MLP)"),
+        "lag": satisfies(check_lag, none=True),
+        "lagged_encoder": instance_of(nn.Module, "a torch.nn.Module or None"),
+        "objective": one_of(*SCORES, *GENERATOR_SCORES),
+        "gamma": real(0.0),
+        "lr": real(0.0, low_open=True),
+        "batch_size": integer(2),
+        "epochs": integer(1),
+        "val_fraction": real(0.0, 1.0, high_open=True),
+        "standardize": one_of(*_STANDARDIZE, True, False),
+        "constant": boolean(),
+        "consistency": real(0.0),
+        "consistency_steps": integer(2),
+        "progress": boolean(),
+        "seed": seed(),
+        "init": one_of(*INIT),
+        "optimizer": satisfies(check_optimizer),
+        "device": satisfies(resolve_device, none=True),
+        "autocast": one_of("bf16", "fp16", none=True),
+        "compile": boolean(),
+        "distributed": satisfies(lambda v: v in ("auto", True, False), "'auto', True or False"),
+    }
+
     def _check_params(self) -> None:
-        if self.encoder is not None and not isinstance(self.encoder, nn.Module):
-            raise TypeError(
-                f"encoder must be a torch.nn.Module or None (the default MLP), got "
-                f"{type(self.encoder).__name__}"
-            )
-        if self.encoder is None:
+        """The table, then the rules that tie parameters together or ask the environment."""
+        super()._check_params()
+        if self.encoder is None:  # r sizes the default MLP; a given encoder decides r itself
             check_int("r", self.r, 1)
-        if self.lag is not None:
-            check_lag(self.lag)
-        if self.lagged_encoder is not None and not isinstance(self.lagged_encoder, nn.Module):
-            raise TypeError("lagged_encoder must be a torch.nn.Module or None")
-        check_choice("objective", self.objective, SCORES + GENERATOR_SCORES)
-        check_real("gamma", self.gamma, 0.0)
-        check_real("lr", self.lr, 0.0, low_open=True)
-        check_int("batch_size", self.batch_size, 2)
-        check_int("epochs", self.epochs, 1)
-        check_real("val_fraction", self.val_fraction, 0.0, 1.0, high_open=True)
-        if self.standardize is not True and self.standardize is not False:
-            check_choice("standardize", self.standardize, _STANDARDIZE)
-        check_bool("constant", self.constant)
-        check_real("consistency", self.consistency, 0.0)
-        check_int("consistency_steps", self.consistency_steps, 2)
-        check_bool("progress", self.progress)
-        check_seed(self.seed)
-        check_choice("init", self.init, INIT)
-        check_optimizer(self.optimizer)
-        if self.device is not None:
-            resolve_device(self.device)
-        if self.autocast is not None:
-            check_choice("autocast", self.autocast, ("bf16", "fp16"))
-        check_bool("compile", self.compile)
-        if self.distributed not in ("auto", True, False):
-            raise ValueError(f"distributed must be 'auto', True or False, got {self.distributed!r}")
         if self.distributed is True and not dist_active():
             raise ValueError(
                 "distributed=True needs an initialised torch.distributed process group of "
@@ -460,7 +473,8 @@ class DPNet(GeneratorLearning, TransformerMixin, BaseEstimator):
             device = resolve_device(self.device)
             with local_seed(self.seed, device):  # (a shuffling DataLoader draws from it)
                 if self.objective in GENERATOR_SCORES:  # continuous time: samples of pi
-                    source, model_lag = self._generator_source(data), None
+                    source = generator_samples(data, self.sde, self.objective, self.lagged_encoder)
+                    model_lag = None
                 else:  # the one entry from any input to batches (pairs, or windows)
                     steps = self._windows_steps(data)
                     pair_lag, model_lag = resolve_lag(data, lag)
@@ -476,6 +490,35 @@ class DPNet(GeneratorLearning, TransformerMixin, BaseEstimator):
                 if self.objective in GENERATOR_SCORES:
                     return self._fit_samples(prepared, sizes, enc, run, device)
                 return self._fit_pairs(prepared, sizes, model_lag, enc, run, device)
+
+    def _fit_samples(
+        self,
+        prepared: Prepared,
+        sizes: tuple[tuple[int, ...], int],
+        enc: nn.Module,
+        run: tuple,
+        device: torch.device,
+    ) -> DPNet:
+        """Continuous-time mode: maximise ``P_d^gamma`` (Thm. 2, Eq. 14) on samples of pi
+        (``prepared``: batches of raw samples; ``sizes``: ``(state_shape, 0)``); the
+        objective is :func:`dpnets.generator_learning.generator_objective`."""
+        dtype = module_dtype(enc)
+        # derivatives are taken through the standardisation, with respect to the raw states
+        fmap = self._compose(enc, device, dtype)
+        derivatives, loss_fn = generator_objective(
+            fmap, self.sde, self.objective, self.gamma, self.constant, device, dtype
+        )
+        sample = torch.as_tensor(prepared.first).to(device=device, dtype=dtype)
+        r = self._feature_dim(fmap, sample, prepared.n_train)
+
+        def batch_loss(batch: tuple[Tensor, Tensor]) -> Tensor:
+            return loss_fn(*derivatives(batch[0]))
+
+        val_score = full_batch_score(prepared.val, lambda b: derivatives(b[0]), loss_fn)
+        self.lag_ = None
+        return self._train(
+            (enc, None), batch_loss, prepared.train, val_score, run, (prepared.n_train, sizes[0], r)
+        )
 
     def _initial_module(self, module: nn.Module | None, state_shape: Any) -> nn.Module:
         """The module training starts from: a copy of ``module`` (re-initialised from
@@ -799,7 +842,19 @@ class DPNet(GeneratorLearning, TransformerMixin, BaseEstimator):
         objective = objective or self.objective
         g = float(self.gamma) if gamma is None else check_real("gamma", gamma, 0.0)
         if objective in GENERATOR_SCORES:
-            return self._evaluate_generator(data, objective, g)
+            enc = self.encoder_
+            return generator_objective_score(
+                self.feature_module(),
+                data,
+                self.state_shape_,
+                type(self).__name__,
+                self.sde,
+                objective,
+                g,
+                bool(self.constant),
+                module_device(enc),
+                module_dtype(enc),
+            )
         check_choice("objective", objective, SCORES)
         if lag is None:
             lag = self.lag_ if self.lag_ is not None else 1

@@ -42,7 +42,7 @@ from dpnets.io import (
 from dpnets.linalg import eig_biorthogonal
 from dpnets.moments import FIT_CHUNK
 from dpnets.nn.utils import encode
-from dpnets.params import check_choice, check_real
+from dpnets.params import Constraint, check_choice, check_real, one_of, real, validate_params
 
 __all__ = [
     "SpectralModel",
@@ -202,6 +202,17 @@ def _as_features(phi: Any, n: int) -> np.ndarray:
     return phi
 
 
+#: the constraints of the regression parameters (:mod:`dpnets.params`), those of every model
+#: that has them (``SpectralModel.check_regression_params``; ``dt`` and ``constant`` only
+#: where the model has those parameters)
+REGRESSION_CONSTRAINTS: dict[str, Constraint] = {
+    "ridge": real(0.0),
+    "rtol": real(0.0, 1.0, low_open=True, high_open=True, none=True),
+    "dt": real(0.0, low_open=True, none=True),
+    "constant": one_of("auto", True, False),
+}
+
+
 class SpectralModel(TransformerMixin, BaseEstimator):
     """The model contract: every estimator of a transfer operator or generator on a feature map.
 
@@ -277,13 +288,7 @@ class SpectralModel(TransformerMixin, BaseEstimator):
         """Validate the regression parameters (``ridge``, ``rtol``, ``dt``, ``constant``):
         a ``ValueError`` naming the first bad one. Called by every fit and by
         :func:`dpnets.load` on a file's configuration."""
-        check_real("ridge", self.ridge, 0.0)
-        if self.rtol is not None:
-            check_real("rtol", self.rtol, 0.0, 1.0, low_open=True, high_open=True)
-        if getattr(self, "dt", 1.0) is not None:
-            check_real("dt", getattr(self, "dt", 1.0), 0.0, low_open=True)
-        if hasattr(self, "constant") and not isinstance(self.constant, bool):
-            check_choice("constant", self.constant, ("auto", True, False))
+        validate_params(self, {k: c for k, c in REGRESSION_CONSTRAINTS.items() if hasattr(self, k)})
 
     def solve_lstsq(self, rhs: np.ndarray) -> np.ndarray:
         """``(Cx + ridge I)^+ rhs``: least-squares coefficients from ``rhs = Phi_X^T F`` (/ n)."""

@@ -23,6 +23,7 @@ from dpnets.fitfolder import (
     DEFAULT_CONFIG,
     WorkflowError,
     absolute_paths,
+    estimator_params,
     load_config,
     read_fit,
     write_config,
@@ -285,16 +286,11 @@ def _fit(config: dict[str, dict[str, Any]], out: Path, progress: bool) -> str:
     net = DPNet(
         enc,
         lag=lag,
-        objective=model["objective"],
-        gamma=float(model["gamma"]),
-        lr=float(model["lr"]),
-        batch_size=int(model["batch_size"]),
-        epochs=int(model["epochs"]),
-        seed=int(model["seed"]),
         device=model["device"] or None,
         progress=progress,
+        **estimator_params(model, "DPNet"),  # objective, gamma, lr, batch_size, epochs, seed
     )
-    op = TransferOperator(net, dt=dt, reversible=model.get("reversible", False)).fit(usable)
+    op = TransferOperator(net, dt=dt, **estimator_params(model, "TransferOperator")).fit(usable)
     units = _units(data, trajs)
     report = _fit_report(op, trajs, usable, lag, dt, units, time.perf_counter() - t0)
     if distributed.is_main_process():  # one writer under a multi-process launch

@@ -25,7 +25,7 @@ included; both models use a constant ``K`` as in Azencot et al.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -39,7 +39,16 @@ from dpnets.linalg import sym_pinv
 from dpnets.nn.mlp import default_mlp
 from dpnets.nn.registry import describe
 from dpnets.nn.utils import encode, module_dtype
-from dpnets.params import check_bool, check_choice, check_int, check_real, check_seed
+from dpnets.params import (
+    Constraint,
+    boolean,
+    check_real,
+    instance_of,
+    integer,
+    one_of,
+    real,
+    seed,
+)
 from dpnets.spectral import DiscreteTimeModel
 from dpnets.training import (
     INIT,
@@ -90,24 +99,26 @@ class _KoopmanAutoencoder(DiscreteTimeModel):
     def _weights(self) -> dict[str, float]:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    #: accepted values (:mod:`dpnets.params`), checked by ``fit`` and by :func:`dpnets.load`;
+    #: the loss weights (``_weights``, per model) must be reals >= 0
+    _parameter_constraints: ClassVar[dict[str, Constraint]] = {
+        "encoder": instance_of(nn.Module, "a torch.nn.Module or None (the default MLP)"),
+        "decoder": instance_of(nn.Module, "a torch.nn.Module or None (the default MLP)"),
+        "r": integer(1),
+        "n_steps": integer(1),
+        "lr": real(0.0, low_open=True),
+        "batch_size": integer(1),
+        "epochs": integer(1),
+        "val_fraction": real(0.0, 1.0, high_open=True),
+        "progress": boolean(),
+        "seed": seed(),
+        "init": one_of(*INIT),
+    }
+
     def _check_params(self) -> None:
-        for name in ("encoder", "decoder"):
-            if getattr(self, name) is not None and not isinstance(getattr(self, name), nn.Module):
-                raise TypeError(
-                    f"{name} must be a torch.nn.Module or None (the default MLP), got "
-                    f"{type(getattr(self, name)).__name__}"
-                )
-        check_int("r", self.r, 1)
-        check_int("n_steps", self.n_steps, 1)
+        super()._check_params()
         for name, w in self._weights().items():
             check_real(name, w, 0.0)
-        check_real("lr", self.lr, 0.0, low_open=True)
-        check_int("batch_size", self.batch_size, 1)
-        check_int("epochs", self.epochs, 1)
-        check_real("val_fraction", self.val_fraction, 0.0, 1.0, high_open=True)
-        check_bool("progress", self.progress)
-        check_seed(self.seed)
-        check_choice("init", self.init, INIT)
 
     # ------------------------------------------------------------------ losses
     def _loss(self, x0: Tensor, ys: Tensor) -> Tensor:  # pragma: no cover - abstract

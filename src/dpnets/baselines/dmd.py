@@ -13,7 +13,7 @@ regression of Eq. (15); every downstream method (``eig`` with Eq. (16), ``eigenf
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import scipy.linalg
@@ -22,6 +22,7 @@ from dpnets.base import fit_lag
 from dpnets.data import chunks, is_streaming, pair_segments, resolve_lag
 from dpnets.moments import FIT_CHUNK
 from dpnets.operators import TransferOperator
+from dpnets.params import Constraint, count
 
 from .dictionaries import DICTIONARIES, ChebyshevFeatures, MonomialFeatures, ProjectionFeatures
 
@@ -75,6 +76,9 @@ class DMD(TransferOperator):
     >>> DMD(rank=2).fit(trajectory).eig()  # doctest: +SKIP
     """
 
+    #: accepted values (:mod:`dpnets.params`), checked by ``fit`` and by :func:`dpnets.load`
+    _parameter_constraints: ClassVar[dict[str, Constraint]] = {"rank": count()}
+
     def __init__(
         self,
         rank: int | None = None,
@@ -106,15 +110,10 @@ class DMD(TransferOperator):
             For streamed data (a Dataset/DataLoader) with ``rank`` given.
         """
         data, lag = X, fit_lag(self, lag, y)
+        self._check_params()
         self.projection_ = None
         self.singular_values_ = None
         if self.rank is not None:
-            if (
-                isinstance(self.rank, bool)
-                or not isinstance(self.rank, (int, np.integer))
-                or self.rank < 1
-            ):
-                raise ValueError(f"rank must be a positive integer or None, got {self.rank!r}")
             if is_streaming(data):
                 raise TypeError("DMD with rank needs in-memory data (array, list or (X, Y))")
             n, r_factor = _r_factor(data, resolve_lag(data, lag)[0])

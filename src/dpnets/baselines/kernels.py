@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import scipy.linalg
@@ -51,6 +51,7 @@ from dpnets.base import fit_lag
 from dpnets.data import check_states, chunks, is_streaming, pairs, resolve_lag
 from dpnets.exceptions import check_is_fitted
 from dpnets.linalg import default_rtol
+from dpnets.params import Constraint, count
 from dpnets.spectral import DiscreteTimeModel
 
 __all__ = ["Kernel", "KernelFeatures", "KernelDMD", "NystromKernelDMD", "KERNELS", "ESTIMATORS"]
@@ -237,6 +238,18 @@ def _reduce(
     return d[:, None] * p[:, ::-1]
 
 
+def _check_kernel(name: str, value: Any) -> None:
+    if not (isinstance(value, str) or callable(value)):
+        raise TypeError(f"{name} must be a name or a callable k(A, B) -> Gram matrix")
+    if isinstance(value, str) and value not in KERNELS:
+        raise ValueError(f"unknown {name} {value!r}; expected one of {', '.join(KERNELS)}")
+
+
+def _check_estimator(name: str, value: Any) -> None:
+    if value not in ESTIMATORS:
+        raise ValueError(f"unknown {name} {value!r}; expected one of {', '.join(ESTIMATORS)}")
+
+
 class _KernelRegression(DiscreteTimeModel):
     """Shared fit/transform/eigenfunctions of the exact and Nyström kernel estimators."""
 
@@ -253,23 +266,15 @@ class _KernelRegression(DiscreteTimeModel):
         return rhs
 
     # ------------------------------------------------------------------ validation
+    #: accepted values (:mod:`dpnets.params`), checked by ``fit`` and by :func:`dpnets.load`
+    _parameter_constraints: ClassVar[dict[str, Constraint]] = {
+        "kernel": _check_kernel,
+        "estimator": _check_estimator,
+        "rank": count(),
+    }
+
     def _check_params(self) -> None:
-        if not (isinstance(self.kernel, str) or callable(self.kernel)):
-            raise TypeError("kernel must be a name or a callable k(A, B) -> Gram matrix")
-        if isinstance(self.kernel, str) and self.kernel not in KERNELS:
-            raise ValueError(
-                f"unknown kernel {self.kernel!r}; expected one of {', '.join(KERNELS)}"
-            )
-        if self.estimator not in ESTIMATORS:
-            raise ValueError(
-                f"unknown estimator {self.estimator!r}; expected one of {', '.join(ESTIMATORS)}"
-            )
-        if self.rank is not None and (
-            isinstance(self.rank, bool)
-            or not isinstance(self.rank, (int, np.integer))
-            or self.rank < 1
-        ):
-            raise ValueError(f"rank must be a positive integer or None, got {self.rank!r}")
+        super()._check_params()
         if self.estimator == "krr" and self.rank is not None:
             raise ValueError("estimator='krr' is full rank: use rank=None, or 'pcr'/'rrr'")
         if not (np.isfinite(self.ridge) and self.ridge >= 0):
@@ -545,16 +550,10 @@ class NystromKernelDMD(_KernelRegression):
         self.seed = seed
         self.lag = lag
 
-    def _check_params(self) -> None:
-        super()._check_params()
-        if self.n_centers is not None and (
-            isinstance(self.n_centers, bool)
-            or not isinstance(self.n_centers, (int, np.integer))
-            or self.n_centers < 1
-        ):
-            raise ValueError(
-                f"n_centers must be a positive integer or None, got {self.n_centers!r}"
-            )
+    _parameter_constraints: ClassVar[dict[str, Constraint]] = {
+        **_KernelRegression._parameter_constraints,
+        "n_centers": count(),
+    }
 
     def _states(self, p: Any) -> np.ndarray:
         """The distinct training states (initial and evolved), flattened."""
