@@ -50,6 +50,22 @@ def test_reproduce_workers_only_where_the_experiment_takes_them(capsys):
     assert "does not take workers" in err and "logistic-map" in err
 
 
+def test_reproduce_engine_reaches_the_alanine_enhanced_sampling_only(capsys, tmp_path):
+    """--engine openmm-torch goes to enhanced-sampling-alanine, which says at once (before
+    any simulation) where OpenMM-Torch is missing; elsewhere a one-line refusal."""
+    import importlib.util
+
+    assert main(["reproduce", "logistic-map", "--quick", "--engine", "openmm-torch"]) == 2
+    err = capsys.readouterr().err
+    assert "does not take engine" in err and "logistic-map" in err
+    if importlib.util.find_spec("openmmtorch") is None:
+        argv = ["reproduce", "enhanced-sampling-alanine", "--quick", "--engine", "openmm-torch"]
+        assert main([*argv, "--out", str(tmp_path / "out")]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "needs OpenMM-Torch" in err
+        assert not (tmp_path / "out").exists()
+
+
 def test_reproduce_alanine_r_lag_is_registered_with_the_cli_options(monkeypatch, capsys, tmp_path):
     """The r x lag sweep is its own experiment; it reads the cache only, and a cache miss is
     one line naming the run that fills it (nothing is simulated or trained)."""

@@ -290,6 +290,15 @@ def _parser() -> argparse.ArgumentParser:
         help="processes that run the fits in parallel, where the experiment supports it "
         "(default: the experiment's)",
     )
+    p_rep.add_argument(
+        "--engine",
+        choices=("tabulated", "openmm-torch"),
+        default=None,
+        help="how OpenMM evaluates the CV, where the experiment biases one in OpenMM "
+        "(enhanced-sampling-alanine): tabulated on a (phi, psi) grid, or the network at "
+        "every step in an OpenMM-Torch TorchForce, which needs openmmtorch (default: the "
+        "experiment's, tabulated)",
+    )
     return parser
 
 
@@ -393,6 +402,8 @@ def _run(args: argparse.Namespace) -> int:
         kwargs["out"] = Path(args.out)
     if args.workers is not None:
         kwargs["workers"] = args.workers
+    if args.engine is not None:
+        kwargs["engine"] = args.engine
     print(run_experiment(args.name, **kwargs))
     return 0
 

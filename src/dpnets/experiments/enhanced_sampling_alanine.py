@@ -498,9 +498,8 @@ class _SlowMode(torch.nn.Module):
         return self.cv(positions, boxvectors)[0]
 
 
-def _torch_force(fit: dict[str, Any], out: Path, seed: int, n_grid: int) -> tuple[Any, Any]:
-    """The positions-in file as an OpenMM-Torch ``TorchForce`` (the network at every step),
-    and the file's values on the (phi, psi) grid (the CV's range, as the table gives it)."""
+def _require_openmm_torch() -> Any:
+    """OpenMM-Torch's ``TorchForce``, or one ImportError saying how to get it."""
     try:
         from openmmtorch import TorchForce
     except ImportError as err:
@@ -509,6 +508,13 @@ def _torch_force(fit: dict[str, Any], out: Path, seed: int, n_grid: int) -> tupl
             "1.10 needs torch < 2.13: benchmarks/openmm_torch_side_env.sh builds such an "
             "environment)"
         ) from err
+    return TorchForce
+
+
+def _torch_force(fit: dict[str, Any], out: Path, seed: int, n_grid: int) -> tuple[Any, Any]:
+    """The positions-in file as an OpenMM-Torch ``TorchForce`` (the network at every step),
+    and the file's values on the (phi, psi) grid (the CV's range, as the table gives it)."""
+    TorchForce = _require_openmm_torch()
     wrapped = out / f"cv_seed{seed}_openmm.pt"
     torch.jit.script(_SlowMode(str(fit["positions_path"]))).save(str(wrapped))
     g = np.linspace(-np.pi, np.pi, n_grid)
@@ -724,6 +730,8 @@ def run(
     del device
     if engine not in ("tabulated", "openmm-torch"):
         raise ValueError(f"engine must be 'tabulated' or 'openmm-torch', got {engine!r}")
+    if engine == "openmm-torch":
+        _require_openmm_torch()  # before minutes of simulation and training, not after
     cfg = {**(QUICK if quick else CONFIG), "engine": engine}
     n_seeds = 1 if seeds is None else int(seeds)
     if n_seeds < 1:
