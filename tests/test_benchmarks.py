@@ -86,6 +86,8 @@ EXPECTED: dict[str, list[str]] = {
 SYNTAX_ONLY: dict[str, str] = {
     "openmm_torch_side_env.sh": "builds a side environment from the package registry "
     "(network, minutes); its Python part, bench_openmm_torch.py, is smoke-run on its own",
+    "plumed_check.sh": "needs PLUMED built from source with its PYTORCH module (not on the "
+    "package registry); the exports it checks are tested in test_export/test_engine_positions",
 }
 
 

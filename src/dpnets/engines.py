@@ -413,8 +413,9 @@ def _write_plumed(
         f"# atoms: 1-based indices of {top}, matched to the fit's topology",
         f"# {meta.get('fit_topology', '')} by chain, residue and atom name",
         "# lengths in nm, angles in radians (PLUMED units). PLUMED must be built with the",
-        "# PyTorch module: ./configure --enable-libtorch --enable-modules=+pytorch (checked",
-        "# with PLUMED 2.11-dev). The file computes in "
+        "# PyTorch module (and OPES for the OPES_METAD sketch): ./configure",
+        "# --enable-libtorch --enable-cxx=20 --enable-modules=+pytorch:+opes (checked with",
+        "# PLUMED 2.11-dev, benchmarks/plumed_check.sh). The file computes in "
         f"{meta['dtype']} and answers in PLUMED's float32.",
     ]
     for line, label in zip(lines, labels, strict=True):
