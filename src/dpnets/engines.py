@@ -264,6 +264,30 @@ def export_fit(
     names_ = {"source_name": f"the fit's topology {fit_path}", "target_name": eng_path}
     meta_base = {"source": source, "topology": eng_path, "fit_topology": fit_path}
 
+    def positions_file(
+        features: torch.nn.Module, fit_atoms: np.ndarray, eng_atoms: np.ndarray, **extra: Any
+    ) -> list[str]:
+        """The file that takes the engine's positions, ``features`` computing the fit's
+        features inside, and its OpenMM-Torch recipe."""
+        ex = _engine_example(
+            _first_positions(md, data, fit_path), fit_atoms, eng_atoms, eng_top.n_atoms
+        )
+        meta = export(
+            model,
+            out,
+            modes,
+            dtype,
+            inputs=features,
+            input_shape=(eng_top.n_atoms, 3),
+            example=ex,
+            metadata={
+                **meta_base,
+                "engine_inputs": "positions of all the engine topology's atoms (nm)",
+                **extra,
+            },
+        )
+        return [str(out), _write_openmm_recipe(out, meta, eng_top.n_atoms, eng_path)]
+
     if kind == "dihedrals":
         probe = md.Trajectory(np.zeros((1, fit_top.n_atoms, 3), dtype=np.float32), fit_top)
         phi = np.asarray(md.compute_phi(probe)[0], dtype=np.int64).reshape(-1, 4)
@@ -280,27 +304,12 @@ def export_fit(
         labels = [" ".join(_atom_label(eng_top, i) for i in q) for q in eng]
         if positions_in:
             fit_atoms = np.unique(quads.ravel())
-            ex = _engine_example(
-                _first_positions(md, data, fit_path),
+            return positions_file(
+                PositionTorsions(eng, len(phi)),
                 fit_atoms,
                 match_atoms(fit_top, eng_top, fit_atoms, **names_),
-                eng_top.n_atoms,
+                torsions={n: [int(i) for i in q] for n, q in zip(names, eng, strict=True)},
             )
-            meta = export(
-                model,
-                out,
-                modes,
-                dtype,
-                inputs=PositionTorsions(eng, len(phi)),
-                input_shape=(eng_top.n_atoms, 3),
-                example=ex,
-                metadata={
-                    **meta_base,
-                    "engine_inputs": "positions of all the engine topology's atoms (nm)",
-                    "torsions": {n: [int(i) for i in q] for n, q in zip(names, eng, strict=True)},
-                },
-            )
-            return [str(out), _write_openmm_recipe(out, meta, eng_top.n_atoms, eng_path)]
         meta = export(
             model,
             out,
@@ -334,24 +343,7 @@ def export_fit(
             )
         names = [f"d{k + 1}" for k in range(len(pairs))]
         if positions_in:
-            ex = _engine_example(
-                _first_positions(md, data, fit_path), sel, eng_sel, eng_top.n_atoms
-            )
-            meta = export(
-                model,
-                out,
-                modes,
-                dtype,
-                inputs=PositionDistances(pairs),
-                input_shape=(eng_top.n_atoms, 3),
-                example=ex,
-                metadata={
-                    **meta_base,
-                    "engine_inputs": "positions of all the engine topology's atoms (nm)",
-                    "pairs": pairs.tolist(),
-                },
-            )
-            return [str(out), _write_openmm_recipe(out, meta, eng_top.n_atoms, eng_path)]
+            return positions_file(PositionDistances(pairs), sel, eng_sel, pairs=pairs.tolist())
         meta = export(
             model,
             out,
@@ -371,22 +363,7 @@ def export_fit(
             f"{fit_path}: the selection has {len(sel)} atoms, but the model takes states of "
             f"shape {shape}"
         )
-    ex = _engine_example(_first_positions(md, data, fit_path), sel, eng_sel, eng_top.n_atoms)
-    meta = export(
-        model,
-        out,
-        modes,
-        dtype,
-        inputs=AtomSelection(eng_sel),
-        input_shape=(eng_top.n_atoms, 3),
-        example=ex,
-        metadata={
-            **meta_base,
-            "engine_inputs": "positions of all the engine topology's atoms (nm)",
-            "selection": [int(a) for a in eng_sel],
-        },
-    )
-    return [str(out), _write_openmm_recipe(out, meta, eng_top.n_atoms, eng_path)]
+    return positions_file(AtomSelection(eng_sel), sel, eng_sel, selection=[int(a) for a in eng_sel])
 
 
 # ------------------------------------------------------------------------------ recipes
