@@ -7,7 +7,7 @@ import math
 import os
 import warnings
 from collections.abc import Callable, Iterable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 import torch
@@ -142,6 +142,14 @@ class InputScaler(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return (x - self.shift) / self.scale
+
+
+class _FitRun(NamedTuple):
+    """What every training call of one ``DPNet.fit`` shares."""
+
+    callback: Callable | None  # the user's per-epoch callback
+    checkpoint: Checkpoint | None
+    batch_rng: torch.Generator  # the split and the batch order (seeded with ``seed``)
 
 
 class DPNet(TransformerMixin, BaseEstimator):
@@ -479,11 +487,13 @@ class DPNet(TransformerMixin, BaseEstimator):
                     steps = self._windows_steps(data)
                     pair_lag, model_lag = resolve_lag(data, lag)
                     source = training_source(data, pair_lag, steps)
-                run = (callback, ckpt, self._generator())
+                run = _FitRun(callback, ckpt, self._batch_rng())
                 enc = self._initial_module(self.encoder, source.state_shape).to(device)
                 if self._sharded():
                     broadcast_module(enc)
-                settings = self._prepare_settings(enc, len(source.state_shape), run[2], device)
+                settings = self._prepare_settings(
+                    enc, len(source.state_shape), run.batch_rng, device
+                )
                 prepared = source.prepare(**settings)  # standardisation, split, first states
                 self._set_scaler(prepared, settings["standardize"], source)
                 sizes = (source.state_shape, source.steps)
@@ -496,7 +506,7 @@ class DPNet(TransformerMixin, BaseEstimator):
         prepared: Prepared,
         sizes: tuple[tuple[int, ...], int],
         enc: nn.Module,
-        run: tuple,
+        run: _FitRun,
         device: torch.device,
     ) -> DPNet:
         """Continuous-time mode: maximise ``P_d^gamma`` (Thm. 2, Eq. 14) on samples of pi
@@ -543,7 +553,7 @@ class DPNet(TransformerMixin, BaseEstimator):
         sizes: tuple[tuple[int, ...], int],
         model_lag: int | None,
         enc: nn.Module,
-        run: tuple,
+        run: _FitRun,
         device: torch.device,
     ) -> DPNet:
         """Discrete-time mode: maximise the score on lagged pairs (or windows); ``sizes``
@@ -601,11 +611,11 @@ class DPNet(TransformerMixin, BaseEstimator):
         batch_loss: Callable[[Any], Tensor],
         batches: Iterable[Any],
         val_score: Callable[[], float] | None,
-        run: tuple[Callable | None, Checkpoint | None, torch.Generator],
+        run: _FitRun,
         sizes: tuple[int, tuple[int, ...], int],
     ) -> DPNet:
-        """The training call shared by the pair and the generator modes; ``run`` is
-        ``(callback, checkpoint, generator)``, ``sizes`` ``(n_train, state_shape, r)``."""
+        """The training call shared by the pair and the generator modes; ``sizes`` is
+        ``(n_train, state_shape, r)``."""
         callback, ckpt, gen = run
         n_train, state_shape, r = sizes
         enc, lag_enc = encoders
@@ -660,7 +670,7 @@ class DPNet(TransformerMixin, BaseEstimator):
             raise ValueError("consistency > 0 needs a shared encoder (lagged_encoder=None)")
         return int(self.consistency_steps)
 
-    def _generator(self) -> torch.Generator:
+    def _batch_rng(self) -> torch.Generator:
         """RNG for the split and batch order (seeded with ``seed``; in distributed training
         without a seed, with one drawn by rank 0, so that all processes draw the same
         batches)."""
