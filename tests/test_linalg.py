@@ -309,3 +309,50 @@ def test_torch_sym_chol_certificate_is_tight_near_the_identity():
             ref = q @ torch.diag(1.0 / s) @ q.T
             torch.testing.assert_close(e.inv, ref, rtol=1e-9, atol=1e-9 / float(s[0]))
             assert abs(float(e.logdet) - float(torch.log(s).sum())) < 1e-9
+
+
+def test_max_eigval_by_squaring_against_eigh_whatever_the_gaps():
+    """The sync-free operator norm (repeated squaring, the relaxed score's on a GPU) is
+    ``eigh``'s largest eigenvalue to 1e-10 relative: random, rank-deficient, huge and tiny
+    scales, and the worst case of its error bound (every other eigenvalue at a relative
+    gap ``k / 2^40`` below the top, where ``A^N`` separates them least); its gradient is
+    ``u u^T`` for a simple top eigenvalue and (to round-off amplified by ``N``) the
+    average projector ``P / m`` over an ``m``-fold one; ``A = 0`` gives 0 with a finite gradient."""
+    from dpnets.linalg import max_eigval_by_squaring
+
+    g = torch.Generator().manual_seed(0)
+    mats = []
+    for d in (1, 3, 8, 64):
+        m = torch.randn(2, d, d, generator=g, dtype=torch.float64)
+        mats.append(m @ m.transpose(-1, -2) / d)
+    m = torch.randn(40, 3, generator=g, dtype=torch.float64)
+    mats += [m @ m.T, 1e-150 * (m @ m.T), 1e150 * (m @ m.T)]
+    q, _ = torch.linalg.qr(torch.randn(64, 64, generator=g, dtype=torch.float64))
+    for k in (0.3, 1.0, 3.0, 1e3):
+        s = torch.full((64,), 1.0 - k / 2.0**40, dtype=torch.float64)
+        s[-1] = 1.0
+        mats.append((q * s) @ q.T)
+    for a in mats:
+        ref = torch.linalg.eigvalsh(a)[..., -1]
+        got = max_eigval_by_squaring(a)
+        assert torch.all((got - ref).abs() <= 1e-10 * ref.abs()), (got, ref)
+    # gradients: a simple top eigenvalue, a 3-fold one, zero
+    q5, _ = torch.linalg.qr(torch.randn(5, 5, generator=g, dtype=torch.float64))
+    s = torch.tensor([0.1, 0.5, 2.0, 2.0, 2.0], dtype=torch.float64)
+    for top, m_fold in ((torch.tensor([0.1, 0.5, 1.0, 1.5, 2.0]), 1), (s, 3)):
+        a = ((q5 * top.double()) @ q5.T).requires_grad_()
+        max_eigval_by_squaring(a).backward()
+        u = torch.linalg.eigh(a.detach())[1][:, -m_fold:]
+        # eigenvalues equal up to round-off (1e-16 relative) weigh exp(-1e-16 N) apart
+        # in A^N: the average projector to 1e-4, a subgradient all the same
+        atol = 1e-12 if m_fold == 1 else 1e-3
+        torch.testing.assert_close(a.grad, u @ u.T / m_fold, rtol=0, atol=atol)
+        assert abs(torch.trace(a.grad).item() - 1.0) < 1e-12
+    a = torch.zeros(4, 4, dtype=torch.float64, requires_grad=True)
+    value = max_eigval_by_squaring(a)
+    value.backward()
+    assert value.item() == 0.0 and torch.isfinite(a.grad).all()
+    b = torch.tensor([[2.0, 0.5], [0.5, 1.0]], dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(max_eigval_by_squaring, (b,))
+    with pytest.raises(ValueError, match="square"):
+        max_eigval_by_squaring(torch.ones(2, 3))

@@ -234,7 +234,9 @@ def test_cholesky_projection_score_against_numpy():
     assert abs(got - ref) < 1e-10 * abs(ref)
 
 
-@pytest.mark.parametrize("name", ["projection", "vamp1", "vamp2", "generator", "consistency"])
+@pytest.mark.parametrize(
+    "name", ["projection", "vamp1", "vamp2", "relaxed", "generator", "consistency"]
+)
 def test_cholesky_path_gradcheck_float64(name):
     from dpnets.linalg import spectral_method
 
@@ -258,6 +260,25 @@ def test_cholesky_path_rank_deficient_float32_finite(name):
         loss = scores.make_loss(name, gamma=1.0, constant=True)(x, x.roll(1, 0))
     loss.backward()
     assert torch.isfinite(loss) and torch.isfinite(x.grad).all()
+
+
+@pytest.mark.parametrize("gamma", [0.0, 0.2])
+def test_relaxed_score_on_the_gpu_path_decomposes_nothing_by_eigh(monkeypatch, gamma):
+    """The relaxed score's operator norms on the GPU path come from repeated squaring: no
+    ``eigh`` (a host synchronisation on a GPU) is called, and the value is eigh's."""
+    from dpnets.linalg import spectral_method
+
+    x, y = _pair_data(1000, 6, F64, seed=2)
+    ref = scores.relaxed_score(x, y, gamma, constant=True)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("eigh called on the GPU path")
+
+    for name in ("eigh", "eigvalsh", "svd", "svdvals", "eig", "eigvals"):
+        monkeypatch.setattr(torch.linalg, name, refuse)
+    with spectral_method("cholesky"):
+        got = scores.relaxed_score(x, y, gamma, constant=True)
+    assert abs(float(got - ref)) < 1e-12 * abs(float(ref))
 
 
 def test_cholesky_path_repeated_eigenvalues_finite_gradients():

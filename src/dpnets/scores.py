@@ -41,8 +41,10 @@ Numerical choices
   factorisation instead (:func:`dpnets.linalg.torch_sym_chol`): no host synchronisation
   and a few kernels per step, the same values to round-off wherever no eigenvalue is near
   the cut-off (certified on the device), and the Tikhonov surrogate ``(C + floor I)^{-1}``
-  where one is. The relaxed score (operator norms: ``eigh``) and VAMP-1 (singular
-  values: ``svdvals``) still synchronise once per step on a GPU.
+  where one is. The relaxed score's operator norms come from repeated squaring there
+  (:func:`dpnets.linalg.max_eigval_by_squaring`, within ``1e-10`` relative of ``eigh``'s
+  whatever the gaps). VAMP-1 (singular
+  values: ``svdvals``) still synchronises once per step on a GPU.
 * ``ln C`` in the metric distortion uses eigenvalues clamped at ``rtol * max(1, lambda_max)``
   so that ``R`` stays finite and differentiable for (near-)singular ``C``; the quadratic
   part ``tr(C^2 - C)`` is computed exactly and still pushes small eigenvalues up.
@@ -65,6 +67,8 @@ from dpnets.linalg import (
     default_rtol,
     eigh_maps,
     max_eigval,
+    max_eigval_by_squaring,
+    max_eigval_maps,
     spectral_power,
     spectral_trace,
     torch_sym_chol,
@@ -349,12 +353,49 @@ def relaxed_score_from_covariances(
     """``S^gamma`` (Eq. 9) from covariance matrices; see :func:`relaxed_score`."""
     if rtol is None:
         rtol = default_rtol(cx.shape[0], cxy.dtype)
-    es = _eigs(cx, cy)
     tiny = torch.finfo(cxy.dtype).tiny
-    nx, ny = _pair(es, max_eigval)
+    if uses_cholesky(cxy):  # no eigh: no host synchronisation on a GPU
+        if cx.shape == cy.shape:
+            nx, ny = max_eigval_by_squaring(torch.stack([cx, cy]))
+        else:
+            nx, ny = max_eigval_by_squaring(cx), max_eigval_by_squaring(cy)
+        reg = _reg(_eigs(cx, cy, rtol), gamma, rtol) if gamma != 0.0 else 0.0
+    else:
+        es = _eigs(cx, cy)
+        nx, ny = _pair(es, max_eigval)
+        reg = _reg(es, gamma, rtol)
     denom = torch.clamp(nx * ny, min=tiny)
     score = (cxy.to(torch.float64) ** 2).sum() / denom
-    return (score - _reg(es, gamma, rtol)).to(cxy.dtype)
+    return (score - reg).to(cxy.dtype)
+
+
+def _gram_moments(c: Tensor, r: int, shared: bool) -> tuple[Tensor, Tensor]:
+    """``(A, B)`` in float64 from the covariance ``c`` of ``[X, Y]`` (of ``X`` when
+    ``shared``): ``A`` the symmetrised ``(2, r, r)`` stack ``[Cx, Cy]``, ``B = Cxy``."""
+    c64 = c.to(torch.float64)
+    if shared:
+        return (0.5 * (c64 + c64.T)).expand(2, r, r), c64
+    a = torch.stack([c64[:r, :r], c64[r:, r:]])
+    return 0.5 * (a + a.transpose(-1, -2)), c64[:r, r:]
+
+
+def _distortions(a: Tensor, logdet: Tensor) -> Tensor:
+    """``R(C) = tr(C^2 - C) - ln det_floor C`` of a batch, from its clamped log-determinants."""
+    return (a * a).sum((-1, -2)) - torch.diagonal(a, dim1=-2, dim2=-1).sum(-1) - logdet
+
+
+def _distortion_gradient(a: Tensor, dlog: Tensor, coef: float) -> Tensor:
+    """The gradient of ``- coef R(C)``: ``- coef (2C - I - C^+_floor)`` (batched)."""
+    return coef * (dlog - 2.0 * a + cached_eye(a.shape[-1], a.dtype, a.device))
+
+
+def _gram_gradient(gx: Tensor, gy: Tensor, half_gb: Tensor, shared: bool) -> Tensor:
+    """The gradient with respect to the covariance ``c`` of ``[X, Y]`` from those with
+    respect to ``Cx``, ``Cy`` and (twice ``half_gb``) ``Cxy``: the symmetric gradient,
+    ``half_gb`` in both off-diagonal blocks (``shared``: all three are ``c``)."""
+    if shared:
+        return gx + gy + 2.0 * half_gb
+    return torch.cat([torch.cat([gx, half_gb], 1), torch.cat([half_gb.T, gy], 1)])
 
 
 class _ProjectionFromGram(torch.autograd.Function):
@@ -375,14 +416,7 @@ class _ProjectionFromGram(torch.autograd.Function):
     def forward(  # noqa: D102
         ctx, c: Tensor, r: int, shared: bool, gamma: float, rtol: float, cholesky: bool
     ):
-        c64 = c.to(torch.float64)
-        if shared:
-            b = c64
-            a = (0.5 * (c64 + c64.T)).expand(2, r, r)
-        else:
-            b = c64[:r, r:]
-            a = torch.stack([c64[:r, :r], c64[r:, r:]])
-            a = 0.5 * (a + a.transpose(-1, -2))
+        a, b = _gram_moments(c, r, shared)
         if cholesky:
             inv, logdet, _, _ = cholesky_maps(a, rtol)
             dlog = inv
@@ -392,8 +426,7 @@ class _ProjectionFromGram(torch.autograd.Function):
         score = (axb * bay).sum()
         coef = gamma / (2 * r)
         if gamma != 0.0:
-            quadratic = (a * a).sum((-1, -2)) - torch.diagonal(a, dim1=-2, dim2=-1).sum(-1)
-            score = score - coef * (quadratic - logdet).sum()
+            score = score - coef * _distortions(a, logdet).sum()
         ctx.save_for_backward(a, inv, dlog, axb, bay)
         ctx.meta = (r, shared, coef, c.dtype)
         return score.to(c.dtype)
@@ -404,13 +437,61 @@ class _ProjectionFromGram(torch.autograd.Function):
         r, shared, coef, dtype = ctx.meta
         k = axb @ inv[1]  # Ax B Ay: dP/dB = 2K
         gx, gy = -(k @ axb.T), -(k.T @ bay)
-        if coef != 0.0:  # - coef (2C - I - C^{-1})
-            reg = coef * (dlog - 2.0 * a + cached_eye(r, a.dtype, a.device))
+        if coef != 0.0:
+            reg = _distortion_gradient(a, dlog, coef)
             gx, gy = gx + reg[0], gy + reg[1]
-        if shared:
-            grad = gx + gy + 2.0 * k
-        else:  # the symmetric gradient of c: K in both off-diagonal blocks
-            grad = torch.cat([torch.cat([gx, k], 1), torch.cat([k.T, gy], 1)])
+        grad = _gram_gradient(gx, gy, k, shared)
+        return (g.to(torch.float64) * grad).to(dtype), None, None, None, None, None
+
+
+class _RelaxedFromGram(torch.autograd.Function):
+    """``S^gamma`` from the covariance ``c`` of ``[X, Y]`` with a closed-form backward (as
+    :class:`_ProjectionFromGram`). ``cholesky``: the operator norms by repeated squaring
+    and the metric distortions by :func:`dpnets.linalg.cholesky_maps` (the GPU path, no
+    host synchronisation); otherwise by ``eigh``.
+
+    With ``B = Cxy``, ``f = ||B||_F^2``, ``nx``, ``ny`` the operator norms and ``Px``, ``Py``
+    their gradients (top eigenprojectors): ``dS/dB = 2B / (nx ny)``, ``dS/dCx = -f /
+    (nx^2 ny) Px``, ``dS/dCy = -f / (nx ny^2) Py`` (zero where ``nx ny`` is clamped at
+    ``tiny``).
+    """
+
+    @staticmethod
+    def forward(  # noqa: D102
+        ctx, c: Tensor, r: int, shared: bool, gamma: float, rtol: float, cholesky: bool
+    ):
+        a, b = _gram_moments(c, r, shared)
+        norms, proj = max_eigval_maps(a, squaring=cholesky)
+        prod = norms[0] * norms[1]
+        tiny = torch.finfo(c.dtype).tiny
+        denom = prod.clamp_min(tiny)
+        f = (b * b).sum()
+        score = f / denom
+        coef = gamma / (2 * r)
+        dlog = None
+        if gamma != 0.0:
+            if cholesky:
+                dlog, logdet, _, _ = cholesky_maps(a, rtol)
+            else:
+                _, logdet, dlog = eigh_maps(a, rtol)
+            score = score - coef * _distortions(a, logdet).sum()
+        # d(f / denom) / d norms, zero where clamped
+        dnorm = torch.where(prod > tiny, -f / (denom * denom), torch.zeros_like(f)) * norms.flip(0)
+        saved = (a, b, denom, dnorm, proj) + (() if dlog is None else (dlog,))
+        ctx.save_for_backward(*saved)
+        ctx.meta = (r, shared, coef, c.dtype)
+        return score.to(c.dtype)
+
+    @staticmethod
+    def backward(ctx, g: Tensor):  # noqa: D102
+        a, b, denom, dnorm, proj, *dlog = ctx.saved_tensors
+        r, shared, coef, dtype = ctx.meta
+        gxy = dnorm[:, None, None] * proj
+        gx, gy = gxy[0], gxy[1]
+        if dlog:
+            reg = _distortion_gradient(a, dlog[0], coef)
+            gx, gy = gx + reg[0], gy + reg[1]
+        grad = _gram_gradient(gx, gy, b / denom, shared)
         return (g.to(torch.float64) * grad).to(dtype), None, None, None, None, None
 
 
@@ -476,7 +557,10 @@ def relaxed_score(
 
     ``S^gamma = ||Cxy||_HS^2 / (||Cx|| ||Cy||) - gamma (R(Cx) + R(Cy)) / (2r)``, where the
     denominator holds operator norms. No matrix inversion: well conditioned by design.
-    Theorem 1: ``S^0 <= P^0``.
+    Theorem 1: ``S^0 <= P^0``. On a GPU (:func:`dpnets.linalg.spectral_method`) the
+    operator norms come from repeated squaring
+    (:func:`dpnets.linalg.max_eigval_by_squaring`; no host synchronisation), elsewhere
+    from ``eigh``: the same values to ``1e-10`` relative.
 
     When to prefer it over :func:`projection_score`: when the feature covariances are so
     ill-conditioned that the pseudo-inverses of ``P^gamma`` are unreliable (very large ``r``
@@ -497,6 +581,14 @@ def relaxed_score(
     constant : bool, default False
         Score the feature map ``[1, psi]`` (module docstring).
     """
+    _check_pair(x, y)
+    if weights is None and x.shape[1] == y.shape[1]:  # fused: one Gram, one function
+        r = x.shape[1] + int(constant)
+        with no_tf32(x.device):
+            c = _gram(x, y, _count(x), constant)
+        rtol = default_rtol(r, c.dtype)
+        chol = uses_cholesky(c)
+        return _RelaxedFromGram.apply(c, r, y is x, float(gamma), float(rtol), chol)
     if constant:
         x, y = with_constant(x), with_constant(y)
     cx, cy, cxy = covariances(x, y, weights=weights)
