@@ -42,7 +42,7 @@ EXPECTED: dict[str, list[str]] = {
     "scale_cpu.sh": [rf"\| cpu \| mlp \| dpnets DPNet \| 4 \| 64 \| {NUM} \|", r"wrote \S+cpu\.md"],
     "gpu_session.sh": [
         rf"\| cpu \| mlp \| deeptime VAMPNet \| 4 \| 64 \| {NUM} \|",
-        r"gpu_session: table exit 0, tests exit 0",
+        r"gpu_session: table exit 0, kernels exit 0, tests exit 0",
     ],
     "bench_data_paths.py": [
         r"\| arrays \(one trajectory\) \| [0-9.]+ \| 1\.00 \|",
@@ -57,6 +57,13 @@ EXPECTED: dict[str, list[str]] = {
         r"deeptime VAMPNet raw",
     ],
     "bench_schnet.py": [rf"cpu:\s+{NUM} s/epoch\s+{NUM} pairs/s"],
+    "bench_kernels.py": [
+        r"\| device \| objective \| r \| method \| aten ops \| kernels \| syncs \| ms \|",
+        *[
+            rf"\| cpu \| {name} \| 4 \| cholesky \| \d+ \| - \| - \| {NUM} \|"
+            for name in ("projection", "relaxed", "vamp1", "vamp2", "consistency", "generator")
+        ],
+    ],
     "bench_standardize_auto.py": [
         r"\| auto \| 0 \| [0-9.]+ \| [0-9.]+ \|",
         r"\| coordinate \| 0 \| [0-9.]+ \| [0-9.]+ \|",
