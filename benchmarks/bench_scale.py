@@ -60,7 +60,12 @@ Usage::
     python benchmarks/bench_scale.py [--devices cpu,cuda] [--models mlp,schnet] [--r 8,64]
         [--batch 8192] [--schnet-batch N] [--steps 20] [--warmup 3] [--threads N]
         [--fit-epochs 3] [--fit-batches 8] [--clock wall|cpu] [--no-peer]
-        [--out FILE.md|auto [--append]] [--smoke]
+        [--out FILE.md|auto [--append]] [--cuda-graph] [--smoke]
+
+``--cuda-graph`` (CUDA devices, MLP): instead of the table, the training step captured whole
+in a CUDA graph (PyTorch's whole-network capture, with a capturable fused Adam: possible
+because the step reads nothing on the host), against the eager bare step and the bare step
+in a CUDA graph, in one loop; a capture that fails is reported and skipped.
 
 ``--out auto`` writes ``benchmarks/results/scale/cpu.md`` (CPU devices) or ``gpu.md``
 (CUDA). ``--smoke``: tiny sizes (a few seconds, for ``tests/test_benchmarks.py``); an
@@ -285,8 +290,10 @@ HEADER = [
     "fit / bare pairs/s",
 ]
 
-#: The trainers of the rows.
+#: The trainers of the rows (``GRAPHED``: ``--cuda-graph``, the score column holding the
+#: graphed bare step).
 OURS, PEER = "dpnets DPNet", "deeptime VAMPNet"
+GRAPHED = "dpnets step in a CUDA graph"
 
 
 @dataclass
@@ -437,6 +444,84 @@ def bench_fit(
     return statistics.median(np.diff(stamps).tolist())
 
 
+def _graphed(body: Callable[[bool], None], opt: torch.optim.Optimizer) -> Callable[[], None]:
+    """``body`` captured in a CUDA graph (PyTorch's whole-network capture: warm-up on a side
+    stream, the gradients set to None before the capture so that backward allocates them
+    from the graph's pool); ``body(zero)`` runs one step, ``zero``: zero the gradients
+    first. Returns the replay."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            body(True)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    opt.zero_grad(set_to_none=True)
+    with torch.cuda.graph(graph):
+        body(False)
+    return graph.replay
+
+
+def bench_graphed(
+    model: Model, r: int, batch: int, device: torch.device, steps: int, warmup: int
+) -> Timings:
+    """The training step of :func:`bench_steps` captured whole in a CUDA graph (forward,
+    score, backward and a capturable fused Adam; possible because the step never reads the
+    device on the host), timed against the eager bare step in the same loop. The row's
+    score column: the graphed bare step (so ``step / score`` is graphed against graphed)."""
+    torch.manual_seed(0)
+    enc = model.build(r).to(device)
+    enc_bare = copy.deepcopy(enc)
+    enc_bare_graphed = copy.deepcopy(enc)
+    xs, ys = model.pairs(batch, seed=1)
+    x = torch.as_tensor(xs, device=device)
+    y = torch.as_tensor(ys, device=device)
+    loss_fn = make_loss(SCORE, GAMMA, constant=CONSTANT)
+    capturable = {"capturable": True}
+    opt = make_optimizer("adam", enc.parameters(), LR, capturable)
+    opt_bare = make_optimizer("adam", enc_bare.parameters(), LR)
+    opt_bare_graphed = make_optimizer("adam", enc_bare_graphed.parameters(), LR, capturable)
+
+    def step(zero: bool) -> None:
+        if zero:
+            opt.zero_grad(set_to_none=True)
+        f = enc(torch.cat([x, y]))
+        loss_fn(f[:batch], f[batch:]).backward()
+        opt.step()
+
+    def bare_graphed(zero: bool) -> None:
+        if zero:
+            opt_bare_graphed.zero_grad(set_to_none=True)
+        enc_bare_graphed(torch.cat([x, y])).sum().backward()
+        opt_bare_graphed.step()
+
+    def bare() -> None:
+        opt_bare.zero_grad(set_to_none=True)
+        enc_bare(torch.cat([x, y])).sum().backward()
+        opt_bare.step()
+
+    timed = {
+        "step": _graphed(step, opt),
+        "bare": bare,
+        "graphed bare": _graphed(bare_graphed, opt_bare_graphed),
+    }
+    for _ in range(warmup):
+        for fn in timed.values():
+            fn()
+    t: dict[str, list[float]] = {name: [] for name in timed}
+    order = list(timed)
+    for k in range(steps):
+        for name in order if k % 2 == 0 else order[::-1]:
+            t[name].append(_timed(timed[name], device))
+    med = statistics.median
+    return Timings(
+        med(t["step"]),
+        med(t["bare"]),
+        med(t["graphed bare"]),
+        med([a / b for a, b in zip(t["step"], t["bare"], strict=True)]),
+    )
+
+
 # ------------------------------------------------------------------------------ report
 
 
@@ -485,6 +570,12 @@ def checks(rows: list[Row], batch: int) -> list[str]:
             mine = ours.get((row.device, row.model, row.r))
             vs = f"; DPNet's step takes {mine.step / row.step:.2f}x its time" if mine else ""
             out.append(f"- {where}: deeptime VAMPNet step / bare = {row.ratio:.3f}{vs}")
+            continue
+        if row.trainer == GRAPHED:
+            out.append(
+                f"- {where}: the step in a CUDA graph / the eager bare step = {row.ratio:.3f}; "
+                f"/ the bare step in a CUDA graph = {row.step / row.score:.3f}"
+            )
             continue
         limit = None
         if row.model == "schnet":
@@ -545,6 +636,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="write the markdown table here; 'auto': benchmarks/results/scale/cpu.md or gpu.md",
     )
     p.add_argument("--append", action="store_true", help="append to --out, not overwrite")
+    p.add_argument(
+        "--cuda-graph",
+        action="store_true",
+        help="instead of the table: the MLP step captured in a CUDA graph (CUDA devices)",
+    )
     p.add_argument("--smoke", action="store_true", help="tiny sizes, a few seconds")
     a = p.parse_args(argv)
     if a.smoke:
@@ -609,6 +705,21 @@ def main(argv: list[str] | None = None) -> None:
             if model.name == "schnet":
                 batch = a.schnet_batch or (1024 if device.type == "cuda" else 64)
             for r in rs:
+                if a.cuda_graph:
+                    if device.type != "cuda" or model.name != "mlp":
+                        continue
+                    try:
+                        t = bench_graphed(model, r, batch, device, a.steps, a.warmup)
+                    except Exception as err:  # a measurement: report and go on
+                        print(f"CUDA graph, r = {r}: {type(err).__name__}: {err}", flush=True)
+                        continue
+                    row = Row(
+                        str(device), model.name, GRAPHED, r, batch, t.step, t.bare, t.ratio,
+                        t.score, None, 0,
+                    )  # fmt: skip
+                    print("| " + " | ".join(row.cells()) + " |", flush=True)
+                    rows.append(row)
+                    continue
                 with_peer = peer and model.name == "mlp"
                 t = bench_steps(model, r, batch, device, a.steps, a.warmup, with_peer)
                 with warnings.catch_warnings():

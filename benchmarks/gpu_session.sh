@@ -3,12 +3,13 @@
 # machine, repository root; about 2-4 min on an H100):
 #   1. the scale table on CUDA (bench_scale.py: MLP and SchNet at r in {8, 64}, with
 #      deeptime's VAMPNet row next to the MLP ones) -> $OUT/gpu.md, $OUT/scale.log;
-#   2. the score's cost per objective and decomposition (bench_kernels.py: aten ops, CUDA
+#   2. the MLP step captured in a CUDA graph (bench_scale.py --cuda-graph) -> $OUT/graph.md;
+#   3. the score's cost per objective and decomposition (bench_kernels.py: aten ops, CUDA
 #      kernel launches, whether it synchronises, time) -> $OUT/kernels.md, to tighten the
 #      bounds of tests/test_step_kernels.py;
-#   3. the CUDA tests, those of tests/test_cuda.py tests/test_step_kernels.py that exist
+#   4. the CUDA tests, those of tests/test_cuda.py tests/test_step_kernels.py that exist
 #      -> $OUT/cuda_tests.log;
-#   4. $OUT/env.txt: GPU, driver, torch, deeptime.
+#   5. $OUT/env.txt: GPU, driver, torch, deeptime.
 # deeptime: the device image lacks it. Wheels in .whl/ (git-ignored, named in the run's carry)
 # are installed first into /tmp/site without an index; the wheel, fetched where pip works:
 #   echo /.whl/ >> .git/info/exclude
@@ -70,6 +71,12 @@ name="gpu.md"
     | tee "$out/scale.log"
 rc_table=${PIPESTATUS[0]}
 
+# the same MLP step captured whole in a CUDA graph (a separate process: a failed capture
+# cannot spoil the table above); on the CPU it has no rows and says so
+"$py" benchmarks/bench_scale.py --devices "$devices" --models mlp "${smoke[@]}" --cuda-graph \
+    --no-peer --fit-epochs 0 --out "$out/graph.md" 2>&1 | tee "$out/graph.log"
+rc_graph=${PIPESTATUS[0]}
+
 # the score's cost per objective: aten ops, CUDA kernel launches, syncs, time
 kernel_args=(--devices "$devices")
 [[ ${#smoke[@]} -gt 0 ]] && kernel_args=(--smoke)
@@ -87,5 +94,6 @@ if [[ ${#tests[@]} -gt 0 ]]; then
     rc_tests=${PIPESTATUS[0]}
     [[ $rc_tests -eq 5 ]] && rc_tests=0  # no tests collected
 fi
-echo "gpu_session: table exit $rc_table, kernels exit $rc_kernels, tests exit $rc_tests; files in $out"
-[[ $rc_table -eq 0 && $rc_kernels -eq 0 && $rc_tests -eq 0 ]]
+echo "gpu_session: table exit $rc_table, graph exit $rc_graph, kernels exit $rc_kernels," \
+    "tests exit $rc_tests; files in $out"
+[[ $rc_table -eq 0 && $rc_graph -eq 0 && $rc_kernels -eq 0 && $rc_tests -eq 0 ]]

@@ -42,7 +42,7 @@ EXPECTED: dict[str, list[str]] = {
     "scale_cpu.sh": [rf"\| cpu \| mlp \| dpnets DPNet \| 4 \| 64 \| {NUM} \|", r"wrote \S+cpu\.md"],
     "gpu_session.sh": [
         rf"\| cpu \| mlp \| deeptime VAMPNet \| 4 \| 64 \| {NUM} \|",
-        r"gpu_session: table exit 0, kernels exit 0, tests exit 0",
+        r"gpu_session: table exit 0, graph exit 0, kernels exit 0, tests exit 0",
     ],
     "bench_data_paths.py": [
         r"\| arrays \(one trajectory\) \| [0-9.]+ \| 1\.00 \|",
