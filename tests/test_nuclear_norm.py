@@ -248,3 +248,29 @@ def test_vamp1_cholesky_op_count(r):
             scores.vamp_score(x, y, p=1, gamma=0.1, constant=True).backward()
 
     assert _top_level_aten_ops(step) <= VAMP1_CHOLESKY_OPS
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_vamp1_on_cuda_reads_nothing_on_the_host():
+    """VAMP-1's forward + backward on CUDA (the default ``"auto"``: Cholesky, QDWH) under
+    ``set_sync_debug_mode("error")`` (which catches synchronising copies and stream
+    synchronisations made through torch, not those inside cuSOLVER), and its value equals
+    the CPU's (eigh, svdvals) to 1e-10 in float64."""
+    x, y = _pair_data(2000, 16, 16)
+    xc, yc = x.cuda().requires_grad_(), y.cuda()
+
+    def step():
+        s = scores.vamp_score(xc, yc, p=1, gamma=0.1, constant=True)
+        s.backward()
+        return s
+
+    step()  # warm up: handles, workspaces, the cached identity
+    torch.cuda.synchronize()
+    old = torch.cuda.get_sync_debug_mode()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        s = step()
+    finally:
+        torch.cuda.set_sync_debug_mode(old)
+    ref = scores.vamp_score(x, y, p=1, gamma=0.1, constant=True)
+    assert abs(float(s) - float(ref)) < 1e-10 * abs(float(ref))
