@@ -646,8 +646,9 @@ _TINY64 = float(np.finfo(np.float64).tiny)
 @functools.lru_cache(maxsize=8)
 def _qdwh_weights(l0: float) -> tuple[tuple[float, float, float], ...]:
     """The dynamically weighted Halley weights ``(a_k, b_k, c_k)`` of QDWH for singular
-    values in ``[l0, 1]`` (Nakatsukasa, Bai & Gygi 2010, Eq. 3.9-3.10), until the lower
-    bound ``l_k`` of the iterate's singular values is within ``10 eps`` of 1.
+    values in ``[l0, 1]`` (Nakatsukasa, Bai & Gygi 2010, "Optimizing Halley's iteration
+    for computing the matrix polar decomposition"), until the lower bound ``l_k`` of the
+    iterate's singular values is within ``10 eps`` of 1.
 
     ``l0 = 1e-16`` gives six iterations: two QR, four Cholesky (``c_k = 3.4e21, 6.0e6, 81,
     3.8, 3.0, 3.0``).
