@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 from collections.abc import Iterator
 from typing import NamedTuple
 
@@ -47,6 +48,9 @@ __all__ = [
     "SPECTRAL_METHODS",
     "spectral_method",
     "uses_cholesky",
+    "QDWH_L0",
+    "polar_factor",
+    "nuclear_norm",
     "eig_biorthogonal",
 ]
 
@@ -705,3 +709,161 @@ def torch_sym_chol(a: torch.Tensor, rtol: float) -> SymChol:
         w.reshape(a64.shape),
         exact.reshape(batch),
     )
+
+
+# --------------------------------------------- torch, nuclear norm without an SVD (GPU)
+#
+# ``torch.linalg.svdvals`` (like ``eigh``) checks its cuSOLVER status on the host. The
+# nuclear norm ``||K||_* = max_{||U||_2 <= 1} tr(U^T K)`` is attained at the orthogonal polar
+# factor of ``K``, which QDWH computes with QR and Cholesky factorisations only: on CUDA
+# ``linalg_qr`` (cuSOLVER/cuBLAS ``geqrf`` + ``orgqr``), ``cholesky_ex`` and
+# ``solve_triangular`` leave their status on the device, and the iteration's weights and
+# count are fixed in advance (a lower bound of the singular values chosen once, not
+# estimated), so nothing is read on the host.
+
+#: QDWH's lower bound of ``sigma_min(K) / alpha``, ``alpha = sqrt(m n) max_ij |K_ij|``
+#: (:func:`polar_factor`): smaller singular values do not converge, each contributing at
+#: most itself (``< QDWH_L0 * alpha``) to the error of :func:`nuclear_norm`
+QDWH_L0 = 1e-16
+
+#: QDWH iterations with ``c`` above this use the QR form, below it the Cholesky form
+#: (``I + c X^T X`` is then well conditioned: condition number ``<= 1 + c``)
+_QDWH_CHOLESKY_BELOW = 100.0
+
+_EPS64 = float(np.finfo(np.float64).eps)
+_TINY64 = float(np.finfo(np.float64).tiny)
+
+
+@functools.lru_cache(maxsize=8)
+def _qdwh_weights(l0: float) -> tuple[tuple[float, float, float], ...]:
+    """The dynamically weighted Halley weights ``(a_k, b_k, c_k)`` of QDWH for singular
+    values in ``[l0, 1]`` (Nakatsukasa, Bai & Gygi 2010, "Optimizing Halley's iteration
+    for computing the matrix polar decomposition"), until the lower bound ``l_k`` of the
+    iterate's singular values is within ``10 eps`` of 1.
+
+    ``l0 = 1e-16`` gives six iterations: two QR, four Cholesky (``c_k = 3.4e21, 6.0e6, 81,
+    3.8, 3.0, 3.0``).
+    """
+    weights = []
+    low = l0
+    while 1.0 - low > 10.0 * _EPS64:
+        dd = (4.0 * (1.0 - low * low) / low**4) ** (1.0 / 3.0)
+        sqd = float(np.sqrt(1.0 + dd))
+        a = sqd + 0.5 * float(np.sqrt(8.0 - 4.0 * dd + 8.0 * (2.0 - low * low) / (low * low * sqd)))
+        b = (a - 1.0) ** 2 / 4.0
+        c = a + b - 1.0
+        weights.append((a, b, c))
+        low = min(1.0, low * (a + b * low * low) / (1.0 + c * low * low))
+    return tuple(weights)
+
+
+def _qdwh(k: torch.Tensor) -> torch.Tensor:
+    """The polar factor of float64 ``k`` of shape (m, n) or (b, m, n), ``m >= n``, by QDWH."""
+    m, n = k.shape[-2:]
+    eye = cached_eye(n, k.dtype, k.device)
+    mm = torch.addmm if k.ndim == 2 else torch.baddbmm  # beta * input + alpha * A @ B
+    # X0 = pre * x with x = K / max|K_ij|, pre = 1 / sqrt(m n): ||X0||_2 <= ||X0||_F <= 1
+    # (no squares of K's entries: neither overflow nor underflow)
+    amax = torch.linalg.vector_norm(k, ord=float("inf"), dim=(-2, -1), keepdim=True)
+    x = k / amax.clamp_min(_TINY64)
+    pre = 1.0 / float(np.sqrt(m * n))
+    for a, b, c in _qdwh_weights(QDWH_L0):
+        if c > _QDWH_CHOLESKY_BELOW:
+            # [sqrt(c) X; I] = [Q1; Q2] R:  X (I + c X^T X)^{-1} = Q1 Q2^T / sqrt(c)
+            s = float(np.sqrt(c))
+            q, _ = torch.linalg.qr(torch.cat([(s * pre) * x, eye.expand(*x.shape[:-2], n, n)], -2))
+            q1, q2t = q[..., :m, :], q[..., m:, :].transpose(-1, -2)
+            x = mm(x, q1, q2t, beta=pre * b / c, alpha=(a - b / c) / s)
+        else:
+            # I + c X^T X = W W^T:  X (I + c X^T X)^{-1} = X W^{-T} W^{-1}
+            w, _ = torch.linalg.cholesky_ex(mm(eye, x.transpose(-1, -2), x, alpha=c * pre**2))
+            t = torch.linalg.solve_triangular(w.transpose(-1, -2), x, upper=True, left=False)
+            t = torch.linalg.solve_triangular(w, t, upper=False, left=False)
+            x = torch.add(x * (pre * b / c), t, alpha=pre * (a - b / c))
+        pre = 1.0
+    return x
+
+
+def _polar(k64: torch.Tensor) -> torch.Tensor:
+    """:func:`polar_factor` of float64 ``k64`` without the checks and the detach."""
+    shape = k64.shape
+    if k64.ndim > 3:
+        k64 = k64.reshape(-1, *shape[-2:])
+    if shape[-2] < shape[-1]:
+        u = _qdwh(k64.transpose(-1, -2)).transpose(-1, -2)
+    else:
+        u = _qdwh(k64)
+    return u.reshape(shape) if len(shape) > 3 else u
+
+
+def polar_factor(k: torch.Tensor) -> torch.Tensor:
+    """The orthogonal polar factor ``U`` of ``k`` (``k = U H``, ``H`` symmetric PSD), by
+    QDWH, without an SVD or eigendecomposition and without host synchronisation.
+
+    QDWH (Nakatsukasa, Bai & Gygi, SIAM J. Matrix Anal. Appl. 31, 2010; Nakatsukasa &
+    Higham, SIAM J. Matrix Anal. Appl. 33, 2012 and SIAM J. Sci. Comput. 35, 2013) with a
+    *fixed* lower bound ``QDWH_L0 = 1e-16`` of ``sigma_min(X0)`` for ``X0 = K / alpha``,
+    ``alpha = sqrt(m n) max_ij |K_ij| >= ||K||_F`` (no squares: no overflow or underflow):
+    the weights and the number of iterations (six) are Python numbers computed once; the
+    first two iterations use QR factorisations of ``[sqrt(c) X; I]``, the others
+    (``c <= 100``) ``cholesky_ex`` and triangular solves. Singular values
+    ``>= QDWH_L0 alpha`` converge to 1 (to round-off); smaller ones become some value in
+    ``[0, 1]`` (0 for exact zeros), so ``U`` is the polar factor on the numerical range of
+    ``k`` (a partial isometry where ``k`` is singular).
+
+    Parameters
+    ----------
+    k : Tensor of shape (..., m, n)
+        Computed in float64, returned in ``k``'s dtype; not differentiable (detached).
+
+    Returns
+    -------
+    Tensor of shape (..., m, n)
+    """
+    if k.ndim < 2:
+        raise ValueError(f"expected matrices, got shape {tuple(k.shape)}")
+    return _polar(k.detach().to(torch.float64)).to(k.dtype)
+
+
+class _NuclearNorm(torch.autograd.Function):
+    """``||K||_* = tr(U^T K)`` with ``U`` the polar factor; backward ``g U``."""
+
+    @staticmethod
+    def forward(ctx, k: torch.Tensor):  # noqa: D102
+        k64 = k if k.dtype == torch.float64 else k.to(torch.float64)
+        u = _polar(k64)
+        value = (u * k64).sum((-2, -1))
+        if k.dtype != torch.float64:
+            u, value = u.to(k.dtype), value.to(k.dtype)
+        ctx.save_for_backward(u)
+        return value
+
+    @staticmethod
+    def backward(ctx, g):  # noqa: D102
+        (u,) = ctx.saved_tensors
+        return g[..., None, None] * u
+
+
+def nuclear_norm(k: torch.Tensor) -> torch.Tensor:
+    """The nuclear norm ``||k||_*`` (sum of the singular values) of a (batch of) matrices,
+    without an SVD and without host synchronisation on a GPU.
+
+    ``||K||_* = tr(U^T K)`` with ``U`` the polar factor of :func:`polar_factor` (QDWH). The
+    error against ``torch.linalg.svdvals(k).sum(-1)``: round-off (tested: 1e-10 relative in
+    float64, also for rank-deficient, clustered and graded spectra) plus at most
+    ``sigma_i`` for each singular value below ``QDWH_L0 alpha`` (``alpha = sqrt(m n)
+    max_ij |K_ij| <= sqrt(m n) ||K||_2``: ``2.6e-14 ||K||_2`` for ``256 x 256``).
+    The gradient is ``U``, which equals ``svdvals``' ``U_svd V_svd^T`` wherever the
+    singular values are nonzero (a subgradient where ``k`` is singular; 0 for ``k = 0``).
+
+    Parameters
+    ----------
+    k : Tensor of shape (..., m, n)
+
+    Returns
+    -------
+    Tensor of shape (...), in ``k``'s dtype
+    """
+    if k.ndim < 2:
+        raise ValueError(f"expected matrices, got shape {tuple(k.shape)}")
+    return _NuclearNorm.apply(k)

@@ -41,10 +41,11 @@ Numerical choices
   factorisation instead (:func:`dpnets.linalg.torch_sym_chol`): no host synchronisation
   and a few kernels per step, the same values to round-off wherever no eigenvalue is near
   the cut-off (certified on the device), and the Tikhonov surrogate ``(C + floor I)^{-1}``
-  where one is. The relaxed score's operator norms come from repeated squaring there
-  (:func:`dpnets.linalg.max_eigval_by_squaring`, within ``1e-10`` relative of ``eigh``'s
-  whatever the gaps). VAMP-1 (singular
-  values: ``svdvals``) still synchronises once per step on a GPU.
+  where one is. No step synchronises there: the relaxed score's operator norms come
+  from repeated squaring (:func:`dpnets.linalg.max_eigval_by_squaring`, within ``1e-10``
+  relative of ``eigh``'s whatever the gaps) and VAMP-1's nuclear norm is ``tr(U^T K)``
+  with ``U`` the polar factor by QDWH (:func:`dpnets.linalg.nuclear_norm`: QR and
+  Cholesky, no ``svdvals``).
 * ``ln C`` in the metric distortion uses eigenvalues clamped at ``rtol * max(1, lambda_max)``
   so that ``R`` stays finite and differentiable for (near-)singular ``C``; the quadratic
   part ``tr(C^2 - C)`` is computed exactly and still pushes small eigenvalues up.
@@ -69,6 +70,7 @@ from dpnets.linalg import (
     max_eigval,
     max_eigval_by_squaring,
     max_eigval_maps,
+    nuclear_norm,
     spectral_power,
     spectral_trace,
     torch_sym_chol,
@@ -653,7 +655,8 @@ def vamp_score(
         # whitened K (Cx^{+/2} or, by Cholesky, L_x^{-1}: the same singular values)
         wx, wy = _pair(_eigs(cx, cy, rtol), lambda e: _whiten(e, rtol))
         k = wx @ cxy.to(torch.float64) @ wy.transpose(-1, -2)
-        core = torch.linalg.svdvals(k).sum()
+        # on a GPU without svdvals (a host synchronisation): QDWH's polar factor
+        core = nuclear_norm(k) if uses_cholesky(k) else torch.linalg.svdvals(k).sum()
     score = 1.0 + core
     if gamma != 0.0:
         if constant:
