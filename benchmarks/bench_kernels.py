@@ -22,7 +22,11 @@ The counts are deterministic; the times are for orientation (no assertion anywhe
 from __future__ import annotations
 
 import argparse
+import datetime
+import os
+import platform
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -115,8 +119,16 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(0)
     devices = [d for d in args.devices.split(",") if d != "cuda" or torch.cuda.is_available()]
     head = "| device | objective | r | method | aten ops | kernels | syncs | ms |"
+    where = (
+        torch.cuda.get_device_name()
+        if any(d.startswith("cuda") for d in devices)
+        else f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
+    )
     lines = [
-        f"torch {torch.__version__}; batch {args.batch}, float32 features, gamma {GAMMA}, "
+        f"- command: `python benchmarks/bench_kernels.py {' '.join(argv or sys.argv[1:])}`",
+        f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; "
+        f"machine: {where}; torch threads: {torch.get_num_threads()}",
+        f"- torch {torch.__version__}; batch {args.batch}, float32 features, gamma {GAMMA}, "
         "the constant; forward + backward",
         "",
         head,
