@@ -2,6 +2,7 @@
 
 import numpy as np
 import torch
+from torch.profiler import ProfilerActivity, profile
 
 from dpnets import DPNet, Generator, TransferOperator
 from dpnets.baselines import (
@@ -47,3 +48,21 @@ ESTIMATORS = {
         MLP(1, (8,), 2), MLP(2, (8,), 1), epochs=2, seed=1, progress=False
     ),
 }
+
+
+def top_level_aten_ops(fn) -> int:
+    """The aten operations ``fn()`` calls from Python or the autograd engine: the profiler's
+    aten events without an aten event above them (a deterministic count, after one warm-up
+    call for lazy initialisation and cached constants)."""
+    fn()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn()
+    count = 0
+    for e in prof.events():
+        if not e.name.startswith("aten::"):
+            continue
+        parent = e.cpu_parent
+        while parent is not None and not parent.name.startswith("aten::"):
+            parent = parent.cpu_parent
+        count += parent is None
+    return count

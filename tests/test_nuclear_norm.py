@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch.profiler import ProfilerActivity, profile
+from helpers import top_level_aten_ops
 
 from dpnets import scores
 from dpnets.linalg import QDWH_L0, nuclear_norm, polar_factor, spectral_method
@@ -223,23 +223,6 @@ def test_cpu_default_keeps_svdvals(monkeypatch):
     assert calls == [1]
 
 
-def _top_level_aten_ops(fn) -> int:
-    """The aten operations ``fn()`` calls from Python or the autograd engine (as in
-    tests/test_step_kernels.py)."""
-    fn()  # warm up (lazy initialisation, cached constants)
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        fn()
-    count = 0
-    for e in prof.events():
-        if not e.name.startswith("aten::"):
-            continue
-        parent = e.cpu_parent
-        while parent is not None and not parent.name.startswith("aten::"):
-            parent = parent.cpu_parent
-        count += parent is None
-    return count
-
-
 @pytest.mark.parametrize("r", [8, 64])
 def test_vamp1_cholesky_op_count(r):
     x, y = _pair_data(2000, r, r)
@@ -250,7 +233,7 @@ def test_vamp1_cholesky_op_count(r):
         with spectral_method("cholesky"):
             scores.vamp_score(x, y, p=1, gamma=0.1, constant=True).backward()
 
-    assert _top_level_aten_ops(step) <= VAMP1_CHOLESKY_OPS
+    assert top_level_aten_ops(step) <= VAMP1_CHOLESKY_OPS
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

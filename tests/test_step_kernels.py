@@ -19,6 +19,7 @@ import contextlib
 import numpy as np
 import pytest
 import torch
+from helpers import top_level_aten_ops
 from torch.profiler import ProfilerActivity, profile
 
 import dpnets.data
@@ -62,22 +63,6 @@ def _fwd_bwd(loss, x: torch.Tensor, y: torch.Tensor) -> None:
     x = x.detach().requires_grad_()
     y = y.detach().requires_grad_()
     loss(x, y).backward()
-
-
-def top_level_aten_ops(fn) -> int:
-    """The aten operations ``fn()`` calls from Python or the autograd engine."""
-    fn()  # warm up (lazy initialisation, cached constants)
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        fn()
-    count = 0
-    for e in prof.events():
-        if not e.name.startswith("aten::"):
-            continue
-        parent = e.cpu_parent
-        while parent is not None and not parent.name.startswith("aten::"):
-            parent = parent.cpu_parent
-        count += parent is None
-    return count
 
 
 @pytest.mark.parametrize("method", ["cholesky", "eigh"])
