@@ -345,3 +345,42 @@ def test_fused_projection_score_equals_the_unfused_formulas(case, dtype):
         torch.testing.assert_close(xa.grad, xb.grad, **gtol)
         if case != "shared":
             torch.testing.assert_close(ya.grad, yb.grad, **gtol)
+
+
+@pytest.mark.parametrize("method", ["eigh", "cholesky"])
+@pytest.mark.parametrize("case", ["random", "rank-deficient", "shared"])
+def test_fused_vamp_penalty_equals_the_unfused_formulas(method, case):
+    """The VAMP scores' metric distortion penalty from one Gram matrix (one autograd
+    function) against the covariances and the generic spectral maps, cut-offs active
+    included: float64 values to 1e-12 and gradients to 1e-10."""
+    from dpnets.linalg import spectral_method
+
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(400, 5, generator=g, dtype=F64) + 0.3
+    if case == "rank-deficient":
+        x = torch.cat([x[:, :3], x[:, :2] @ torch.randn(2, 2, generator=g, dtype=F64)], 1)
+    y = x if case == "shared" else 0.6 * x + torch.randn(400, 5, generator=g, dtype=F64)
+
+    def fused(a, b, p):
+        return scores.vamp_score(a, b, p, 0.3, constant=True)
+
+    def unfused(a, b, p):
+        core = scores.vamp_score(a, b, p, 0.0)
+        ua, ub, _ = scores.covariances(scores.with_constant(a), scores.with_constant(b))
+        rtol = scores.default_rtol(a.shape[1], a.dtype)
+        return core - scores._reg(scores._eigs(ua, ub, rtol), 0.3, rtol)
+
+    for p in (1, 2):
+        out = []
+        for fn in (fused, unfused):
+            a = x.clone().requires_grad_()
+            b = a if case == "shared" else y.clone().requires_grad_()
+            with spectral_method(method):
+                value = fn(a, b, p)
+            value.backward()
+            out.append((float(value), a.grad, None if b is a else b.grad))
+        (v1, ga1, gb1), (v0, ga0, gb0) = out
+        assert abs(v1 - v0) < 1e-12 * max(1.0, abs(v0)), (p, v1, v0)
+        torch.testing.assert_close(ga1, ga0, rtol=1e-10, atol=1e-12)
+        if gb0 is not None:
+            torch.testing.assert_close(gb1, gb0, rtol=1e-10, atol=1e-12)

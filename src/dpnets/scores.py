@@ -446,6 +446,35 @@ class _ProjectionFromGram(torch.autograd.Function):
         return (g.to(torch.float64) * grad).to(dtype), None, None, None, None, None
 
 
+class _DistortionsFromGram(torch.autograd.Function):
+    """The penalty ``coef (R(Cx) + R(Cy))`` from the covariance ``c`` of ``[X, Y]`` with a
+    closed-form backward (as :class:`_ProjectionFromGram`, whose penalty it is): the
+    metric distortions of the VAMP scores (:func:`vamp_score`), whose core is of the
+    centred features. ``cholesky``: :func:`dpnets.linalg.cholesky_maps`, else
+    :func:`dpnets.linalg.eigh_maps`."""
+
+    @staticmethod
+    def forward(  # noqa: D102
+        ctx, c: Tensor, r: int, shared: bool, coef: float, rtol: float, cholesky: bool
+    ):
+        a, _ = _gram_moments(c, r, shared)
+        if cholesky:
+            dlog, logdet, _, _ = cholesky_maps(a, rtol)
+        else:
+            _, logdet, dlog = eigh_maps(a, rtol)
+        ctx.save_for_backward(a, dlog)
+        ctx.meta = (r, shared, coef, c.dtype)
+        return (coef * _distortions(a, logdet).sum()).to(c.dtype)
+
+    @staticmethod
+    def backward(ctx, g: Tensor):  # noqa: D102
+        a, dlog = ctx.saved_tensors
+        r, shared, coef, dtype = ctx.meta
+        grad = -_distortion_gradient(a, dlog, coef)  # of + coef R
+        grad = _gram_gradient(grad[0], grad[1], torch.zeros_like(a[0]), shared)
+        return (g.to(torch.float64) * grad).to(dtype), None, None, None, None, None
+
+
 class _RelaxedFromGram(torch.autograd.Function):
     """``S^gamma`` from the covariance ``c`` of ``[X, Y]`` with a closed-form backward (as
     :class:`_ProjectionFromGram`). ``cholesky``: the operator norms by repeated squaring
@@ -658,7 +687,15 @@ def vamp_score(
         # on a GPU without svdvals (a host synchronisation): QDWH's polar factor
         core = nuclear_norm(k) if uses_cholesky(k) else torch.linalg.svdvals(k).sum()
     score = 1.0 + core
-    if gamma != 0.0:
+    if gamma != 0.0 and weights is None and x.shape[1] == y.shape[1]:  # fused penalty
+        d = x.shape[1] + int(constant)
+        with no_tf32(x.device):
+            c = _gram(x, y, _count(x), constant)
+        chol = uses_cholesky(c)
+        coef = gamma / (2 * d)
+        penalty = _DistortionsFromGram.apply(c, d, y is x, coef, float(rtol), chol)
+        score = score - penalty.to(torch.float64)
+    elif gamma != 0.0:
         if constant:
             x, y = with_constant(x), with_constant(y)
         ux, uy, _ = covariances(x, y, weights=weights)
