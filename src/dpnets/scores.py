@@ -207,13 +207,14 @@ class _SymGram(torch.autograd.Function):
 def _gram(x: Tensor, y: Tensor, count: Tensor | int, constant: bool = False) -> Tensor:
     """The covariance (Gram matrix over the count) of ``[X, Y]`` (of ``X`` when ``y is
     x``), with a column of ones before each block when ``constant``: one concatenation,
-    one GEMM (:class:`_SymGram`), one division."""
+    one GEMM (:class:`_SymGram`, without TF32), one division."""
     parts = [x] if y is x else [x, y]
     if constant:
         one = torch.ones_like(x[:, :1])
         parts = [t for p in parts for t in (one, p)]
     z = parts[0] if len(parts) == 1 else torch.cat(parts, 1)
-    gram, total = _global_sums(_SymGram.apply(z), count=count)
+    with no_tf32(z.device):
+        gram, total = _global_sums(_SymGram.apply(z), count=count)
     return gram / total
 
 
@@ -564,8 +565,7 @@ def projection_score(
     _check_pair(x, y)
     if weights is None and x.shape[1] == y.shape[1]:  # fused: one Gram, one function
         r = x.shape[1] + int(constant)
-        with no_tf32(x.device):
-            c = _gram(x, y, _count(x), constant)
+        c = _gram(x, y, _count(x), constant)
         if rtol is None:
             rtol = default_rtol(r, c.dtype)
         chol = uses_cholesky(c)
@@ -615,8 +615,7 @@ def relaxed_score(
     _check_pair(x, y)
     if weights is None and x.shape[1] == y.shape[1]:  # fused: one Gram, one function
         r = x.shape[1] + int(constant)
-        with no_tf32(x.device):
-            c = _gram(x, y, _count(x), constant)
+        c = _gram(x, y, _count(x), constant)
         rtol = default_rtol(r, c.dtype)
         chol = uses_cholesky(c)
         return _RelaxedFromGram.apply(c, r, y is x, float(gamma), float(rtol), chol)
@@ -663,10 +662,9 @@ def vamp_score(
     core = None
     _check_pair(x, y)
     if p == 2 and weights is None and x.shape[1] == y.shape[1]:  # fused (projection_score)
-        with no_tf32(x.device):
-            count = _count(x)
-            sx, sy, total = _global_sums(x.sum(0), y.sum(0), count=count)
-            c = _gram(x - sx / total, y - sy / total, count)
+        count = _count(x)
+        sx, sy, total = _global_sums(x.sum(0), y.sum(0), count=count)
+        c = _gram(x - sx / total, y - sy / total, count)
         dtype = c.dtype
         if rtol is None:
             rtol = default_rtol(x.shape[1], dtype)
@@ -689,8 +687,7 @@ def vamp_score(
     score = 1.0 + core
     if gamma != 0.0 and weights is None and x.shape[1] == y.shape[1]:  # fused penalty
         d = x.shape[1] + int(constant)
-        with no_tf32(x.device):
-            c = _gram(x, y, _count(x), constant)
+        c = _gram(x, y, _count(x), constant)
         chol = uses_cholesky(c)
         coef = gamma / (2 * d)
         penalty = _DistortionsFromGram.apply(c, d, y is x, coef, float(rtol), chol)
