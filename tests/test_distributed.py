@@ -73,6 +73,17 @@ def test_training_is_world_size_invariant(world, tmp_path):
     np.testing.assert_allclose(loaded.transform(x), ref.transform(x), rtol=1e-6, atol=1e-8)
 
 
+def test_ranks_that_see_different_checkpoints_are_refused(tmp_path):
+    """A checkpoint only some processes see (not on a shared file system) would resume
+    them from different epochs: every rank raises, naming the checkpoint and the fix."""
+    _spawn(w.checkpoint_mismatch_worker, 2, tmp_path)
+    assert os.path.exists(tmp_path / "ckpt0.pt") and not os.path.exists(tmp_path / "ckpt1.pt")
+    for r in range(2):
+        message = (tmp_path / f"err{r}.txt").read_text()
+        assert "the processes found different checkpoints" in message, message
+        assert f"ckpt{r}.pt" in message and "file system" in message
+
+
 def test_without_a_process_group():
     assert not is_active()
     a = torch.ones(3, requires_grad=True)
