@@ -72,27 +72,6 @@ def simulate(work: Path, n_runs: int, n_frames: int, stride: int, seed: int = 0)
     heavy.save_dcd(str(work / "heavy.dcd"))
 
 
-class _Scalar:
-    """The recipe's wrapper: one mode of the exported file as OpenMM-Torch's scalar."""
-
-    @staticmethod
-    def save(cv_path: Path, out: Path) -> None:
-        import torch
-
-        class SlowMode(torch.nn.Module):
-            def __init__(self, path: str, k: int = 0):
-                super().__init__()
-                self.cv = torch.jit.load(path)
-                self.k = k
-
-            def forward(
-                self, positions: torch.Tensor, boxvectors: torch.Tensor | None = None
-            ) -> torch.Tensor:
-                return self.cv(positions, boxvectors)[self.k]
-
-        torch.jit.script(SlowMode(str(cv_path), 0)).save(str(out))
-
-
 def cv_context(model: Path, platform_name: str, masses: list[float]):
     import openmm
     from openmmtorch import TorchForce
@@ -117,6 +96,7 @@ def check_values_and_forces(work: Path, ref: np.ndarray, n_fd: int) -> dict:
     import mdtraj as md
     import openmm  # noqa: F401
 
+    from dpnets.engines import openmm_torch_cv
     from dpnets.systems.alanine import pdb_path
 
     full = md.load(str(work / "full.dcd"), top=str(pdb_path()))
@@ -124,7 +104,7 @@ def check_values_and_forces(work: Path, ref: np.ndarray, n_fd: int) -> dict:
     span = float(np.ptp(ref))
     out: dict = {"cv_range": span, "frames": int(len(full))}
     for name in ("cv64", "cv32"):
-        _Scalar.save(work / f"{name}.pt", work / f"{name}_openmm.pt")
+        openmm_torch_cv(work / f"{name}.pt", work / f"{name}_openmm.pt")  # the scalar
         for plat in ("Reference", "CPU"):
             ctx = cv_context(work / f"{name}_openmm.pt", plat, masses)
             got = np.array([energy(ctx, full.xyz[i].astype(np.float64)) for i in range(len(full))])

@@ -436,7 +436,7 @@ def test_plumed_dat_distances(tmp_path):
     assert f"ARG={','.join(f'd{k + 1}' for k in range(len(pairs)))}" in plumed
 
 
-def test_positions_cv_is_invariant_and_selects_atoms(tmp_path):
+def test_positions_cv_is_invariant_and_selects_atoms(models, tmp_path):
     pytest.importorskip("torch_geometric")
     md = pytest.importorskip("mdtraj")
     from dpnets import load
@@ -462,6 +462,27 @@ def test_positions_cv_is_invariant_and_selects_atoms(tmp_path):
     assert _rel(cv(torch.tensor(moved)).numpy(), got) < 1e-9
     one = cv(torch.tensor(xyz[0]))  # one state (n_atoms, 3)
     assert np.allclose(one.numpy(), got[0])
+    # OpenMM-Torch's scalar: one output of the file, its value and its position gradient
+    from dpnets.engines import openmm_torch_cv
+
+    scalar = torch.jit.load(str(openmm_torch_cv(out, output=1)))
+    assert (tmp_path / "cv_openmm.pt").is_file()
+    pos = torch.tensor(xyz[3], requires_grad=True)
+    value = scalar(pos)
+    assert value.shape == () and abs(float(value.detach()) - got[3, 1]) < 1e-12
+    value.backward()
+    ref = torch.tensor(xyz[3], requires_grad=True)
+    cv(ref)[1].backward()
+    torch.testing.assert_close(pos.grad, ref.grad, rtol=0, atol=0)
+    box = 3.0 * torch.eye(3, dtype=torch.float64)  # the box OpenMM-Torch passes
+    assert float(scalar(pos.detach(), box)) == float(cv(pos.detach(), box)[1])
+    for bad, match in ((2, "has 2 outputs"), (-1, "has 2 outputs"), (True, "integer")):
+        with pytest.raises(ExportError, match=match):
+            openmm_torch_cv(out, tmp_path / "bad.pt", output=bad)
+    export(models[1], tmp_path / "features.pt")  # a file that takes features
+    with pytest.raises(ExportError, match="not the engine's positions"):
+        openmm_torch_cv(tmp_path / "features.pt", tmp_path / "bad.pt")
+    assert not (tmp_path / "bad.pt").exists()
 
 
 # ---------------------------------------------------------------------- refusals

@@ -24,6 +24,7 @@ from openmm import app, unit  # noqa: E402
 from openmmtorch import TorchForce  # noqa: E402
 
 from dpnets.cli import main  # noqa: E402
+from dpnets.engines import openmm_torch_cv  # noqa: E402
 from dpnets.systems.alanine import pdb_path  # noqa: E402
 
 T = 400.0
@@ -75,17 +76,7 @@ def exported(tmp_path_factory):
     finally:
         os.chdir(cwd)
 
-    class SlowMode(torch.nn.Module):  # the recipe's wrapper: one mode as a scalar
-        def __init__(self, path: str):
-            super().__init__()
-            self.cv = torch.jit.load(path)
-
-        def forward(
-            self, positions: torch.Tensor, boxvectors: torch.Tensor | None = None
-        ) -> torch.Tensor:
-            return self.cv(positions, boxvectors)[0]
-
-    torch.jit.script(SlowMode(str(work / "cv.pt"))).save(str(work / "cv_openmm.pt"))
+    openmm_torch_cv(work / "cv.pt")  # the recipe's wrapper: one mode as a scalar
     ref = np.real(np.load(work / "ef.npy")[:, 1])
     return work, traj.xyz.astype(np.float64), ref
 

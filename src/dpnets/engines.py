@@ -42,7 +42,7 @@ from dpnets.export import (
 )
 from dpnets.io import atomic_write
 
-__all__ = ["export_fit", "match_atoms", "openmm_torsion_cv", "INPUTS"]
+__all__ = ["export_fit", "match_atoms", "openmm_torch_cv", "openmm_torsion_cv", "INPUTS"]
 
 #: what an exported MD fit can take (``dpnets export --input``)
 INPUTS = ("auto", "features", "positions")
@@ -452,11 +452,12 @@ class SlowMode(torch.nn.Module):
         self.k = k
 
     def forward(
-        self, positions: torch.Tensor, boxvectors: Optional[torch.Tensor] = None
+        self, positions: torch.Tensor, boxvectors: torch.Tensor | None = None
     ) -> torch.Tensor:
         return self.cv(positions, boxvectors)[self.k]
 
 
+# (where dpnets is installed, dpnets.engines.openmm_torch_cv("{path}") writes the same file)
 torch.jit.script(SlowMode("{path}", 0)).save("{stem}_openmm.pt")
 cv_force = TorchForce("{stem}_openmm.pt")  # the CV: its "energy" is the eigenfunction
 # cv_force.setUsesPeriodicBoundaryConditions(True)  # periodic systems: the box is passed
@@ -488,6 +489,76 @@ def _write_openmm_recipe(out: Path, meta: dict, n_atoms: int, top: str) -> str:
     ).encode()
     atomic_write(path, lambda fh: fh.write(text))
     return str(path)
+
+
+# ------------------------------------------------------------------------------ OpenMM-Torch
+#: the exported files' input maps that take the engine's positions (``dpnets export
+#: --input positions``)
+_POSITION_MAPS = (PositionTorsions.__name__, PositionDistances.__name__, AtomSelection.__name__)
+
+
+class _ScalarCV(torch.nn.Module):
+    """One output of a positions-in exported file as OpenMM-Torch's scalar "energy"."""
+
+    def __init__(self, cv: torch.jit.ScriptModule, output: int) -> None:
+        super().__init__()
+        self.cv = cv
+        self.output = output
+
+    def forward(
+        self,
+        positions: torch.Tensor,
+        boxvectors: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        return self.cv(positions, boxvectors)[self.output]
+
+
+def openmm_torch_cv(
+    path: str | os.PathLike, out: str | os.PathLike | None = None, output: int = 0
+) -> Path:
+    """One slow mode of a positions-in exported file as the scalar OpenMM-Torch takes.
+
+    OpenMM-Torch's ``TorchForce`` calls its module with the positions (nm) and, with
+    ``setUsesPeriodicBoundaryConditions(True)``, the box vectors, and takes the scalar it
+    returns as an energy. A ``dpnets export --input positions`` file returns every exported
+    mode. This writes (atomically) the TorchScript module that returns mode ``output``
+    alone: the wrapper of the OpenMM-Torch recipe that ``dpnets export`` writes, for
+    ``TorchForce(str(openmm_torch_cv("cv.pt")))``. Only torch is needed, not OpenMM.
+
+    Parameters
+    ----------
+    path : path
+        A file of :func:`export_fit` (``dpnets export``) that takes the engine's positions.
+    out : path, optional
+        Where to write; default ``<stem>_openmm.pt`` next to ``path``.
+    output : int, default 0
+        Which of the file's outputs (``cv.node-k``; ``0``: the first exported mode).
+
+    Returns
+    -------
+    Path
+        The file written.
+    """
+    meta = read_metadata(path)
+    kind = meta.get("inputs", {}).get("map")
+    if kind not in _POSITION_MAPS:
+        raise ExportError(
+            f"{path}: takes {meta.get('inputs', {}).get('shape')} features ({kind}), not the "
+            "engine's positions: export it with dpnets export --input positions --topology "
+            "ENGINE_TOPOLOGY"
+        )
+    n = len(meta["modes"])
+    if isinstance(output, bool) or not isinstance(output, (int, np.integer)):
+        raise ExportError(f"output must be an integer, got {output!r}")
+    if not 0 <= int(output) < n:
+        raise ExportError(f"output={output}: {path} has {n} outputs (0 to {n - 1})")
+    src = Path(path)
+    target = Path(out) if out is not None else src.with_name(f"{src.stem}_openmm.pt")
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", r".*torch\.jit\.", DeprecationWarning)
+        scripted = torch.jit.script(_ScalarCV(torch.jit.load(os.fspath(src)), int(output)))
+    atomic_write(target, lambda fh: torch.jit.save(scripted, fh))
+    return target
 
 
 # ------------------------------------------------------------------------------ OpenMM, tabulated

@@ -485,19 +485,6 @@ def _delta_g_kT(phi: np.ndarray, weights: np.ndarray) -> float:
     return float(-np.log(pb / pa)) if pb > 0 and pa > 0 else float("nan")
 
 
-class _SlowMode(torch.nn.Module):
-    """One output of an exported file as OpenMM-Torch's scalar energy."""
-
-    def __init__(self, path: str) -> None:
-        super().__init__()
-        self.cv = torch.jit.load(path)
-
-    def forward(
-        self, positions: torch.Tensor, boxvectors: torch.Tensor | None = None
-    ) -> torch.Tensor:
-        return self.cv(positions, boxvectors)[0]
-
-
 def _require_openmm_torch() -> Any:
     """OpenMM-Torch's ``TorchForce``, or one ImportError saying how to get it."""
     try:
@@ -514,9 +501,10 @@ def _require_openmm_torch() -> Any:
 def _torch_force(fit: dict[str, Any], out: Path, seed: int, n_grid: int) -> tuple[Any, Any]:
     """The positions-in file as an OpenMM-Torch ``TorchForce`` (the network at every step),
     and the file's values on the (phi, psi) grid (the CV's range, as the table gives it)."""
+    from dpnets.engines import openmm_torch_cv
+
     TorchForce = _require_openmm_torch()
-    wrapped = out / f"cv_seed{seed}_openmm.pt"
-    torch.jit.script(_SlowMode(str(fit["positions_path"]))).save(str(wrapped))
+    wrapped = openmm_torch_cv(fit["positions_path"], out / f"cv_seed{seed}_openmm.pt")
     g = np.linspace(-np.pi, np.pi, n_grid)
     ga, gb = np.meshgrid(g, g, indexing="ij")
     with torch.no_grad():
