@@ -269,7 +269,9 @@ def test_relaxed_score_on_the_gpu_path_decomposes_nothing_by_eigh(monkeypatch, g
     from dpnets.linalg import spectral_method
 
     x, y = _pair_data(1000, 6, F64, seed=2)
+    w = torch.rand(1000, generator=torch.Generator().manual_seed(3), dtype=F64)
     ref = scores.relaxed_score(x, y, gamma, constant=True)
+    ref_w = scores.relaxed_score(x, y, gamma, constant=True, weights=w)  # the unfused path
 
     def refuse(*args, **kwargs):
         raise AssertionError("eigh called on the GPU path")
@@ -278,7 +280,10 @@ def test_relaxed_score_on_the_gpu_path_decomposes_nothing_by_eigh(monkeypatch, g
         monkeypatch.setattr(torch.linalg, name, refuse)
     with spectral_method("cholesky"):
         got = scores.relaxed_score(x, y, gamma, constant=True)
+        got_w = scores.relaxed_score(x, y, gamma, constant=True, weights=w)
     assert abs(float(got - ref)) < 1e-12 * abs(float(ref))
+    assert abs(float(got_w - ref_w)) < 1e-12 * abs(float(ref_w))
+    assert abs(float(got_w - got)) > 1e-4  # the weights matter
 
 
 def test_cholesky_path_repeated_eigenvalues_finite_gradients():
