@@ -6,13 +6,15 @@
 # 4800) with `DEBUG DETAILED_TIMERS`, for the dihedral export (2 TORSIONs + PYTORCH_MODEL) and
 # the distance export (45 DISTANCEs + PYTORCH_MODEL), each also with its inputs alone (PRINT
 # of the TORSIONs / DISTANCEs). The CV's own cost per frame is the PYTORCH_MODEL action's time
-# (its forward-loop and backward-loop timers) over the frames. Against it, in Python with one
-# thread (bench_export_cost.per_call): the same file prepared as PLUMED prepares it (eval,
+# (its forward-loop and backward-loop timers) over the frames. Against it, one thread each,
+# in libtorch from C++ (cv_cost.cpp below, compiled against the torch of $PYTHON) and in
+# Python (bench_export_cost.per_call): the same file prepared as PLUMED prepares it (eval,
 # freeze, optimize_for_inference; forward + one input gradient per node), the file as loaded
 # (forward + one backward), and the fit's bare encoder, scripted (forward + one backward).
-# Interleaved: every repetition runs the four PLUMED inputs, then one Python round; medians
-# over the repetitions. OMP_NUM_THREADS=MKL_NUM_THREADS=1 (libtorch's intra-op threads); the
-# largest thread count seen in the PLUMED process is printed.
+# Interleaved: every repetition runs the four PLUMED inputs, then one round of the rest;
+# medians over 15 repetitions (ratios: within each repetition, then the median).
+# OMP_NUM_THREADS=MKL_NUM_THREADS=1 (libtorch's intra-op threads); the C++ timer checks that
+# libtorch runs 1 thread, and the largest thread count seen in the PLUMED process is printed.
 #
 # Needs what plumed_check.sh needs (PLUMED with libtorch, dpnets with openmm and mdtraj).
 # Usage: PLUMED=$HOME/plumed/bin/plumed PYTHON=.venv/bin/python \
@@ -41,20 +43,25 @@ cat >"$WORK/timing/cv_cost.cpp" <<'CPP'
 #include <cstdio>
 #include <cstdlib>
 int main(int argc, char** argv) {
-  if (argc != 6) { std::fprintf(stderr, "usage: cv_cost FILE N_IN CALLS ROUNDS PLUMED(0|1)\n"); return 2; }
+  if (argc != 7) {
+    std::fprintf(stderr, "usage: cv_cost FILE N_IN CALLS ROUNDS FREEZE(0|1) PER_NODE(0|1)\n");
+    return 2;
+  }
   const int n_in = std::atoi(argv[2]), calls = std::atoi(argv[3]), rounds = std::atoi(argv[4]);
-  const bool plumed = std::atoi(argv[5]);
+  const bool freeze = std::atoi(argv[5]), per_node = std::atoi(argv[6]);
   torch::jit::script::Module m = torch::jit::load(argv[1]);
   m.eval();
-  if (plumed) { m = torch::jit::freeze(m); m = torch::jit::optimize_for_inference(m); }
+  if (freeze) {  // as PLUMED does
+    m = torch::jit::freeze(m); m = torch::jit::optimize_for_inference(m);
+  }
   std::vector<float> s(n_in, 0.5f);
   auto step = [&]() {
     torch::Tensor x = torch::tensor(s).view({1, n_in});
     x.set_requires_grad(true);
     torch::Tensor y = m.forward({x}).toTensor();
-    const int n_out = plumed ? y.size(1) : 1;
+    const int n_out = per_node ? y.size(1) : 1;
     for (int j = 0; j < n_out; j++) {
-      torch::Tensor yj = plumed ? y.slice(1, j, j + 1) : y.sum().view({1, 1});
+      torch::Tensor yj = per_node ? y.slice(1, j, j + 1) : y.sum().view({1, 1});
       auto g = torch::autograd::grad({yj}, {x}, {torch::ones({1, 1})}, true, false)[0];
       volatile float v = g.data_ptr<float>()[0]; (void)v;
     }
@@ -85,7 +92,7 @@ from bench_export_cost import per_call  # noqa: E402
 torch.set_num_threads(1)
 PLUMED, W = os.environ["PLUMED"], Path(os.environ["WORK"]).resolve()
 smoke = os.environ["SMOKE"] == "1"
-reps, tile, calls = (2, 1, 50) if smoke else (9, 3, 3000)
+reps, tile, calls = (2, 1, 50) if smoke else (15, 3, 3000)
 RUN = W / "timing"; RUN.mkdir(exist_ok=True)
 load0 = os.getloadavg()
 
@@ -149,17 +156,18 @@ def python_cases(tag, fit):
     feats = torch.zeros(1, first.in_features)  # the encoder's cost does not depend on the values
     py = lambda fn, x, po: lambda n: per_call(fn, x, n, po) * 1e6
     return {
-        "C++ file as PLUMED runs it": cxx(file, x.shape[1], True),
-        "C++ file": cxx(file, x.shape[1], False),
-        "C++ bare encoder": cxx(str(RUN / f"bare-{tag}.pt"), feats.shape[1], False),
+        "C++ file as PLUMED runs it": cxx(file, x.shape[1], True, True),
+        "C++ file, per node": cxx(file, x.shape[1], False, True),
+        "C++ file": cxx(file, x.shape[1], False, False),
+        "C++ bare encoder": cxx(str(RUN / f"bare-{tag}.pt"), feats.shape[1], False, False),
         "file as PLUMED runs it": py(as_plumed, x, True),
         "file as loaded": py(loaded, x, False),
         "bare encoder": py(bare, feats, False),
     }
 
-def cxx(file, n_in, plumed):
+def cxx(file, n_in, freeze, per_node):
     def run(n):
-        cmd = [str(RUN / "cv_cost"), file, str(n_in), str(n), "1", str(int(plumed))]
+        cmd = [str(RUN / "cv_cost"), file, str(n_in), str(n), "1", str(int(freeze)), str(int(per_node))]
         out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.split()
         assert out[-2:] == ["threads", "1"], out  # libtorch's intra-op threads
         return float(out[0])
@@ -198,6 +206,7 @@ rows = [
     ("**PYTORCH_MODEL action** (4A + 5A timers)", lambda t: med(t, "cv", "action")),
     ("libtorch in C++: the file as PLUMED runs it (frozen, optimized; fwd + 1 grad per node)",
      lambda t: med(t, "C++ file as PLUMED runs it")),
+    ("libtorch in C++: the file as loaded, fwd + 1 grad per node", lambda t: med(t, "C++ file, per node")),
     ("libtorch in C++: the file as loaded (fwd + 1 backward)", lambda t: med(t, "C++ file")),
     ("libtorch in C++: the fit's bare encoder, scripted (fwd + 1 backward)",
      lambda t: med(t, "C++ bare encoder")),
@@ -214,9 +223,10 @@ print("| µs per frame, median (min–max) | dihedral CV: " + f"{n_in['tors']} T
 print("|---|---|---|")
 for name, f in rows:
     print(f"| {name} | " + " | ".join(cell(f(t)) for t in cvs) + " |")
-ratio = lambda t, k: med(t, "cv", "action")[0] / med(t, k)[0]
+def ratio(t, k):  # within each repetition (interleaved), then the median over repetitions
+    return float(np.median([a["action"] / b for a, b in zip(res[t, "cv"], res[t, k])]))
 for what, k in (("the bare encoder in C++", "C++ bare encoder"),
                 ("the file as PLUMED runs it, in C++", "C++ file as PLUMED runs it"),
                 ("the bare encoder in Python", "bare encoder")):
-    print(f"| PYTORCH_MODEL action / {what} | " + " | ".join(f"{ratio(t, k):.2f}" for t in cvs) + " |")
+    print(f"| PYTORCH_MODEL action / {what} (median of the repetitions' ratios) | " + " | ".join(f"{ratio(t, k):.2f}" for t in cvs) + " |")
 EOF
