@@ -28,6 +28,7 @@ BENCH=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 export SMOKE BENCH PLUMED=${PLUMED:-plumed} WORK=${1:-$(mktemp -d -t dpnets-plumed-XXXX)}
 export PYTHON=${PYTHON:-python} OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 "$PLUMED" config has libtorch >/dev/null || { echo "$PLUMED: built without libtorch" >&2; exit 2; }
+mkdir -p "$WORK"
 if [[ ! -f $WORK/tors/cv.pt || ! -f $WORK/dist/cv.pt || ! -f $WORK/full.dcd ]]; then
   echo "running plumed_check.sh in $WORK first (log: $WORK/plumed_check.log)"
   bash "$BENCH/plumed_check.sh" "$WORK" >"$WORK/plumed_check.log" 2>&1 || {
