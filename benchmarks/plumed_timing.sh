@@ -175,9 +175,8 @@ def cxx(file, n_in, freeze, per_node):
     return run
 
 cvs = {"tors": "fit-dihedrals", "dist": "fit-distances"}
-for tag in cvs:  # warm-up, thread count, the inputs' values for Python
-    watched = {k: driver(tag, k, watch=True)["threads"] for k in (False, True)}
-threads = watched[True]
+# warm-up, the PLUMED process's thread count, the inputs' values for Python
+threads = max(driver(tag, k, watch=True)["threads"] for tag in cvs for k in (False, True))
 cases = {tag: python_cases(tag, fit) for tag, fit in cvs.items()}
 for tag in cvs:
     for run in cases[tag].values():
