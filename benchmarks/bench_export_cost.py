@@ -57,12 +57,19 @@ def fit_model(dim_in: int, widths: tuple[int, ...], r: int, double: bool, epochs
     return TransferOperator(net).fit(x), x
 
 
-def per_call(fn, x: torch.Tensor, calls: int) -> float:
+def per_call(fn, x: torch.Tensor, calls: int, per_output: bool = False) -> float:
+    """Seconds per forward + input gradient of ``fn`` on ``x``: one backward of the summed
+    outputs, or with ``per_output`` one per output column as PLUMED's PYTORCH_MODEL takes
+    them (``autograd::grad`` of each ``node-j`` with the graph retained)."""
     t0 = time.perf_counter()
     for _ in range(calls):
         xi = x.detach().requires_grad_(True)
         y = fn(xi)
-        (g,) = torch.autograd.grad(y.sum(), xi)
+        if per_output:
+            for j in range(y.shape[-1]):
+                (g,) = torch.autograd.grad(y[..., j : j + 1].sum(), xi, retain_graph=True)
+        else:
+            (g,) = torch.autograd.grad(y.sum(), xi)
     return (time.perf_counter() - t0) / calls
 
 

@@ -96,8 +96,14 @@ SYNTAX_ONLY: dict[str, str] = {
     "(network, minutes); its Python part, bench_openmm_torch.py, is smoke-run on its own",
     "plumed_check.sh": "needs PLUMED built from source with its PYTORCH module (not on the "
     "package registry); the exports it checks are tested in test_export/test_engine_positions",
+    "plumed_timing.sh": "times PLUMED's PYTORCH_MODEL action, so needs the same PLUMED build "
+    "as plumed_check.sh; its Python reference, bench_export_cost.per_call, is smoke-run there",
 }
-SYNTAX_ONLY_BECAUSE = {"openmm_torch_side_env.sh": "-m venv", "plumed_check.sh": "plumed driver"}
+SYNTAX_ONLY_BECAUSE = {
+    "openmm_torch_side_env.sh": "-m venv",
+    "plumed_check.sh": "plumed driver",
+    "plumed_timing.sh": "plumed driver",
+}
 
 
 #: Scripts whose tables may hold a NaN in smoke mode: one epoch on a fifth of a percent of the
