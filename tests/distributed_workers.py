@@ -121,6 +121,26 @@ def fit_worker(rank: int, world: int, store: str, out: str) -> None:
         dist.destroy_process_group()
 
 
+def checkpoint_mismatch_worker(rank: int, world: int, store: str, out: str) -> None:
+    """A checkpointed fit, then the same fit again with a checkpoint that only rank 0 sees
+    (each rank names its own file; rank 0 alone writes): the ranks would resume from
+    different epochs. Each rank writes what the second fit raised to ``err{rank}.txt``."""
+    _init(rank, world, store)
+    try:
+        ckpt = os.path.join(out, f"ckpt{rank}.pt")
+        make_net("auto", epochs=2).set_params(lag=2).fit(trajectory(), checkpoint=ckpt)
+        try:
+            net = make_net("auto", epochs=2).set_params(lag=2)
+            net.fit(trajectory(), checkpoint=ckpt, resume=True)
+            message = "no error"
+        except RuntimeError as err:
+            message = str(err)
+        with open(os.path.join(out, f"err{rank}.txt"), "w") as f:
+            f.write(message)
+    finally:
+        dist.destroy_process_group()
+
+
 class _KillAt(torch.nn.Module):
     """Identity that SIGKILLs its process at its ``n``-th forward pass (``n <= 0``: never):
     a worker dying in the middle of an epoch."""
@@ -179,23 +199,3 @@ if __name__ == "__main__":  # torchrun tests/distributed_workers.py OUT KILL_AT
     import sys
 
     torchrun_resume(sys.argv[1], int(sys.argv[2]))
-
-
-def checkpoint_mismatch_worker(rank: int, world: int, store: str, out: str) -> None:
-    """A checkpointed fit, then the same fit again with a checkpoint that only rank 0 sees
-    (each rank names its own file; rank 0 alone writes): the ranks would resume from
-    different epochs. Each rank writes what the second fit raised to ``err{rank}.txt``."""
-    _init(rank, world, store)
-    try:
-        ckpt = os.path.join(out, f"ckpt{rank}.pt")
-        make_net("auto", epochs=2).set_params(lag=2).fit(trajectory(), checkpoint=ckpt)
-        try:
-            net = make_net("auto", epochs=2).set_params(lag=2)
-            net.fit(trajectory(), checkpoint=ckpt, resume=True)
-            message = "no error"
-        except RuntimeError as err:
-            message = str(err)
-        with open(os.path.join(out, f"err{rank}.txt"), "w") as f:
-            f.write(message)
-    finally:
-        dist.destroy_process_group()
