@@ -382,6 +382,16 @@ def _gram_moments(c: Tensor, r: int, shared: bool) -> tuple[Tensor, Tensor]:
     return 0.5 * (a + a.transpose(-1, -2)), c64[:r, r:]
 
 
+def _inverse_maps(a: Tensor, rtol: float, cholesky: bool) -> tuple[Tensor, Tensor, Tensor]:
+    """``(C^+, ln det_floor C, C^+_floor)`` of the stacked covariances ``a`` without
+    autograd: :func:`dpnets.linalg.cholesky_maps` (the GPU path; its surrogate where it does
+    not certify ``C``, the inverse serving both) or :func:`dpnets.linalg.eigh_maps`."""
+    if cholesky:
+        inv, logdet, _, _ = cholesky_maps(a, rtol)
+        return inv, logdet, inv
+    return eigh_maps(a, rtol)
+
+
 def _distortions(a: Tensor, logdet: Tensor) -> Tensor:
     """``R(C) = tr(C^2 - C) - ln det_floor C`` of a batch, from its clamped log-determinants."""
     return (a * a).sum((-1, -2)) - torch.diagonal(a, dim1=-2, dim2=-1).sum(-1) - logdet
@@ -420,11 +430,7 @@ class _ProjectionFromGram(torch.autograd.Function):
         ctx, c: Tensor, r: int, shared: bool, gamma: float, rtol: float, cholesky: bool
     ):
         a, b = _gram_moments(c, r, shared)
-        if cholesky:
-            inv, logdet, _, _ = cholesky_maps(a, rtol)
-            dlog = inv
-        else:
-            inv, logdet, dlog = eigh_maps(a, rtol)
+        inv, logdet, dlog = _inverse_maps(a, rtol, cholesky)
         axb, bay = inv[0] @ b, b @ inv[1]
         score = (axb * bay).sum()
         coef = gamma / (2 * r)
@@ -459,10 +465,7 @@ class _DistortionsFromGram(torch.autograd.Function):
         ctx, c: Tensor, r: int, shared: bool, coef: float, rtol: float, cholesky: bool
     ):
         a, _ = _gram_moments(c, r, shared)
-        if cholesky:
-            dlog, logdet, _, _ = cholesky_maps(a, rtol)
-        else:
-            _, logdet, dlog = eigh_maps(a, rtol)
+        _, logdet, dlog = _inverse_maps(a, rtol, cholesky)
         ctx.save_for_backward(a, dlog)
         ctx.meta = (r, shared, coef, c.dtype)
         return (coef * _distortions(a, logdet).sum()).to(c.dtype)
@@ -502,10 +505,7 @@ class _RelaxedFromGram(torch.autograd.Function):
         coef = gamma / (2 * r)
         dlog = None
         if gamma != 0.0:
-            if cholesky:
-                dlog, logdet, _, _ = cholesky_maps(a, rtol)
-            else:
-                _, logdet, dlog = eigh_maps(a, rtol)
+            _, logdet, dlog = _inverse_maps(a, rtol, cholesky)
             score = score - coef * _distortions(a, logdet).sum()
         # d(f / denom) / d norms, zero where clamped
         dnorm = torch.where(prod > tiny, -f / (denom * denom), torch.zeros_like(f)) * norms.flip(0)
