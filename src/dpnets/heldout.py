@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from dpnets.data import Pairs, pairs, resolve_lag
-from dpnets.linalg import sym_matrix_function
+from dpnets.linalg import spectral_method, sym_matrix_function
 from dpnets.scores import projection_score, vamp_score
 
 __all__ = ["heldout_score", "basis_score", "heldout_pairs", "vamp_e_score", "HELDOUT_KINDS"]
@@ -66,13 +66,18 @@ def heldout_score(
     Returns
     -------
     float
+        Computed with the symmetric eigendecomposition's exact cut-offs on any device
+        (``spectral_method("eigh")``: the number is read on the host anyway, so nothing is
+        gained by the GPU's Cholesky path and its surrogate for near-singular covariances).
     """
     if kind == "vampE":
         if training is None:
             raise ValueError("the VAMP-E score needs the model's training moments")
         return vamp_e_score(np.asarray(fx), np.asarray(fy), *training, constant, rtol)
     x, y = torch.as_tensor(fx), torch.as_tensor(fy)
-    with torch.no_grad():
+    # a number is returned (read on the host) on any device: the eigendecomposition's exact
+    # cut-offs, not the Cholesky path's surrogate for near-singular covariances
+    with torch.no_grad(), spectral_method("eigh"):
         if kind == "projection":
             return float(projection_score(x, y, 0.0, constant=constant))
         if kind in ("vamp1", "vamp2"):
