@@ -122,7 +122,16 @@ def test_no_module_imports_another_modules_private_names():
 #: the layers of the package, bottom first (ARCHITECTURE.md): a module imports only from its
 #: own layer or the ones below
 LAYERS = [
-    ["exceptions", "distributed", "params", "linalg", "base", "nn.registry", "parallel"],
+    [
+        "exceptions",
+        "distributed",
+        "params",
+        "linalg",
+        "base",
+        "nn.registry",
+        "parallel",
+        "diagnostics",
+    ],
     ["io", "data", "moments", "nn", "nn.*", "scores", "heldout", "ito"],
     ["training", "spectral", "estimation", "generator_learning"],
     ["representation", "operators", "generator", "baselines", "baselines.*"],

@@ -24,7 +24,7 @@ def trajs() -> list[np.ndarray]:
 def _timescales(folder) -> list[float]:
     report = (folder / "report.md").read_text()
     rows = [r for r in report.splitlines() if r.startswith("| ") and "+" in r]
-    return [float(r.split("|")[3]) for r in rows]
+    return [float(r.split("|")[3].split()[0]) for r in rows]  # "inf (stationary)"
 
 
 def test_fit_analyze_transform_forecast_on_npy_files(tmp_path, trajs, capsys):

@@ -115,9 +115,16 @@ def _parser() -> argparse.ArgumentParser:
     p_an.add_argument(
         "--bootstrap",
         type=int,
-        default=20,
+        default=40,
         help="bootstrap resamples of whole trajectories for the intervals; 40 or more for "
-        "95%% intervals (default 20)",
+        "95%% intervals (default 40)",
+    )
+    p_an.add_argument(
+        "--blocks",
+        type=int,
+        default=None,
+        help="bootstrap blocks of a single trajectory (default: as many as hold twice the "
+        "longest lag each, 2 to 10)",
     )
     p_an.add_argument(
         "--reversible",
@@ -344,6 +351,7 @@ def _run(args: argparse.Namespace) -> int:
             lags=args.lags,
             n_sets=args.sets,
             n_bootstrap=args.bootstrap,
+            n_blocks=args.blocks,
             reversible=None if args.reversible is None else REVERSIBLE_WORDS[args.reversible],
             out=args.out,
             progress=not args.quiet,

@@ -23,6 +23,8 @@ import numpy as np
 from dpnets.linalg import default_rtol, eig_biorthogonal, sym_matrix_function
 from dpnets.moments import Moments
 from dpnets.spectral import (
+    CONSTANT_COSINE,
+    constant_cosines,
     constant_in_span_moments,
     modal_forecast,
     prepend_ones,
@@ -301,7 +303,7 @@ def estimate_operator(
     operator, cx_pinv, rank = regress(
         cx, cxy, ridge, _c0_rtol(cx, ridge, rtol) if reversible else rtol
     )
-    eigvals, left, right = operator_spectrum(operator, cx, cxy, ridge, rtol, reversible)
+    eigvals, left, right = operator_spectrum(operator, cx, cxy, ridge, rtol, reversible, ex)
     return OperatorFit(
         operator=operator,
         cx=cx,
@@ -333,13 +335,42 @@ def operator_spectrum(
     ridge: float,
     rtol: float | None,
     reversible: bool | str = False,
+    mean: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The eigen-decomposition of a transfer operator ``(vals, L, R)``: biorthogonal, right
     eigenvectors of unit ``cx``-norm; for a reversible fit by a symmetric eigensolver (real
-    eigenvalues and eigenvectors, :func:`_symmetric_spectrum`)."""
+    eigenvalues and eigenvectors, :func:`_symmetric_spectrum`). By decreasing modulus,
+    except that where the basis spans the constant function (``mean``: the basis' mean on
+    the training inputs) its triplet comes first (:func:`constant_first`)."""
     if not reversible:
-        return eig_biorthogonal(operator, metric=cx)
-    return _symmetric_spectrum(cx, cxy, float(ridge), _c0_rtol(cx, ridge, rtol))
+        spectrum = eig_biorthogonal(operator, metric=cx)
+    else:
+        spectrum = _symmetric_spectrum(cx, cxy, float(ridge), _c0_rtol(cx, ridge, rtol))
+    return constant_first(*spectrum, cx, mean)
+
+
+def constant_first(
+    vals: np.ndarray, left: np.ndarray, right: np.ndarray, cx: np.ndarray, mean: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The eigen-triplets with the constant function's first, the others in their order.
+
+    Least squares maps the constant function to itself whenever the basis spans it
+    (``Cx c = E[b] = Cxy c`` for its coefficients ``c``): ``c`` is an eigenvector of the
+    eigenvalue 1 (0 for a generator). Sorting by modulus alone can put it behind spurious
+    eigenvalues of modulus above 1 (or of positive real part); this puts it at ``k = 0``,
+    where every consumer of the spectrum expects it. The triplet whose right eigenvector
+    is closest to the constant (:func:`constant_cosines`, at least
+    :data:`CONSTANT_COSINE`) moves; without one nothing moves. ``mean``: the basis' mean
+    on the training inputs.
+    """
+    if vals.size < 2:
+        return vals, left, right
+    cosine = constant_cosines(right, cx, mean)
+    j = int(np.argmax(cosine))
+    if j == 0 or not cosine[j] >= CONSTANT_COSINE:
+        return vals, left, right
+    order = np.r_[j, np.delete(np.arange(vals.size), j)]
+    return vals[order], left[:, order], right[:, order]
 
 
 def _c0_rtol(c0: np.ndarray, ridge: float, rtol: float | None) -> float:
@@ -457,7 +488,7 @@ def estimate_generator(
     if symmetrize:
         cxd = 0.5 * (cxd + cxd.T)
     operator, cx_pinv, rank = regress(cx, cxd, ridge, rtol)
-    eigvals, left, right = generator_spectrum(cx, cxd, ridge, rtol)
+    eigvals, left, right = generator_spectrum(cx, cxd, ridge, rtol, second[0, keep])
     return OperatorFit(
         operator=operator,
         cx=cx,
@@ -476,7 +507,11 @@ def estimate_generator(
 
 
 def generator_spectrum(
-    cx: np.ndarray, cxd: np.ndarray, ridge: float, rtol: float | None
+    cx: np.ndarray,
+    cxd: np.ndarray,
+    ridge: float,
+    rtol: float | None,
+    mean: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Eigen-decomposition of a generator on the range of ``Cx`` (the Ritz problem), by
     whitening; eigenvalues by decreasing real part.
@@ -485,7 +520,9 @@ def generator_spectrum(
     cut-off, ``M = S^{-1/2} U^T C_d U S^{-1/2}`` (k x k) is similar to ``L`` on the range;
     its eigenvectors map back to ``R = U S^{-1/2} V`` and ``L = U S^{1/2} W``. A
     rank-deficient feature map thus yields ``cx_rank_`` genuine eigenpairs, without the
-    spurious zero eigenvalues of the pseudo-inverse's null space.
+    spurious zero eigenvalues of the pseudo-inverse's null space. Where the basis spans the
+    constant function (``mean``: the basis' mean) its triplet comes first
+    (:func:`constant_first`).
     """
     r = cx.shape[0]
     reg = cx + float(ridge) * np.eye(r)
@@ -498,4 +535,5 @@ def generator_spectrum(
     whiten = uk / np.sqrt(sk)
     w, left, right = eig_biorthogonal(whiten.T @ cxd @ whiten)
     order = np.lexsort((-w.imag, -w.real))
-    return w[order], (uk * np.sqrt(sk)) @ left[:, order], whiten @ right[:, order]
+    spectrum = w[order], (uk * np.sqrt(sk)) @ left[:, order], whiten @ right[:, order]
+    return constant_first(*spectrum, cx, mean)

@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
+from dpnets import diagnostics
 from dpnets.data import (
     PairSegment,
     check_state_shape,
@@ -21,6 +22,7 @@ from dpnets.data import (
     is_streaming,
     to_numpy,
 )
+from dpnets.diagnostics import ABOVE_ONE_TOL
 from dpnets.estimation import estimate_generator, generator_spectrum
 from dpnets.exceptions import check_is_fitted
 from dpnets.io import arrays_to_tensors, register, tensors_to_arrays
@@ -144,6 +146,8 @@ class Generator(SpectralModel):
     >>> np.round(Generator(psi, ou).fit(x).eig().real, 8) + 0.0
     array([ 0., -1., -2.])
     """
+
+    _generator_spectrum = True  # stable for eigenvalues of real part at most 0
 
     #: accepted values (:mod:`dpnets.params`; the regression parameters:
     #: ``check_regression_params``), checked by ``fit`` and by :func:`dpnets.load`
@@ -409,6 +413,7 @@ class Generator(SpectralModel):
                 for s, w in zip(self._train_inputs, self._weights, strict=True)
             ]
             self.sample_weight_ = np.concatenate(raw) * (fit.n_samples / self._stats.weight)
+        diagnostics.warn(self._diagnostics())
 
     @staticmethod
     def _check_weights(sample_weight: Any, n: int) -> np.ndarray | None:
@@ -437,7 +442,11 @@ class Generator(SpectralModel):
         """The eigen-decomposition of a restored generator on the range of ``Cx`` (the Ritz
         problem, :func:`dpnets.estimation.generator_spectrum`, as in the fit)."""
         self.eigvals_, self.left_eigvecs_, self.right_eigvecs_ = generator_spectrum(
-            self.cx_, self.cxd_, float(self.ridge), self.rtol
+            self.cx_,
+            self.cxd_,
+            float(self.ridge),
+            self.rtol,
+            self._basis_mean(),
         )
 
     def transform(self, X: Any) -> np.ndarray:
@@ -468,15 +477,19 @@ class Generator(SpectralModel):
         -------
         ndarray (cx_rank_,)
             In the order of :meth:`eig`, in the time units of the SDE; ``inf`` where
-            ``Re(lambda_i) >= -tol`` with ``tol = r * eps * max|lambda|`` (the stationary
-            eigenvalue 0 up to round-off).
+            ``|Re(lambda_i)| <= tol`` with ``tol = r * eps * max|lambda|`` (the stationary
+            eigenvalue 0 up to round-off) and up to ``1e-6 max|lambda|`` above 0; ``nan``
+            for a larger positive real part (a growing mode: the fit warns,
+            :mod:`dpnets.diagnostics`).
         """
         check_is_fitted(self, "operator_")
         re = self.eigvals_.real
-        tol = re.size * np.finfo(np.float64).eps * max(np.abs(self.eigvals_).max(), 1e-300)
+        top = max(np.abs(self.eigvals_).max(), 1e-300)
+        tol = re.size * np.finfo(np.float64).eps * top
         out = np.full(re.shape, np.inf)
         ok = re < -tol
         out[ok] = -1.0 / re[ok]
+        out[re > ABOVE_ONE_TOL * top] = np.nan
         return out
 
 

@@ -12,6 +12,7 @@ import numpy as np
 from dpnets.data import (
     check_frames,
 )
+from dpnets.diagnostics import ABOVE_ONE_TOL, NOISE_FACTOR
 from dpnets.params import check_int
 
 __all__ = ["MetastableSets", "sets_from_gap", "pcca"]
@@ -65,7 +66,9 @@ class MetastableSets:
         return self.memberships_of(X, crisp=False)
 
 
-def sets_from_gap(eigvals: Any, max_sets: int = 6) -> tuple[int, str]:
+def sets_from_gap(
+    eigvals: Any, max_sets: int = 6, *, edge: bool = True, n_samples: int | None = None
+) -> tuple[int, str]:
     """The number of metastable sets the spectrum suggests, and why.
 
     ``n`` sets describe the ``n - 1`` slowest processes; the choice is the ``n`` in
@@ -73,19 +76,64 @@ def sets_from_gap(eigvals: Any, max_sets: int = 6) -> tuple[int, str]:
     of the eigenvalues (decreasing; the first is the stationary one), a process the model
     does not hold counting as ``|lambda| = 0`` (unresolved at the lag). Returns
     ``(n, reason)``.
+
+    Parameters
+    ----------
+    eigvals : array
+        The model's eigenvalues, the stationary one first (:meth:`eig`).
+    max_sets : int, default 6
+    edge : bool, default True
+        Whether the gap after the model's last eigenvalue (to 0) counts: right for a basis
+        known to be complete (indicator functions of every state of a Markov chain); for a
+        learned basis of ``r`` functions (``edge=False``) that gap marks the size of the
+        basis, not a gap of the dynamics, and it counts only when no other is measurable.
+    n_samples : int, optional
+        The number of pairs of the fit. Given, the sets describe only resolved processes:
+        the leading eigenvalues (in the model's order, after the stationary one) that are
+        real, in ``(0, 1]`` and above the noise level ``3 sqrt(r / n)``
+        (:mod:`dpnets.diagnostics`); a complex pair, a negative or an unresolved
+        eigenvalue ends them. ``ValueError`` if there is none.
     """
     check_int("max_sets", max_sets, 2)
-    mod = np.sort(np.abs(np.asarray(eigvals)))[::-1][1:]  # without the stationary one
+    lam = np.asarray(eigvals)
+    if n_samples is None:
+        mod = np.sort(np.abs(lam))[::-1][1:]  # without the stationary one
+        usable = mod.size
+    else:
+        mod = np.abs(lam[1:])
+        usable = _leading_real(lam, int(n_samples))
     if mod.size == 0:
         raise ValueError("the model has no non-stationary eigenvalue: no metastable sets")
-    top = min(int(max_sets), mod.size + 1)
+    if usable == 0:
+        raise ValueError(
+            f"no resolved real process to describe: the slowest eigenvalue after the "
+            f"stationary one is {np.round(lam[1], 4)} (complex, negative or within the noise "
+            "level of 0)"
+        )
+    top = min(int(max_sets), usable + 1)
     padded = np.concatenate([mod, [0.0]])
-    gaps = [padded[n - 2] - padded[n - 1] for n in range(2, top + 1)]
-    best = int(np.argmax(gaps)) + 2
+    candidates = list(range(2, top + 1))
+    if not edge and len(candidates) > 1:  # the gap after the basis' last function is no gap
+        candidates = [n for n in candidates if n - 1 < mod.size]
+    gaps = [padded[n - 2] - padded[n - 1] for n in candidates]
+    best = candidates[int(np.argmax(gaps))]
     return best, (
         f"the largest gap in |eigenvalue| is after {best - 1} process(es): "
         f"{padded[best - 2]:.3g} then {padded[best - 1]:.3g}"
     )
+
+
+def _leading_real(lam: np.ndarray, n_samples: int) -> int:
+    """How many eigenvalues after the stationary one (in the model's order) are real, in
+    ``(0, 1 + tol]`` and above the noise level, before the first that is not."""
+    noise = NOISE_FACTOR * np.sqrt(lam.size / max(n_samples, 1))
+    count = 0
+    for v in lam[1:]:
+        real = abs(v.imag) <= 1e-8 * max(1.0, abs(v))
+        if not (real and noise < v.real <= 1.0 + ABOVE_ONE_TOL):
+            break
+        count += 1
+    return count
 
 
 def pcca(model: Any, X: Any, n_sets: int, weights: Any = None) -> MetastableSets:

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
+from dpnets import diagnostics
 from dpnets.base import BaseEstimator, clone, fit_lag, is_fitted
 from dpnets.data import (
     PairSegment,
@@ -29,6 +30,7 @@ from dpnets.data import (
     pair_segments,
     resolve_lag,
 )
+from dpnets.diagnostics import Diagnostic
 from dpnets.estimation import (
     REVERSIBLE_CHOICES,
     estimate_operator,
@@ -395,6 +397,17 @@ class TransferOperator(DiscreteTimeModel):
             reweigh=self._weighted_moments,
         )
         fit.apply_to(self)  # every fitted array, from the one regression
+        diagnostics.warn(self._diagnostics())
+
+    def _diagnostics(
+        self, n_samples: int | None = None, units: str | None = None
+    ) -> list[Diagnostic]:
+        """The spectrum's findings with the noise level of ``n_samples_`` pairs (no
+        process resolved at the lag), and too few pairs per basis function."""
+        n = self.n_samples_
+        return super()._diagnostics(n, units) + diagnostics.sample_diagnostics(
+            n, self.n_features_, "basis functions", "fewer features"
+        )
 
     def _check_piece_shape(self, shape: tuple[int, ...], fresh: bool) -> None:
         if not fresh:
@@ -438,7 +451,13 @@ class TransferOperator(DiscreteTimeModel):
         """The eigen-decomposition of a restored operator
         (:func:`dpnets.estimation.operator_spectrum`, as in the fit)."""
         self.eigvals_, self.left_eigvecs_, self.right_eigvecs_ = operator_spectrum(
-            self.operator_, self.cx_, self.cxy_, float(self.ridge), self.rtol, self._reversible()
+            self.operator_,
+            self.cx_,
+            self.cxy_,
+            float(self.ridge),
+            self.rtol,
+            self._reversible(),
+            self._basis_mean(),
         )
 
     def _weigh(self, f: np.ndarray) -> np.ndarray:

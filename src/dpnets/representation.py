@@ -14,6 +14,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils.data import DataLoader
 
+from dpnets import diagnostics
 from dpnets.base import BaseEstimator, TransformerMixin, fit_lag
 from dpnets.data import (
     Prepared,
@@ -26,6 +27,7 @@ from dpnets.data import (
     standardise,
     training_source,
 )
+from dpnets.diagnostics import Diagnostic
 from dpnets.distributed import broadcast_int, broadcast_module, world_size
 from dpnets.distributed import is_active as dist_active
 from dpnets.exceptions import check_is_fitted
@@ -635,7 +637,34 @@ class DPNet(TransformerMixin, BaseEstimator):
             grad_scaler=self.autocast == "fp16",
         )
         self.n_train_ = n_train
+        diagnostics.warn(self._diagnostics())
         return self
+
+    def diagnostics(self) -> list[Diagnostic]:
+        """What makes this fit untrustworthy, each with its remedy
+        (:mod:`dpnets.diagnostics`): training that had not converged (the validation score
+        still rising over the last epochs) and, on lagged pairs, fewer than a few pairs per
+        input coordinate. ``fit`` warns with them
+        (:class:`dpnets.diagnostics.DiagnosticWarning`).
+
+        Returns
+        -------
+        list of Diagnostic
+        """
+        check_is_fitted(self, "encoder_")
+        return self._diagnostics()
+
+    def _diagnostics(self) -> list[Diagnostic]:
+        found = diagnostics.training_diagnostics(self.history_, f"{self.objective} score")
+        n_train = getattr(self, "n_train_", None)
+        if self.objective not in GENERATOR_SCORES and n_train is not None:
+            found += diagnostics.sample_diagnostics(
+                n_train,
+                int(np.prod(self.state_shape_)),
+                "input coordinates",
+                "fewer input coordinates",
+            )
+        return found
 
     def _forward(
         self, module: nn.Module, device: torch.device, dtype: torch.dtype

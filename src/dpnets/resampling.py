@@ -27,6 +27,7 @@ from dpnets.data import (
     chunks,
     pair_segments,
 )
+from dpnets.diagnostics import DiagnosticWarning
 from dpnets.estimation import OperatorFit, estimate_operator, operator_products
 from dpnets.moments import FIT_CHUNK, Moments
 from dpnets.operators import TransferOperator, pair_moments
@@ -214,12 +215,15 @@ def interval_of(samples: np.ndarray, confidence: float) -> tuple[np.ndarray, np.
 def fit_at_lag(est: Any, trajs: Any, lag: int) -> Any:
     """``est`` fitted on ``trajs`` at ``lag`` (its parameter ``lag``; a factory's estimator
     without one is fitted as it is). Fitted features of another lag, and the lag of an
-    unfitted feature estimator, are meant to be overridden here: those notices are muted."""
+    unfitted feature estimator, are meant to be overridden here: those notices are muted,
+    and so are the refit's diagnostics (:mod:`dpnets.diagnostics`)."""
     if hasattr(est, "get_params") and "lag" in est.get_params(deep=False):
         est.set_params(lag=int(lag))
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*validating across lags")
         warnings.filterwarnings("ignore", message=".*overrides the lag")
+        # a validation reads each refit's spectrum itself (e.g. long lags, unresolved)
+        warnings.simplefilter("ignore", DiagnosticWarning)
         return est.fit(trajs)
 
 

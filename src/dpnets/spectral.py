@@ -30,6 +30,7 @@ from dpnets.data import (
     check_states,
     to_numpy,
 )
+from dpnets.diagnostics import ABOVE_ONE_TOL, Diagnostic, spectrum_diagnostics
 from dpnets.exceptions import check_is_fitted
 from dpnets.heldout import HELDOUT_KINDS, basis_score, heldout_pairs
 from dpnets.io import (
@@ -39,7 +40,7 @@ from dpnets.io import (
     save,
     tensors_to_arrays,
 )
-from dpnets.linalg import eig_biorthogonal
+from dpnets.linalg import eig_biorthogonal, sym_matrix_function
 from dpnets.moments import FIT_CHUNK
 from dpnets.nn.utils import encode
 from dpnets.params import Constraint, check_choice, check_real, one_of, real, validate_params
@@ -314,8 +315,59 @@ class SpectralModel(TransformerMixin, BaseEstimator):
         return int(t)
 
     # -- shared
+    #: whether ``eigvals_`` are a generator's (stable for real parts at most 0)
+    _generator_spectrum = False
+
+    def diagnostics(self, units: str | None = None) -> list[Diagnostic]:
+        """What makes this fit untrustworthy, each with its remedy
+        (:mod:`dpnets.diagnostics`): eigenvalues of modulus above 1 (a generator's: of
+        positive real part), complex slow modes (a note), timescales longer than all the
+        training trajectories together; a :class:`dpnets.TransferOperator` also checks for no
+        process resolved at the lag and for too few pairs per basis function. ``fit`` warns
+        with those that warn (:class:`dpnets.diagnostics.DiagnosticWarning`).
+
+        Parameters
+        ----------
+        units : str, optional
+            The name of the time unit of ``dt`` in the messages (default: "frames" for
+            ``dt = 1``, else "time units").
+
+        Returns
+        -------
+        list of Diagnostic
+        """
+        check_is_fitted(self, "operator_")
+        return self._diagnostics(units=units)
+
+    def _basis_mean(self) -> np.ndarray | None:
+        """The mean of the regression basis on the training inputs (``features_mean_``;
+        with the constant function first, the first column of ``cx_``), None if unknown."""
+        mean = getattr(self, "features_mean_", None)
+        if mean is None and getattr(self, "constant_", False):
+            mean = self.cx_[:, 0]
+        return mean
+
+    def _diagnostics(
+        self, n_samples: int | None = None, units: str | None = None
+    ) -> list[Diagnostic]:
+        # the constant function's eigenvalue is the first wherever the basis spans it
+        cosine = constant_cosines(self.right_eigvecs_[:, :1], self.cx_, self._basis_mean())
+        dt = float(getattr(self, "dt", 1.0) or 1.0)
+        lag_time = None if self.lag_ is None else self.lag_ * dt
+        span = _total_frames(self._train_inputs)
+        return spectrum_diagnostics(
+            self.eigvals_,
+            constant=bool(cosine.size and cosine[0] >= CONSTANT_COSINE),
+            n_samples=n_samples,
+            lag_time=lag_time,
+            span=None if span is None else span * dt,
+            units=units or ("frames" if dt == 1.0 else "time units"),
+            generator=self._generator_spectrum,
+        )
+
     def eig(self, vectors: bool = False) -> np.ndarray | tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Eigenvalues of the estimator (decreasing modulus; Eq. 16).
+        """Eigenvalues of the estimator (Eq. 16): the constant function's first (``k = 0``)
+        when the basis holds it, then by decreasing modulus.
 
         Parameters
         ----------
@@ -580,7 +632,9 @@ class DiscreteTimeModel(SpectralModel):
         -------
         ndarray (r,)
             In the order of :meth:`eig`: ``inf`` for the stationary eigenvalue (and any
-            ``|lambda| >= 1 - 1e-10``), ``0`` for ``lambda = 0``.
+            ``|lambda|`` within ``1e-10`` below to ``1e-6`` above 1), ``nan`` for an
+            eigenvalue of modulus above that (a growing mode: the fit warns,
+            :mod:`dpnets.diagnostics`), ``0`` for ``lambda = 0``.
 
         Raises
         ------
@@ -714,13 +768,49 @@ def _modal_ok(left: np.ndarray, right: np.ndarray) -> bool:
 _MODAL_CACHE: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, bool]] = {}
 
 
+#: the least cosine (in the ``cx`` metric) between an eigenvector and the constant function
+#: for it to count as the constant function's
+CONSTANT_COSINE = 0.99
+
+
+def constant_cosines(right: np.ndarray, cx: np.ndarray, mean: np.ndarray | None) -> np.ndarray:
+    """The cosine, in the ``cx`` metric, between each right eigenvector (columns of
+    ``right``) and the constant function, whose coefficients ``c = cx^+ mean`` are the least
+    squares of 1 on the basis (``mean``: the basis' mean on the training inputs); zeros when
+    the basis does not span the constant (``1 - c . mean``, its squared residual, above
+    ``1e-6``) or ``mean`` is None."""
+    if mean is None or right.size == 0:
+        return np.zeros(right.shape[1] if right.ndim == 2 else 0)
+    mean = np.asarray(mean, dtype=np.float64)
+    pinv, _ = sym_matrix_function(cx, -1.0, None)
+    explained = float(mean @ pinv @ mean)  # |c|^2 in the cx metric: 1 if spanned
+    if not abs(1.0 - explained) <= 1e-6:
+        return np.zeros(right.shape[1])
+    norms = np.sqrt(np.abs(np.einsum("ij,ij->j", np.conj(right), cx @ right)))
+    return np.abs(mean @ right) / np.where(norms > 0, norms, np.inf) / np.sqrt(explained)
+
+
+def _total_frames(sources: list | None) -> int | None:
+    """The frames of all training trajectories together (pairs of one trajectory: the
+    states they index), None where the inputs are pre-paired or unknown."""
+    lengths = [
+        int(seg.x_states.shape[0])
+        for seg in sources or ()
+        if getattr(seg, "x_states", None) is not None and seg.x_states is seg.y_states
+    ]
+    return sum(lengths) if lengths else None
+
+
 def timescales_from_eigvals(eigvals: np.ndarray, lag_time: float) -> np.ndarray:
-    """``-lag_time / ln|lambda|``; ``inf`` where ``1 - |lambda| <= STATIONARY_TOL``."""
+    """``-lag_time / ln|lambda|``; ``inf`` where ``|1 - |lambda|| <= STATIONARY_TOL`` (within
+    :data:`dpnets.diagnostics.ABOVE_ONE_TOL` above 1: round-off of the stationary
+    eigenvalue), ``nan`` above that (a growing mode relaxes on no timescale)."""
     mod = np.abs(np.asarray(eigvals))
     out = np.full(mod.shape, np.inf)
     ok = mod < 1.0 - STATIONARY_TOL
     with np.errstate(divide="ignore"):
         out[ok] = -float(lag_time) / np.log(mod[ok])
+    out[mod > 1.0 + ABOVE_ONE_TOL] = np.nan
     return out
 
 

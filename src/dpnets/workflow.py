@@ -13,12 +13,20 @@ import json
 import os
 import sys
 import time
+import warnings
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from dpnets.diagnostics import (
+    ABOVE_ONE_TOL,
+    NOISE_FACTOR,
+    Diagnostic,
+    DiagnosticWarning,
+)
 from dpnets.fitfolder import (
     DEFAULT_CONFIG,
     WorkflowError,
@@ -280,6 +288,7 @@ def _fit(config: dict[str, dict[str, Any]], out: Path, progress: bool) -> str:
             f"({longest} frames)"
         )
     usable = [t for t in trajs.data if t.shape[0] > lag]
+    found = _dropped(trajs, lag)
     state_shape = tuple(usable[0].shape[1:])
     # the DPNet re-draws the encoder's initial weights from its seed inside fit
     enc = _encoder(model["encoder"], state_shape, int(model["dim"]), trajs.atomic_numbers)
@@ -290,9 +299,14 @@ def _fit(config: dict[str, dict[str, Any]], out: Path, progress: bool) -> str:
         progress=progress,
         **estimator_params(model, "DPNet"),  # objective, gamma, lr, batch_size, epochs, seed
     )
-    op = TransferOperator(net, dt=dt, **estimator_params(model, "TransferOperator")).fit(usable)
+    op = TransferOperator(net, dt=dt, **estimator_params(model, "TransferOperator"))
+    with warnings.catch_warnings():  # the report states them, with the options to use
+        warnings.simplefilter("ignore", DiagnosticWarning)
+        op.fit(usable)
     units = _units(data, trajs)
-    report = _fit_report(op, trajs, usable, lag, dt, units, time.perf_counter() - t0)
+    found += op.features_.diagnostics() + op.diagnostics(units)
+    fitted = _Fitted(trajs, usable, lag, dt, units, time.perf_counter() - t0, found)
+    report = _fit_report(op, data, fitted)
     if distributed.is_main_process():  # one writer under a multi-process launch
         op.save(out / "model.pt")
         # paths stored absolute: the folder's commands work from any folder
@@ -370,20 +384,121 @@ _ESTIMATOR = {
 }
 
 
-def _fit_report(op, trajs, usable, lag: int, dt: float, units: str, seconds: float) -> str:
+def _dropped(trajs: Any, lag: int) -> list[Diagnostic]:
+    """The trajectories too short for one pair at ``lag``, named (they are left out)."""
+    pairs = zip(trajs.sources, trajs.data, strict=True)
+    short = [(src, t.shape[0]) for src, t in pairs if t.shape[0] <= lag]
+    if not short:
+        return []
+    names = ", ".join(f"{src} ({n} frames)" for src, n in short)
+    return [
+        Diagnostic(
+            "dropped",
+            f"{len(short)} trajectory(ies) with no pair at lag {lag} left out: {names}",
+            "use a shorter lag, or leave those files out",
+            "use a shorter --lag, or leave those files out",
+        )
+    ]
+
+
+@dataclass
+class _Fitted:
+    """What a fit read and found, for its report."""
+
+    trajs: Any
+    usable: list
+    lag: int
+    dt: float
+    units: str
+    seconds: float
+    diagnostics: list
+
+
+#: the number of feature names the report lists
+_NAMES_SHOWN = 8
+
+
+def _inputs_line(data: dict, trajs: Any) -> str:
+    """The report's line on the inputs: feature kind, selection, how many, their names."""
+    features = data.get("features") or "as stored"
+    what = f"features `{features}`"
+    if data.get("selection") and features != "dihedrals":  # dihedrals: every backbone one
+        what += f", selection `{data['selection']}`"
+    if data.get("topology"):
+        what += f", topology `{data['topology']}`"
+    names = trajs.names or []
+    if names:
+        shown = ", ".join(str(n) for n in names[:_NAMES_SHOWN])
+        more = f", … ({len(names)} in all)" if len(names) > _NAMES_SHOWN else ""
+        what += f": {shown}{more}"
+    return f"Inputs: {what}."
+
+
+def _files_lines(trajs: Any, lag: int) -> str:
+    lines = []
+    for src, t in zip(trajs.sources, trajs.data, strict=True):
+        note = "" if t.shape[0] > lag else f" — left out: no pair at lag {lag}"
+        lines.append(f"- `{src}`: {t.shape[0]} frames{note}")
+    return "\n".join(lines)
+
+
+def timescale_cell(lam: complex, ts: float, k: int, lag_time: float, noise: float) -> str:
+    """A timescale as the report prints it: ``inf`` only for the constant function
+    (``k = 0``), never for a growing mode (``|lambda| > 1``: undefined), and marked where the
+    mode is complex, shorter than the lag, or within the noise level of 0."""
+    mod = abs(lam)
+    if k == 0 and not np.isfinite(ts):
+        return "inf (stationary)"
+    if mod > 1.0 + ABOVE_ONE_TOL or np.isnan(ts):
+        return f"undefined: \\|λ\\| = {mod:.4f} > 1 (see Diagnostics)"
+    cell = f"{ts:.4g}"
+    notes = []
+    if lam.imag != 0:
+        notes.append("complex")
+    if mod <= noise:
+        notes.append("noise")
+    elif ts < lag_time:
+        notes.append("shorter than the lag: unresolved")
+    return cell + (f" ({', '.join(notes)})" if notes else "")
+
+
+def _fit_report(op: Any, data: dict, f: _Fitted) -> str:
     ts = op.implied_timescales()
     lam = op.eig()
+    lag_time = f.lag * f.dt
+    noise = NOISE_FACTOR * (lam.size / max(op.n_samples_, 1)) ** 0.5
     rows = "\n".join(
-        f"| {i} | {lam[i].real:.5f}{lam[i].imag:+.5f}i | {ts[i]:.4g} |" for i in range(len(lam))
+        f"| {i} | {lam[i].real:.5f}{lam[i].imag:+.5f}i | "
+        f"{timescale_cell(lam[i], ts[i], i, lag_time, noise)} |"
+        for i in range(len(lam))
     )
+    net = op.features_
+    hist = net.history_
+    val = hist.get("val_score") or hist.get("train_score") or [float("nan")]
+    epochs = len(hist.get("train_score") or [])
+    converged = not any(d.kind == "not_converged" for d in f.diagnostics)
+    training = (
+        f"Training: {epochs} epochs of the {net.objective} score; validation score "
+        f"{val[-1]:.4f} at the last epoch, best {np.nanmax(val):.4f}"
+        + ("" if converged else " (still rising: see Diagnostics)")
+        + "."
+    )
+    if f.diagnostics:
+        diag = "\n".join(f"- **{d.kind}**: {d.message(cli=True)}" for d in f.diagnostics)
+    else:
+        diag = "None: no eigenvalue above 1, the slow modes real and resolved, enough pairs."
     return (
-        f"# dpnets fit\n\n{len(usable)} trajectories ({sum(len(t) for t in usable)} frames, "
-        f"state shape {tuple(usable[0].shape[1:])}) from {len(set(trajs.sources))} source(s); "
-        f"lag {lag} frames = {lag * dt:g} {units}; {op.n_features_ - 1} learned features "
-        f"and the constant; {seconds:.0f} s.\n\n"
-        f"VAMP-2 on the training data: {op.score(usable):.4f}\n\n"
+        f"# dpnets fit\n\n{len(f.usable)} trajectories ({sum(len(t) for t in f.usable)} "
+        f"frames, state shape {tuple(f.usable[0].shape[1:])}) from "
+        f"{len(set(f.trajs.sources))} source(s); lag {f.lag} frames = {lag_time:g} {f.units}; "
+        f"{op.n_features_ - 1} learned features and the constant; {f.seconds:.0f} s.\n\n"
+        f"{_files_lines(f.trajs, f.lag)}\n\n"
+        f"{_inputs_line(data, f.trajs)}\n\n"
+        f"{training}\n\n"
+        f"VAMP-2 on the training data: {op.score(f.usable):.4f}\n\n"
         f"Transfer operator: {_ESTIMATOR[getattr(op, 'reversible', False)]}.\n\n"
-        f"| k | eigenvalue | implied timescale ({units}) |\n|---|---|---|\n{rows}\n\n"
+        f"| k | eigenvalue | implied timescale ({f.units}) |\n|---|---|---|\n{rows}\n\n"
+        f"## Diagnostics\n\n{diag}\n\n"
         "Validate before trusting the timescales: `dpnets analyze` (timescales against "
         "lag, Chapman–Kolmogorov test, metastable sets).\n"
     )
@@ -425,7 +540,8 @@ def analyze(
     *,
     lags: Sequence[int] | None = None,
     n_sets: int | None = None,
-    n_bootstrap: int = 20,
+    n_bootstrap: int = 40,
+    n_blocks: int | None = None,
     out: str | os.PathLike | None = None,
     overwrite: bool = True,
     progress: bool = True,
@@ -433,21 +549,100 @@ def analyze(
 ) -> str:
     """Validate a fitted model on data (default: its training files): eigenvalues, implied
     timescales against lag with bootstrap bands, PCCA+ sets and the Chapman–Kolmogorov
-    test, eigenfunctions. Writes PNG files, ``report.md`` and ``results.json``. ``n_sets``:
-    the number of PCCA+ sets (default: from the spectral gap, :func:`dpnets.validation.
-    sets_from_gap`, and the report says why). ``reversible``: re-estimate the operator with
-    ``TransferOperator(reversible=...)`` (False, True or "reweight"; default None: as the
-    fit was). The output folder is written as :func:`fit_files` writes its own: locked
-    against a concurrent fit or analyze, the files staged and moved into place only when
-    every one is complete."""
+    test, eigenfunctions. Writes PNG files, ``report.md`` and ``results.json``.
+
+    Every step that can run is written: a step that cannot (PCCA+ on complex or
+    unresolved modes, a CK test on sets that hold no frame, a lag the data cannot hold) is
+    skipped, and the report says why and which option to change; the other steps and the
+    report are still written. ``n_sets``: the number of PCCA+ sets (default: from the gap
+    among the resolved real eigenvalues, never at the edge of the learned basis,
+    :func:`dpnets.validation.sets_from_gap`; fewer when a set holds no frame, and the
+    report says why). ``n_bootstrap``: resamples of whole trajectories (40: the fewest for
+    95% intervals). ``n_blocks``: bootstrap blocks of a single trajectory (default: as many
+    as the data hold, up to 10, each longer than twice the longest lag). ``reversible``:
+    re-estimate the operator with ``TransferOperator(reversible=...)`` (False, True or
+    "reweight"; default None: as the fit was). The output folder is written as
+    :func:`fit_files` writes its own: locked against a concurrent fit or analyze, the
+    files staged and moved into place only when every one is complete."""
     op, config = _load_fit(folder)
     out = Path(folder) / "analysis" if out is None else Path(out)
     created = not out.exists()
     _check_out(out, overwrite)
+    settings = _AnalysisSettings(lags, n_sets, n_bootstrap, n_blocks, progress, reversible)
     with _FitFolder(out, overwrite, created) as stage:  # as fit: locked, staged
-        return _analyze(
-            op, config, stage, paths, lags, n_sets, n_bootstrap, progress, reversible, folder
-        )
+        return _analyze(op, config, stage, paths, settings, folder)
+
+
+@dataclass
+class _AnalysisSettings:
+    lags: Sequence[int] | None
+    n_sets: int | None
+    n_bootstrap: int
+    n_blocks: int | None
+    progress: bool
+    reversible: bool | str | None
+
+
+#: the largest |predicted - estimated| of a CK test that the report calls agreement
+CK_AGREEMENT = 0.05
+
+#: what a step of the analysis may fail with and still leave the others to run
+_STEP_ERRORS = (ValueError, ArithmeticError, np.linalg.LinAlgError)
+
+
+def _auto_blocks(data: list, lags: Sequence[int]) -> int:
+    """Bootstrap blocks of a single trajectory: as many as hold twice the longest lag each,
+    from 2 to 10."""
+    frames = max(t.shape[0] for t in data)
+    return int(min(10, max(2, frames // max(1, 2 * max(lags)))))
+
+
+def _analysis_sets(op: Any, frames: np.ndarray, n_sets: int | None) -> tuple[Any, int, str]:
+    """PCCA+ sets: ``n_sets`` as asked, else from the gap among the resolved real
+    eigenvalues; with fewer sets while a set would hold no frame. ``ValueError`` with the
+    reason (naming the options) when PCCA+ cannot run."""
+    from dpnets.validation import pcca, sets_from_gap
+
+    lam = np.asarray(op.eig())
+    if n_sets is None:
+        try:
+            n, why = sets_from_gap(
+                lam, max_sets=min(6, lam.size), edge=False, n_samples=op.n_samples_
+            )
+        except ValueError as err:
+            raise ValueError(
+                f"{err}: PCCA+ needs real, resolved slow modes; re-estimate with --reversible "
+                "true (real eigenvalues), or refit at a shorter --lag"
+            ) from None
+    else:
+        n, why = int(n_sets), "as asked (--sets)"
+        if not 2 <= n <= lam.size:
+            raise WorkflowError(
+                f"--sets {n} must be between 2 and the model's {lam.size} eigenvalues"
+            )
+        lead = lam[:n]
+        if np.any(np.abs(lead.imag) > 1e-8 * np.maximum(1.0, np.abs(lead))):
+            raise ValueError(
+                f"the {n} leading eigenvalues are not all real ({np.round(lead, 4)}): "
+                "PCCA+ needs real modes; re-estimate with --reversible true, or choose --sets "
+                "so as not to split a complex pair"
+            )
+    asked = n
+    while True:
+        sets = pcca(op, frames, n)
+        empty = np.flatnonzero(np.bincount(sets.assignments, minlength=n) == 0)
+        if not empty.size:
+            break
+        if n == 2:
+            raise ValueError(
+                f"PCCA+ found no frame most likely in set(s) {empty.tolist()} even with 2 sets: "
+                "the slow modes separate no states on these data; refit at a shorter --lag or "
+                "with more data"
+            )
+        n -= 1
+    if n < asked:
+        why += f"; {asked} sets left some set with no frame, so {n}"
+    return sets, n, why
 
 
 def _analyze(
@@ -455,24 +650,13 @@ def _analyze(
     config: dict,
     out: Path,
     paths: Sequence[str],
-    lags: Sequence[int] | None,
-    n_sets: int | None,
-    n_bootstrap: int,
-    progress: bool,
-    reversible: bool | str | None,
+    settings: _AnalysisSettings,
     folder: str | os.PathLike,
 ) -> str:
     """The work of :func:`analyze`, writing into ``out`` (the staging folder)."""
     from dpnets import plot
     from dpnets.base import clone
-    from dpnets.validation import (
-        bootstrap_spectrum,
-        check_lags,
-        ck_test,
-        implied_timescales,
-        pcca,
-        sets_from_gap,
-    )
+    from dpnets.validation import bootstrap_spectrum, check_lags, ck_test, implied_timescales
 
     trajs, dt = _read(_data_like(config, paths))
     _check_like_fit(op, trajs, folder)
@@ -483,84 +667,152 @@ def _analyze(
     # the operator is re-estimated on these data with the fit's learned features (a model
     # file does not keep the training features that observables are regressed on)
     params: dict[str, Any] = {"features": op.features_, "lag": lag}
-    if reversible is not None:
-        params["reversible"] = reversible
-    op = clone(op).set_params(**params).fit(data)
+    if settings.reversible is not None:
+        params["reversible"] = settings.reversible
+    with warnings.catch_warnings():  # the report states the diagnostics
+        warnings.simplefilter("ignore", DiagnosticWarning)
+        op = clone(op).set_params(**params).fit(data)
+    units = _units(config["data"], trajs)
+    found = _dropped(trajs, lag) + op.diagnostics(units)
     longest = max(t.shape[0] for t in data)
-    if lags is None:  # the default scan: the lags the data can hold
+    if settings.lags is None:  # the default scan: the lags the data can hold
         scan = {max(1, lag // 4), max(1, lag // 2), lag, 2 * lag, 4 * lag}
         lags = sorted(k for k in scan if k < longest)
     else:  # the user's lags: all of them, or a clear error (none is dropped or rounded)
-        lags = check_lags(list(lags), "--lags", longest).tolist()
-    units = _units(config["data"], trajs)
+        lags = check_lags(list(settings.lags), "--lags", longest).tolist()
+    n_boot = settings.n_bootstrap
+    blocks = settings.n_blocks if settings.n_blocks is not None else _auto_blocks(data, lags)
     plt = plot.pyplot()
-    step = _steps(progress, 5)
-    step("implied timescales against lag (bootstrap)")
-    bars = {"seed": 0, "progress": progress}  # a bar inside each step that takes a while
-    its = implied_timescales(op, data, lags, k=3, dt=dt, n_bootstrap=n_bootstrap, **bars)
-    its.plot(units=units).savefig(out / "timescales.png", dpi=100)
-    step("eigenvalues with bootstrap intervals")
-    k_eig = min(4, int(np.asarray(op.eig()).size))  # the model's eigenvalues, no more
-    spec = bootstrap_spectrum(op, data, k=k_eig, n_bootstrap=max(n_bootstrap, 2), **bars)
-    plot.eigenvalues(op, k=k_eig, dt=dt, units=units).savefig(out / "eigenvalues.png", dpi=100)
-    frames = np.concatenate(data)
-    step("PCCA+ metastable sets")
-    n_eig = int(np.asarray(op.eig()).size)
-    if n_sets is None:
-        n_sets, why = sets_from_gap(op.eig(), max_sets=min(6, n_eig))
-    else:
-        n_sets = int(n_sets)
-        if not 2 <= n_sets <= n_eig:
-            raise WorkflowError(
-                f"--sets {n_sets} must be between 2 and the model's {n_eig} eigenvalues"
-            )
-        why = "as asked (--sets)"
-    sets = pcca(op, frames, n_sets)
-    step("Chapman–Kolmogorov test (bootstrap)")
-    ck_steps = [k for k in (1, 2, 4) if k * lag < longest]  # the multiples the data hold
-    ck = ck_test(op, data, ck_steps, sets.memberships_of, dt=dt, n_bootstrap=n_bootstrap, **bars)
-    ck.plot(units=units).savefig(out / "ck_test.png", dpi=100)
-    step("eigenfunctions")
-    every = max(1, frames.shape[0] // 20000)
-    coords, labels = _plot_coordinates(frames[::every], config["data"], trajs.names)
-    fig = plot.eigenfunctions(op, frames[::every], coords=coords, k=3, labels=labels)
-    fig.savefig(out / "eigenfunctions.png", dpi=100)
-    plt.close("all")
-    results = {
+    step = _steps(settings.progress, 5)
+    bars = {"seed": 0, "progress": settings.progress, "n_blocks": blocks}
+    skipped: dict[str, str] = {}
+    results: dict[str, Any] = {
         "lag": lag,
         "dt": dt,
         "time_unit": units,
         "reversible": getattr(op, "reversible", False),
         "eigenvalues": [[float(v.real), float(v.imag)] for v in op.eig()],
         "timescales": [float(v) for v in op.implied_timescales(dt)],
-        "timescales_interval": [spec.lower.tolist(), spec.upper.tolist()],
-        "its_lags": its.lags.tolist(),
-        "its": its.timescales.tolist(),
-        "its_lower": None if its.lower is None else its.lower.tolist(),
-        "its_upper": None if its.upper is None else its.upper.tolist(),
-        "sets_stationary": sets.stationary.tolist(),
-        "coarse_transition_matrix": sets.coarse_transition_matrix.tolist(),
-        "ck_max_abs_diff": float(np.abs(ck.predictions - ck.estimates).max()),
+        "diagnostics": [{"kind": d.kind, "message": d.message(cli=True)} for d in found],
     }
-    (out / "results.json").write_text(json.dumps(results, indent=1, allow_nan=True))
-    ts = results["timescales"]
-    report = (
-        f"# dpnets analyze\n\nModel lag {lag} frames ({lag * dt:g} {units}).\n\n"
-        f"Slowest implied timescales ({units}): "
-        + ", ".join(
-            f"{ts[i]:.4g} [{spec.lower[i]:.3g}, {spec.upper[i]:.3g}]"
-            for i in range(1, min(4, len(ts)))
+    step("implied timescales against lag (bootstrap)")
+    try:
+        its = implied_timescales(op, data, lags, k=3, dt=dt, n_bootstrap=n_boot, **bars)
+        its.plot(units=units).savefig(out / "timescales.png", dpi=100)
+        results.update(
+            its_lags=its.lags.tolist(),
+            its=its.timescales.tolist(),
+            its_lower=None if its.lower is None else its.lower.tolist(),
+            its_upper=None if its.upper is None else its.upper.tolist(),
         )
-        + f" (95% bootstrap intervals over trajectories).\n\n"
-        f"PCCA+ ({n_sets} sets: {why}): equilibrium populations "
-        f"{np.round(sets.stationary, 3).tolist()}.\n\n"
-        f"Chapman–Kolmogorov test: largest |predicted − estimated| = "
-        f"{results['ck_max_abs_diff']:.2g} (`ck_test.png`).\n\n"
-        "Figures: `timescales.png` (flat above the lag line = Markovian), `ck_test.png`, "
-        "`eigenvalues.png`, `eigenfunctions.png`.\n"
-    )
+    except _STEP_ERRORS as err:
+        skipped["timescales against lag"] = str(err)
+    step("eigenvalues with bootstrap intervals")
+    spec = None
+    try:
+        k_eig = min(4, int(np.asarray(op.eig()).size))  # the model's eigenvalues, no more
+        spec = bootstrap_spectrum(op, data, k=k_eig, n_bootstrap=max(n_boot, 2), **bars)
+        plot.eigenvalues(op, k=k_eig, dt=dt, units=units).savefig(out / "eigenvalues.png", dpi=100)
+        results["timescales_interval"] = [spec.lower.tolist(), spec.upper.tolist()]
+    except _STEP_ERRORS as err:
+        skipped["eigenvalue intervals"] = str(err)
+    frames = np.concatenate(data)
+    step("PCCA+ metastable sets")
+    sets = why = None
+    try:
+        sets, n_found, why = _analysis_sets(op, frames, settings.n_sets)
+        results["sets_stationary"] = sets.stationary.tolist()
+        results["coarse_transition_matrix"] = sets.coarse_transition_matrix.tolist()
+    except WorkflowError:
+        raise
+    except _STEP_ERRORS as err:
+        skipped["PCCA+ metastable sets"] = str(err)
+        skipped["Chapman–Kolmogorov test"] = "it tests the PCCA+ sets, which were skipped"
+    step("Chapman–Kolmogorov test (bootstrap)")
+    ck = None
+    if sets is not None:
+        ck_steps = [k for k in (1, 2, 4) if k * lag < longest]  # the multiples the data hold
+        try:
+            ck = ck_test(op, data, ck_steps, sets.memberships_of, dt=dt, n_bootstrap=n_boot, **bars)
+            ck.plot(units=units).savefig(out / "ck_test.png", dpi=100)
+            results["ck_max_abs_diff"] = float(np.abs(ck.predictions - ck.estimates).max())
+        except _STEP_ERRORS as err:
+            skipped["Chapman–Kolmogorov test"] = str(err)
+    step("eigenfunctions")
+    try:
+        every = max(1, frames.shape[0] // 20000)
+        coords, labels = _plot_coordinates(frames[::every], config["data"], trajs.names)
+        fig = plot.eigenfunctions(op, frames[::every], coords=coords, k=3, labels=labels)
+        fig.savefig(out / "eigenfunctions.png", dpi=100)
+    except _STEP_ERRORS as err:
+        skipped["eigenfunctions"] = str(err)
+    plt.close("all")
+    results["skipped"] = skipped
+    (out / "results.json").write_text(json.dumps(results, indent=1, allow_nan=True))
+    report = _analysis_report(op, results, spec, sets, why, found, skipped)
     (out / "report.md").write_text(report)
     return report
+
+
+def _analysis_report(
+    op: Any, results: dict, spec: Any, sets: Any, why: str | None, found: list, skipped: dict
+) -> str:
+    lag, dt, units = results["lag"], results["dt"], results["time_unit"]
+    lam, ts = op.eig(), results["timescales"]
+    lines = [f"# dpnets analyze\n\nModel lag {lag} frames ({lag * dt:g} {units}).\n"]
+    cells = []
+    for i in range(1, min(4, len(ts))):
+        if not np.isfinite(ts[i]) or abs(lam[i]) > 1.0 + ABOVE_ONE_TOL:
+            cells.append(f"undefined (|λ| = {abs(lam[i]):.4f})")
+        elif spec is not None and i < spec.lower.size:
+            cells.append(f"{ts[i]:.4g} [{spec.lower[i]:.3g}, {spec.upper[i]:.3g}]")
+        else:
+            cells.append(f"{ts[i]:.4g}")
+    interval = " (95% bootstrap intervals over trajectories)" if spec is not None else ""
+    lines.append(f"Slowest implied timescales ({units}): {', '.join(cells)}{interval}.\n")
+    if sets is not None:
+        lines.append(
+            f"PCCA+ ({sets.stationary.size} sets: {why}): equilibrium populations "
+            f"{np.round(sets.stationary, 3).tolist()}.\n"
+        )
+    if "ck_max_abs_diff" in results:
+        worst = results["ck_max_abs_diff"]
+        verdict = (
+            "the model predicts its own set-to-set transitions"
+            if worst <= CK_AGREEMENT
+            else "the model does not predict its own set-to-set transitions well (not "
+            "Markovian at this lag, or sets that are not metastable): compare the curves "
+            "with their bands in `ck_test.png`; try a longer --lag or fewer --sets"
+        )
+        lines.append(
+            "Chapman–Kolmogorov test: largest |predicted − estimated| = "
+            f"{worst:.2g}: {verdict}.\n"
+        )
+    figures = {
+        "timescales.png": "flat above the lag line = Markovian",
+        "eigenvalues.png": "",
+        "ck_test.png": "",
+        "eigenfunctions.png": "",
+    }
+    made = []
+    for name, note in figures.items():
+        if (name == "ck_test.png" and "ck_max_abs_diff" not in results) or (
+            name == "timescales.png" and "its" not in results
+        ):
+            continue
+        if name == "eigenvalues.png" and "timescales_interval" not in results:
+            continue
+        if name == "eigenfunctions.png" and "eigenfunctions" in skipped:
+            continue
+        made.append(f"`{name}`" + (f" ({note})" if note else ""))
+    lines.append(f"Figures: {', '.join(made) or 'none'}.\n")
+    if skipped:
+        lines.append(
+            "## Skipped\n\n" + "\n".join(f"- **{k}**: {v}" for k, v in skipped.items()) + "\n"
+        )
+    diag = "\n".join(f"- **{d.kind}**: {d.message(cli=True)}" for d in found)
+    lines.append("## Diagnostics\n\n" + (diag or "None.") + "\n")
+    return "\n".join(lines)
 
 
 # ------------------------------------------------------------------------------ apply a model

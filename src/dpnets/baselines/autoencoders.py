@@ -31,6 +31,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from dpnets import diagnostics
 from dpnets.base import fit_lag
 from dpnets.data import is_streaming, pairs, resolve_lag, training_source
 from dpnets.exceptions import check_is_fitted
@@ -268,6 +269,7 @@ class _KoopmanAutoencoder(DiscreteTimeModel):
             checkpoint=run_checkpoint(self, ckpt, gen, n_train, state_shape),
         )
         self._finish(x_train)
+        diagnostics.warn(self._diagnostics())
         return self
 
     def _finish(self, x_train: np.ndarray) -> None:

@@ -47,6 +47,7 @@ from typing import Any, ClassVar
 import numpy as np
 import scipy.linalg
 
+from dpnets import diagnostics
 from dpnets.base import fit_lag
 from dpnets.data import check_states, chunks, is_streaming, pairs, resolve_lag
 from dpnets.exceptions import check_is_fitted
@@ -365,6 +366,7 @@ class _KernelRegression(DiscreteTimeModel):
         self.state_shape_ = tuple(p.state_shape)
         self.lag_ = resolve_lag(data, lag)[1]
         self._set_spectrum()
+        diagnostics.warn(self._diagnostics())
         return self
 
     # ------------------------------------------------------------------ downstream

@@ -1,0 +1,290 @@
+"""What makes a fitted result untrustworthy, found at fit time and said with its remedy.
+
+Every estimator checks its own fit and warns (:class:`DiagnosticWarning`, a
+``UserWarning``) when a result should not be trusted as it stands; ``dpnets fit`` writes the
+same findings into the report's *Diagnostics* section, with the remedy as command-line
+options instead of Python keywords. Each finding is a :class:`Diagnostic`: what was found,
+with its numbers, and the remedy in both interfaces.
+
+The checks (documented choices, thresholds in the module constants):
+
+* **growing modes**: an eigenvalue of modulus above ``1 + ABOVE_ONE_TOL`` (a transfer
+  operator's spectrum lies in the unit disc; a least-squares estimate from finite or
+  non-equilibrium data need not). Its implied timescale is undefined (``nan``), never
+  ``inf``. A reversible estimate (``reversible=True``) has real eigenvalues in ``[-1, 1]``
+  by construction (``|v^T C_t v| <= v^T C_0 v``).
+* **complex leading modes**: a complex pair among the slowest ``LEADING`` processes. Real
+  for reversible dynamics (equilibrium MD), so there they signal estimation noise and
+  PCCA+ cannot use them; legitimate oscillations for non-reversible dynamics (flows,
+  forecasting), so the estimators only note them (``warn=False``) and ``dpnets fit``
+  reports them.
+* **no process resolved**: the slowest process's ``|lambda|`` within the noise level
+  ``NOISE_FACTOR * sqrt(r / n)`` of zero (``r`` features, ``n`` pairs: the size of the
+  largest canonical correlation of independent data), so the lag is too long for
+  anything to be left of the dynamics.
+* **timescales longer than the data**: an implied timescale above the simulated time of
+  all trajectories together (a process the data cannot have sampled; many short
+  trajectories can resolve a timescale longer than each of them, as Markov state models
+  do, but not one longer than all of them).
+* **few pairs**: fewer pairs than ``MIN_PAIRS_PER_FEATURE`` times the number of features
+  (of the estimator's inputs for a network, of the basis for a regression).
+* **not converged**: the validation score still rising over the last epochs (at least
+  ``CONVERGED_MIN_EPOCHS`` epochs; the rise over the last ``max(2, epochs // 5)`` epochs
+  more than ``CONVERGED_RISE`` of the score's whole rise).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "Diagnostic",
+    "DiagnosticWarning",
+    "spectrum_diagnostics",
+    "sample_diagnostics",
+    "training_diagnostics",
+    "warn",
+    "ABOVE_ONE_TOL",
+    "constant_index",
+]
+
+#: moduli up to ``1 + ABOVE_ONE_TOL`` count as 1 (round-off of the stationary eigenvalue)
+ABOVE_ONE_TOL = 1e-6
+#: the number of slowest processes whose eigenvalues are checked for complex pairs
+LEADING = 3
+#: the noise level of an eigenvalue: ``NOISE_FACTOR * sqrt(r / n)``
+NOISE_FACTOR = 3.0
+#: fewer pairs than this many per feature are flagged
+MIN_PAIRS_PER_FEATURE = 5
+#: the fewest epochs on which convergence is judged
+CONVERGED_MIN_EPOCHS = 4
+#: a rise of the validation score over the last epochs above this fraction of its whole
+#: rise counts as still improving
+CONVERGED_RISE = 0.05
+
+
+class DiagnosticWarning(UserWarning):
+    """A fitted result that should not be trusted as it stands; the message names the
+    remedy (``warnings.simplefilter("error", DiagnosticWarning)`` makes them errors)."""
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    """One finding about a fit: what was found, and what to do in each interface.
+
+    Attributes
+    ----------
+    kind : str
+        ``"above_one"``, ``"complex"``, ``"unresolved"``, ``"beyond_data"``,
+        ``"few_pairs"``, ``"not_converged"`` or ``"dropped"``.
+    problem : str
+        What was found, with its numbers.
+    python : str
+        The remedy in Python keywords.
+    cli : str
+        The remedy as ``dpnets`` command-line options.
+    warn : bool
+        Whether the estimators warn (False: a note, reported by ``dpnets fit`` only).
+    """
+
+    kind: str
+    problem: str
+    python: str
+    cli: str
+    warn: bool = True
+
+    def message(self, cli: bool = False) -> str:
+        """``problem; remedy`` in the interface asked for."""
+        return f"{self.problem}; {self.cli if cli else self.python}"
+
+
+def warn(diagnostics: Iterable[Diagnostic]) -> None:
+    """Issue a :class:`DiagnosticWarning` for each diagnostic that warns, attributed to
+    the first caller outside dpnets (the user's ``fit``)."""
+    for d in diagnostics:
+        if d.warn:
+            warnings.warn(d.message(), DiagnosticWarning, stacklevel=_outside_level())
+
+
+def _outside_level() -> int:
+    """The ``stacklevel`` of ``warnings.warn`` called from :func:`warn` that names the first
+    frame outside the dpnets package."""
+    import os
+    import sys
+
+    root = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    frame, level = sys._getframe(2), 2  # the caller of warn
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(root):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+def _fmt(lam: complex) -> str:
+    lam = complex(lam)
+    if lam.imag == 0:
+        return f"{lam.real:.4g}"
+    return f"{lam.real:.4g}{lam.imag:+.4g}i"
+
+
+def constant_index(eigvals: np.ndarray, constant: bool) -> int | None:
+    """The index of the constant function's eigenvalue (0 when the basis holds the
+    constant: the estimators put it first), else None."""
+    return 0 if constant and np.asarray(eigvals).size else None
+
+
+def spectrum_diagnostics(
+    eigvals: Any,
+    *,
+    constant: bool,
+    n_samples: int | None = None,
+    lag_time: float | None = None,
+    span: float | None = None,
+    units: str = "frames",
+    generator: bool = False,
+) -> list[Diagnostic]:
+    """The findings about a transfer operator's (or generator's) spectrum.
+
+    Parameters
+    ----------
+    eigvals : array (r,)
+        The eigenvalues in the estimator's order (the constant function's first when
+        ``constant``).
+    constant : bool
+        Whether the basis holds the constant function (its eigenvalue, 1, is skipped).
+    n_samples : int, optional
+        The number of pairs (for the noise level).
+    lag_time : float, optional
+        The lag in time units (with ``span``: timescales longer than the data).
+    span : float, optional
+        The total length of the trajectories, in the same units.
+    units : str
+        The unit of ``lag_time`` and ``span``, for the messages.
+    generator : bool
+        Eigenvalues of a generator (stable when the real part is at most 0).
+    """
+    lam = np.asarray(eigvals, dtype=np.complex128).ravel()
+    start = 1 if constant_index(lam, constant) == 0 else 0
+    rest = lam[start:]
+    idx = np.arange(start, lam.size)
+    out: list[Diagnostic] = []
+    if rest.size == 0:
+        return out
+    if generator:
+        grow = rest.real > ABOVE_ONE_TOL * max(float(np.abs(lam).max()), 1e-300)
+    else:
+        grow = np.abs(rest) > 1.0 + ABOVE_ONE_TOL
+    if grow.any():
+        ks = idx[grow].tolist()
+        worst = rest[grow][np.argmax(rest[grow].real if generator else np.abs(rest[grow]))]
+        what = (
+            f"positive real part ({_fmt(worst)})"
+            if generator
+            else f"modulus above 1 (|lambda| = {abs(worst):.5g}, lambda = {_fmt(worst)})"
+        )
+        out.append(
+            Diagnostic(
+                "above_one",
+                f"eigenvalue(s) k = {ks} have {what}: growing modes, not relaxation; "
+                "their implied timescales are undefined (nan) and forecasts along them grow",
+                "refit with reversible=True (a real spectrum in [-1, 1]) if the dynamics are "
+                "reversible (equilibrium MD), else with more data or fewer features",
+                "refit with --reversible true (a real spectrum in [-1, 1]) if the dynamics "
+                "are reversible (equilibrium MD), else with more data or a smaller --dim",
+            )
+        )
+    noise = NOISE_FACTOR * math.sqrt(lam.size / max(int(n_samples), 1)) if n_samples else 0.0
+    lead = rest[:LEADING]
+    cplx = (np.abs(lead.imag) > 1e-8 * np.maximum(1.0, np.abs(lead))) & (np.abs(lead) > noise)
+    if cplx.any() and not generator:
+        j = int(np.flatnonzero(cplx)[0])
+        out.append(
+            Diagnostic(
+                "complex",
+                f"the slow modes k = {idx[:LEADING][cplx].tolist()} are complex (lambda = "
+                f"{_fmt(lead[j])}): an oscillation, or noise of a non-reversible estimate; "
+                "PCCA+ and timescales of reversible dynamics need real modes",
+                "for reversible dynamics (equilibrium MD) refit with reversible=True",
+                "for reversible dynamics (equilibrium MD) refit with --reversible true "
+                "(dpnets analyze --reversible true re-estimates without refitting)",
+                warn=False,
+            )
+        )
+    if n_samples and not generator:
+        top = float(np.abs(rest).max())
+        if top <= noise:
+            out.append(
+                Diagnostic(
+                    "unresolved",
+                    f"no process is resolved at this lag: the slowest non-stationary "
+                    f"|eigenvalue| ({top:.3g}) is within the noise level ({noise:.3g}) of 0",
+                    "choose a shorter lag (lag=)",
+                    "choose a shorter --lag",
+                )
+            )
+    if lag_time and span and not generator:
+        mod = np.abs(rest)
+        ok = (mod > 0) & (mod < 1.0 - 1e-10)
+        ts = np.full(mod.shape, np.nan)
+        ts[ok] = -float(lag_time) / np.log(mod[ok])
+        long = ok & (ts > float(span))
+        if long.any():
+            out.append(
+                Diagnostic(
+                    "beyond_data",
+                    f"implied timescale(s) of k = {idx[long].tolist()} ({np.nanmax(ts):.4g} "
+                    f"{units}) exceed all the data together ({float(span):.4g} {units}): "
+                    "processes the data cannot have sampled",
+                    "trust only timescales well inside the data; add longer trajectories",
+                    "trust only timescales well inside the data; add longer trajectories",
+                )
+            )
+    return out
+
+
+def sample_diagnostics(
+    n_samples: int, n_features: int, what: str = "features", remedy: str = "fewer features"
+) -> list[Diagnostic]:
+    """The finding of too few pairs for ``n_features`` (``what`` names them)."""
+    n, d = int(n_samples), int(n_features)
+    if d <= 0 or n >= MIN_PAIRS_PER_FEATURE * d:
+        return []
+    return [
+        Diagnostic(
+            "few_pairs",
+            f"{n} lagged pairs for {d} {what} (fewer than {MIN_PAIRS_PER_FEATURE} per "
+            "feature): the fit can follow noise, and its timescales be far too long",
+            f"use more data or {remedy}",
+            "use more data, or fewer input features (--features, --selection, --stride)",
+        )
+    ]
+
+
+def training_diagnostics(history: dict, objective: str = "score") -> list[Diagnostic]:
+    """The finding of a training run whose validation (else training) score was still
+    rising at its last epochs."""
+    scores: Sequence[float] = history.get("val_score") or history.get("train_score") or []
+    s = np.asarray(scores, dtype=np.float64)
+    s = s[np.isfinite(s)]
+    epochs = s.size
+    if epochs < CONVERGED_MIN_EPOCHS:
+        return []
+    w = max(2, epochs // 5)
+    rise = s[-1] - s[-1 - w]
+    whole = s.max() - s[0]
+    if not (whole > 0 and rise > CONVERGED_RISE * whole and rise > 1e-6 * max(1.0, abs(s[-1]))):
+        return []
+    return [
+        Diagnostic(
+            "not_converged",
+            f"training has not converged: the {objective} rose by {rise:.3g} over the last "
+            f"{w} of {epochs} epochs ({100 * rise / whole:.0f}% of its whole rise)",
+            "train longer (epochs=)",
+            "train longer (--epochs)",
+        )
+    ]
