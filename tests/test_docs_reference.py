@@ -24,6 +24,7 @@ MODULES = [
     "dpnets.scores",
     "dpnets.heldout",
     "dpnets.estimation",
+    "dpnets.diagnostics",
     "dpnets.validation",
     "dpnets.baselines",
     "dpnets.plot",

@@ -51,7 +51,7 @@ __all__ = [
     "training_diagnostics",
     "warn",
     "ABOVE_ONE_TOL",
-    "constant_index",
+    "NOISE_FACTOR",
 ]
 
 #: moduli up to ``1 + ABOVE_ONE_TOL`` count as 1 (round-off of the stationary eigenvalue)
@@ -132,12 +132,6 @@ def _fmt(lam: complex) -> str:
     return f"{lam.real:.4g}{lam.imag:+.4g}i"
 
 
-def constant_index(eigvals: np.ndarray, constant: bool) -> int | None:
-    """The index of the constant function's eigenvalue (0 when the basis holds the
-    constant: the estimators put it first), else None."""
-    return 0 if constant and np.asarray(eigvals).size else None
-
-
 def spectrum_diagnostics(
     eigvals: Any,
     *,
@@ -169,7 +163,7 @@ def spectrum_diagnostics(
         Eigenvalues of a generator (stable when the real part is at most 0).
     """
     lam = np.asarray(eigvals, dtype=np.complex128).ravel()
-    start = 1 if constant_index(lam, constant) == 0 else 0
+    start = 1 if constant and lam.size else 0
     rest = lam[start:]
     idx = np.arange(start, lam.size)
     out: list[Diagnostic] = []

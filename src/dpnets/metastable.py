@@ -107,8 +107,7 @@ def sets_from_gap(
     if usable == 0:
         raise ValueError(
             f"no resolved real process to describe: the slowest eigenvalue after the "
-            f"stationary one is {np.round(lam[1], 4)} (complex, negative or within the noise "
-            "level of 0)"
+            f"stationary one is {np.round(lam[1], 4)} ({_why_not(lam, int(n_samples))})"
         )
     top = min(int(max_sets), usable + 1)
     padded = np.concatenate([mod, [0.0]])
@@ -121,6 +120,18 @@ def sets_from_gap(
         f"the largest gap in |eigenvalue| is after {best - 1} process(es): "
         f"{padded[best - 2]:.3g} then {padded[best - 1]:.3g}"
     )
+
+
+def _why_not(lam: np.ndarray, n_samples: int) -> str:
+    """Why the eigenvalue after the stationary one describes no metastable process."""
+    v, noise = complex(lam[1]), NOISE_FACTOR * np.sqrt(lam.size / max(n_samples, 1))
+    if abs(v.imag) > 1e-8 * max(1.0, abs(v)):
+        return "complex"
+    if v.real > 1.0 + ABOVE_ONE_TOL:
+        return "above 1"
+    if v.real <= 0:
+        return "negative"
+    return f"within the noise level {noise:.3g} of 0"
 
 
 def _leading_real(lam: np.ndarray, n_samples: int) -> int:
