@@ -144,6 +144,7 @@ LAYERS = [
         "cross_validation",
         "plot",
         "datasets",
+        "md_features",
         "systems",
         "systems.*",
         "export",

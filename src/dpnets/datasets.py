@@ -68,7 +68,7 @@ __all__ = [
 ]
 
 #: What :func:`read_trajectories` can compute from a molecular-dynamics trajectory.
-FEATURES = ("raw", "positions", "dihedrals", "distances")
+FEATURES = ("raw", "positions", "dihedrals", "distances", "cartesian")
 
 _ARRAY_EXTS = (".npy", ".npz")
 _TEXT_EXTS = (".csv", ".txt")
@@ -128,6 +128,9 @@ class Trajectories:
         ``.csv``/``.txt`` header (the chosen columns), ``"sin φ ALA2"``-style names of
         backbone dihedral features, ``"d(ALA2-CA, ALA2-CB)"`` for distances; None otherwise
         or when the files disagree.
+    md_features : dpnets.md_features.MDFeatures or None
+        For molecular-dynamics features (dihedrals, distances, cartesian): what each column
+        is, with its atoms (the fit folder's ``features.json``).
     """
 
     data: list[np.ndarray]
@@ -136,6 +139,7 @@ class Trajectories:
     time_unit: str | None = None
     atomic_numbers: np.ndarray | None = None
     names: list[str] | None = None
+    md_features: Any = None
 
     def __len__(self) -> int:
         return len(self.data)
@@ -169,6 +173,9 @@ def read_trajectories(
     selection: str = "heavy",
     mmap: bool = True,
     stride: int = 1,
+    torsions: Sequence[str] = ("phi", "psi"),
+    cutoff: float | None = None,
+    reference: str | os.PathLike | None = None,
 ) -> Trajectories:
     """Read trajectories from files (one or more per file).
 
@@ -188,21 +195,35 @@ def read_trajectories(
         Topology of molecular-dynamics trajectories (``.pdb``, ``.gro``, ``.prmtop``, ...),
         needed for ``.xtc``, ``.trr``, ``.dcd`` and ``.nc`` files; for mdtraj HDF5 files it
         replaces the stored topology.
-    features : {"raw", "positions", "dihedrals", "distances"}
-        What to return for molecular dynamics (ignored for other formats):
+    features : {"raw", "positions", "dihedrals", "distances", "cartesian"}
+        What to return for molecular dynamics (ignored for other formats;
+        :mod:`dpnets.md_features` computes them through mdtraj):
         ``"positions"`` (or ``"raw"``): positions of the selected atoms in nm,
         ``(frames, n_atoms, 3)`` float32, and their ``atomic_numbers``;
-        ``"dihedrals"``: the backbone dihedrals as ``[sin(phi), cos(phi), sin(psi),
-        cos(psi)]`` blocks, ``(frames, 2 * (n_phi + n_psi))`` (``selection`` is not used);
-        ``"distances"``: all pairwise distances of the selected atoms in nm (minimum image
-        when the file has a unit cell), ``(frames, n_atoms * (n_atoms - 1) / 2)``.
+        ``"dihedrals"``: the torsions of the kinds ``torsions`` of the residues the
+        selection touches, as ``[sin, cos]`` blocks per kind (``[sin(phi), cos(phi),
+        sin(psi), cos(psi)]`` by default), ``(frames, 2 * n_torsions)``;
+        ``"distances"``: the pairwise distances of the selected atoms in nm (minimum image
+        when the file has a unit cell), all pairs or those within ``cutoff``;
+        ``"cartesian"``: the selected atoms' coordinates in nm after optimal superposition
+        of the selection on ``reference``, ``(frames, 3 * n_atoms)``.
     selection : str
         Molecular-dynamics atoms: ``"heavy"`` (all but hydrogens and virtual sites),
-        ``"backbone"``, ``"all"``, or any mdtraj selection string (``"name CA"``).
+        ``"backbone"``, ``"all"``, or any mdtraj selection string (``"name CA"``,
+        ``"resid 5 to 10"``).
     mmap : bool
         Memory-map ``.npy`` files instead of reading them into memory.
     stride : int
         Keep every ``stride``-th frame; ``dt`` is multiplied accordingly.
+    torsions : sequence of str, default ("phi", "psi")
+        ``features="dihedrals"``: the torsion kinds, among ``phi``, ``psi``, ``omega``,
+        ``chi1``, ``chi2``, ``chi3``, ``chi4``.
+    cutoff : float, optional
+        ``features="distances"``: keep only the pairs closer than ``cutoff`` nm in at least
+        one frame of the data (contacts that form); default: all pairs.
+    reference : path, optional
+        ``features="cartesian"``: a structure of the same topology to superpose on
+        (default: the first frame read).
 
     Returns
     -------
@@ -231,7 +252,12 @@ def read_trajectories(
         columns = [columns]
 
     files = _expand(paths)
+    if cutoff is not None and not (isinstance(cutoff, (int, float)) and cutoff > 0):
+        raise ValueError(f"cutoff must be a positive distance in nm; got {cutoff!r}")
     reader = _Reader(keys, columns, topology, features, selection, mmap, stride)
+    reader.torsions = [str(t) for t in ([torsions] if isinstance(torsions, str) else torsions)]
+    reader.cutoff = None if cutoff is None else float(cutoff)
+    reader.reference_path = None if reference is None else os.fspath(reference)
     for path in files:
         reader.read(path)
     return reader.result()
@@ -334,6 +360,10 @@ class _Reader:
         self.atomic_numbers: list[tuple[str, np.ndarray]] = []
         self.any_md = False
         self.names: list[list[str] | None] = []  # per trajectory
+        self.torsions: list[str] = ["phi", "psi"]
+        self.cutoff: float | None = None
+        self.reference_path: str | None = None
+        self.md_features: Any = None  # the MDFeatures of the first MD file
 
     # -- dispatch ---------------------------------------------------------------------------
 
@@ -387,6 +417,8 @@ class _Reader:
                 if not np.array_equal(z, z0):
                     raise DataFileError(s, f"atomic numbers differ from {s0}'s")
             atomic_numbers = z0
+        if self.cutoff is not None and self.md_features is not None:
+            self._apply_cutoff()
         first = self.names[0] if self.names else None
         names = first if all(n == first for n in self.names) else None
         return Trajectories(
@@ -396,7 +428,22 @@ class _Reader:
             time_unit="ps" if self.any_md else None,
             atomic_numbers=atomic_numbers,
             names=None if names is None else list(names),
+            md_features=self.md_features,
         )
+
+    def _apply_cutoff(self) -> None:
+        """Keep the distances closer than the cut-off in some frame of the data."""
+        closest = np.min([np.asarray(t).min(axis=0) for t in self.data], axis=0)
+        keep = closest < self.cutoff
+        if not keep.any():
+            raise DataFileError(
+                self.sources[0],
+                f"no pair of the selection comes closer than the cut-off {self.cutoff:g} nm "
+                f"(closest: {closest.min():.3g} nm)",
+            )
+        self.md_features = self.md_features.subset(keep)
+        self.data = [np.ascontiguousarray(np.asarray(t)[:, keep]) for t in self.data]
+        self.names = [self.md_features.names for _ in self.data]
 
     # -- numpy ------------------------------------------------------------------------------
 
@@ -651,35 +698,60 @@ class _Reader:
         self.any_md = True
         if dt is None:
             dt = _timestep(traj.time) if timed else None
-        if self.features == "dihedrals":
-            phi_idx, phi = md.compute_phi(traj)
-            psi_idx, psi = md.compute_psi(traj)
-            if len(phi_idx) == 0 and len(psi_idx) == 0:
-                raise DataFileError(path, "the topology has no backbone phi/psi dihedrals")
-            feats = np.concatenate([np.sin(phi), np.cos(phi), np.sin(psi), np.cos(psi)], axis=1)
-            res = [str(traj.topology.atom(int(q[1])).residue) for q in phi_idx]
-            res_psi = [str(traj.topology.atom(int(q[1])).residue) for q in psi_idx]
-            self.names.append(
-                [f"{f} φ {r}" for f in ("sin", "cos") for r in res]
-                + [f"{f} ψ {r}" for f in ("sin", "cos") for r in res_psi]
-            )
-            self._add(path, feats.astype(np.float32), dt, strided=True)
-            return
-        atoms = self._select(path, traj.topology)
         if self.features == "positions":
+            atoms = self._select(path, traj.topology)
             z = np.array([_atomic_number(traj.topology.atom(i)) for i in atoms], dtype=np.int64)
             xyz = np.ascontiguousarray(traj.xyz[:, atoms], dtype=np.float32)
             self._add(path, xyz, dt, strided=True)
             self.atomic_numbers.append((path, z))
-        else:  # distances
-            if len(atoms) < 2:
-                raise DataFileError(path, f"distances need two atoms; selection has {len(atoms)}")
-            i, j = np.triu_indices(len(atoms), k=1)
-            pairs = np.stack([atoms[i], atoms[j]], axis=1)
-            dist = md.compute_distances(traj, pairs)
-            atom = traj.topology.atom
-            self.names.append([f"d({atom(int(a))}, {atom(int(b))})" for a, b in pairs])
-            self._add(path, dist.astype(np.float32), dt, strided=True)
+            return
+        spec = self._md_features(path, traj)
+        self.names.append(list(spec.names))
+        self._add(path, spec.compute(traj), dt, strided=True)
+
+    def _md_features(self, path: str, traj: Any) -> Any:
+        """The features of the first MD file read (every file has its atoms: the state
+        shapes are checked file by file)."""
+        from dpnets import md_features
+
+        if self.md_features is not None:
+            return self.md_features
+        top = traj.topology
+        atoms = self._select(path, top)
+        try:
+            if self.features == "dihedrals":
+                spec = md_features.torsion_features(top, self.torsions, atoms)
+            elif self.features == "distances":
+                spec = md_features.distance_features(top, atoms)
+            else:
+                spec = md_features.cartesian(top, atoms, self._reference(traj))
+        except ValueError as exc:
+            raise DataFileError(path, str(exc)) from None
+        self.md_features = spec
+        return spec
+
+    def _reference(self, traj: Any) -> np.ndarray:
+        """The positions to superpose on: the reference file's, else the first frame."""
+        if self.reference_path is None:
+            return np.asarray(traj.xyz[0], dtype=np.float64)
+        md = _import_mdtraj()
+        path = self.reference_path
+        if not os.path.isfile(path):
+            raise DataFileError(path, "no such reference structure")
+        try:
+            if _ext(path) == ".pdb":
+                ref = md.load_pdb(path)
+            else:
+                ref = md.load_frame(path, 0, top=self.topology_path)
+        except Exception as exc:
+            raise DataFileError(
+                path, f"cannot read the reference structure: {_reason(exc)}"
+            ) from exc
+        if ref.n_atoms != traj.n_atoms:
+            raise DataFileError(
+                path, f"the reference has {ref.n_atoms} atoms; the trajectories have {traj.n_atoms}"
+            )
+        return np.asarray(ref.xyz[0], dtype=np.float64)
 
     def _select(self, path: str, top: Any) -> np.ndarray:
         return select_atoms(top, self.selection, source=path)

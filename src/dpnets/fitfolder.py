@@ -99,15 +99,41 @@ FIT_OPTIONS: tuple[FitOption, ...] = (
         "data",
         "features",
         "raw",
-        "what MD frames become: atom positions (for schnet), backbone dihedrals "
-        "(sin/cos) or pairwise distances of the selection (default raw: positions)",
-        cli={"choices": ("raw", "positions", "dihedrals", "distances")},
+        "what MD frames become: atom positions (for schnet), dihedrals (sin/cos of the "
+        "--torsions of the selected residues), pairwise distances of the selection (within "
+        "--cutoff), or cartesian (the selection's coordinates superposed on --reference) "
+        "(default raw: positions)",
+        cli={"choices": ("raw", "positions", "dihedrals", "distances", "cartesian")},
     ),
     FitOption(
         "data",
         "selection",
         "heavy",
-        "MD atoms to keep: heavy, backbone, all or mdtraj syntax (default {default})",
+        "MD atoms to keep: heavy, backbone, all or mdtraj syntax, e.g. 'name CA' or "
+        "'resid 5 to 10'; dihedrals keep the torsions of the residues it touches "
+        "(default {default})",
+    ),
+    FitOption(
+        "data",
+        "torsions",
+        "phi,psi",
+        "torsion kinds of --features dihedrals, comma-separated among phi, psi, omega, "
+        "chi1, chi2, chi3, chi4 (default {default})",
+    ),
+    FitOption(
+        "data",
+        "cutoff",
+        0.0,
+        "--features distances: keep the pairs closer than this many nm in some frame "
+        "(contacts; default 0: every pair)",
+        low=0.0,
+    ),
+    FitOption(
+        "data",
+        "reference",
+        "",
+        "--features cartesian: the structure to superpose on, same topology (default: the "
+        "first frame read)",
     ),
     FitOption("data", "stride", 1, "keep every k-th frame (default {default}: every frame)", low=1),
     # 0: from the files, else 1 frame
@@ -316,8 +342,9 @@ def absolute_paths(data: dict[str, Any]) -> dict[str, Any]:
     current folder), as a fit folder stores them."""
     data = dict(data)
     data["paths"] = [os.path.abspath(os.path.expanduser(str(p))) for p in data["paths"]]
-    if data.get("topology"):
-        data["topology"] = os.path.abspath(os.path.expanduser(str(data["topology"])))
+    for key in ("topology", "reference"):
+        if data.get(key):
+            data[key] = os.path.abspath(os.path.expanduser(str(data[key])))
     return data
 
 

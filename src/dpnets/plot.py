@@ -14,6 +14,7 @@ headless (in CI, on a cluster node) and in notebooks alike.
   ``timescale = lag`` line (:func:`dpnets.validation.implied_timescales`);
 * :func:`ck_test`: the Chapman–Kolmogorov grid (:func:`dpnets.validation.ck_test`);
 * :func:`eigenfunctions`: eigenfunctions on one or two coordinates of the states;
+* :func:`eigenfunction_traces`: each slow eigenfunction against time, a line per trajectory;
 * :func:`free_energy`: a free-energy surface ``-kT ln p`` of two coordinates from (reweighted)
   frames.
 """
@@ -30,6 +31,7 @@ __all__ = [
     "implied_timescales",
     "ck_test",
     "eigenfunctions",
+    "eigenfunction_traces",
     "free_energy",
     "pyplot",
 ]
@@ -282,6 +284,13 @@ def ck_test(result: Any, units: str = "", names: Sequence[str] | None = None) ->
         squeeze=False,
     )
     t = result.lag_times
+    low = float(min(np.min(result.predictions), np.min(result.estimates)))
+    if low < 0:  # a model's set-to-set "probabilities" need not be; say so on the figure
+        fig.suptitle(
+            f"negative entries (down to {low:.2g}): the model's projections onto the sets "
+            "are not probabilities there",
+            fontsize="small",
+        )
     for i in range(n):
         for j in range(n):
             ax = axes[i, j]
@@ -311,7 +320,7 @@ def ck_test(result: Any, units: str = "", names: Sequence[str] | None = None) ->
             else:
                 ax.plot(t, result.estimates[:, i, j], "o", color="C1", ms=3.5, label="estimated")
             ax.set_title(f"{names[i]} → {names[j]}", fontsize="small")
-            ax.set_ylim(-0.05, 1.05)
+            ax.set_ylim(min(-0.05, low - 0.05), 1.05)
             if i == n - 1:
                 ax.set_xlabel(f"lag time{_unit(units)}")
             if j == 0:
@@ -394,6 +403,63 @@ def eigenfunctions(
             ax.set_xlabel(labels[0])
             ax.set_ylabel(labels[1])
         ax.set_title(title, fontsize="small")
+    return fig
+
+
+def eigenfunction_traces(
+    model: Any,
+    trajectories: Sequence[Any],
+    k: int = 2,
+    *,
+    dt: float = 1.0,
+    units: str = "",
+    names: Sequence[str] | None = None,
+    max_lines: int = 10,
+) -> Any:
+    """Each slow eigenfunction (real part) against time, one line per trajectory: where
+    the trajectories cross between the metastable states a slow eigenfunction separates.
+
+    Parameters
+    ----------
+    model : fitted model with ``eig`` and ``eigenfunctions``
+    trajectories : sequence of arrays (frames, ...)
+    k : int, default 2
+        How many eigenfunctions after the constant one.
+    dt : float, default 1.0
+        Time per frame.
+    units : str
+        Time units.
+    names : sequence of str, optional
+        A label per trajectory (e.g. its file name).
+    max_lines : int, default 10
+        The most trajectories drawn (the first ones).
+
+    Returns
+    -------
+    matplotlib figure
+    """
+    plt = pyplot()
+    lam = np.asarray(model.eig())
+    idx = list(range(1, min(1 + int(k), lam.size)))
+    if not idx:
+        raise ValueError("the model has no eigenfunction besides the constant one")
+    shown = list(trajectories)[: int(max_lines)]
+    fig, axes = plt.subplots(
+        len(idx), 1, figsize=(7.0, 2.0 * len(idx) + 0.6), sharex=True, layout="constrained",
+        squeeze=False,
+    )  # fmt: skip
+    for n, traj in enumerate(shown):
+        phi = np.real(model.eigenfunctions(np.asarray(traj)))
+        t = np.arange(phi.shape[0]) * float(dt)
+        label = None if names is None else str(names[n])
+        for ax, i in zip(axes[:, 0], idx, strict=True):
+            ax.plot(t, phi[:, i], lw=0.8, label=label)
+    for ax, i in zip(axes[:, 0], idx, strict=True):
+        ax.set_ylabel(f"φ{i}")
+        ax.set_title(f"eigenfunction {i}, λ = {lam[i].real:.4g}", fontsize="small")
+    axes[-1, 0].set_xlabel(f"time{_unit(units)}")
+    if names is not None:
+        axes[0, 0].legend(fontsize="x-small", ncol=2)
     return fig
 
 

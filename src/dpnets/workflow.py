@@ -64,6 +64,9 @@ def _read(data: dict[str, Any]):
         features=data["features"],
         selection=data["selection"],
         stride=int(data["stride"]),
+        torsions=[t.strip() for t in str(data.get("torsions") or "phi,psi").split(",") if t],
+        cutoff=float(data.get("cutoff") or 0.0) or None,
+        reference=data.get("reference") or None,
     )
     dt = float(data["dt"]) or trajs.dt or 1.0
     return trajs, dt
@@ -311,8 +314,10 @@ def _fit(config: dict[str, dict[str, Any]], out: Path, progress: bool) -> str:
         op.save(out / "model.pt")
         # paths stored absolute: the folder's commands work from any folder
         write_config({"data": absolute_paths(data), "model": dict(model)}, out / "config.toml")
-        _plot_history(op.features_.history_, out / "training.png")
+        _plot_history(op.features_.history_, out / "training.png", op.features_.objective)
         (out / "report.md").write_text(report)
+        if trajs.md_features is not None:  # what each input column is, with its atoms
+            (out / "features.json").write_text(json.dumps(trajs.md_features.describe()))
     return report
 
 
@@ -329,25 +334,39 @@ def _steps(enabled: bool, total: int):
 
 
 def _plot_coordinates(
-    frames: np.ndarray, data: dict, names: Sequence[str] | None = None
+    frames: np.ndarray, data: dict, names: Sequence[str] | None, slow: np.ndarray
 ) -> tuple[np.ndarray, list[str]]:
-    """Coordinates to draw eigenfunctions on, with their names: the first backbone (phi, psi)
-    pair in degrees for dihedral features (laid out ``[sin phi.., cos phi.., sin psi..,
-    cos psi..]``), else the first one or two input coordinates, named as the files name them
-    (a CSV header, distance atoms)."""
-    flat = frames.reshape(frames.shape[0], -1)
-    m, rest = divmod(flat.shape[1], 4)
-    if data.get("features") == "dihedrals" and m >= 1 and rest == 0:
-        phi = np.degrees(np.arctan2(flat[:, 0], flat[:, m]))
-        psi = np.degrees(np.arctan2(flat[:, 2 * m], flat[:, 3 * m]))
-        labels = ["φ (deg)", "ψ (deg)"]
-        if names is not None and len(names) == flat.shape[1]:  # "sin φ ALA2" -> "φ ALA2"
-            labels = [f"{names[0][4:]} (deg)", f"{names[2 * m][4:]} (deg)"]
-        return np.stack([phi, psi], axis=1), labels
-    k = min(2, flat.shape[1])
-    if names is not None and len(names) == flat.shape[1]:
-        return flat[:, :k], [str(v) for v in names[:k]]
-    return flat[:, :k], [f"input coordinate {j}" for j in range(k)]
+    """Coordinates to draw eigenfunctions on, with their names: the two input features
+    most correlated with the slowest eigenfunction ``slow`` (values at the frames). For
+    dihedral features (``[sin, cos]`` blocks per torsion kind) a torsion's correlation is
+    the larger of its sine's and cosine's, and it is drawn as its angle in degrees."""
+    flat = frames.reshape(frames.shape[0], -1).astype(np.float64)
+    named = names is not None and len(names) == flat.shape[1]
+
+    def corr(cols: np.ndarray) -> np.ndarray:
+        c = cols - cols.mean(0)
+        s = slow - slow.mean()
+        den = np.sqrt((c**2).sum(0) * (s**2).sum())
+        return np.abs(c.T @ s) / np.where(den > 0, den, np.inf)
+
+    if data.get("features") == "dihedrals" and named and flat.shape[1] % 2 == 0:
+        # pair each "sin X" column with its "cos X" column
+        where = {str(n): j for j, n in enumerate(names)}
+        pairs = [(j, where.get("cos" + str(n)[3:])) for j, n in enumerate(names)]
+        pairs = [(a, b) for a, b in pairs if str(names[a]).startswith("sin") and b is not None]
+        if pairs:
+            score = np.maximum(
+                corr(flat[:, [a for a, _ in pairs]]), corr(flat[:, [b for _, b in pairs]])
+            )
+            top = np.argsort(-score)[: min(2, len(pairs))]
+            coords = np.stack(
+                [np.degrees(np.arctan2(flat[:, pairs[t][0]], flat[:, pairs[t][1]])) for t in top],
+                axis=1,
+            )
+            return coords, [f"{str(names[pairs[t][0]])[4:]} (deg)" for t in top]
+    top = np.sort(np.argsort(-corr(flat))[: min(2, flat.shape[1])])
+    labels = [str(names[t]) if named else f"input coordinate {t}" for t in top]
+    return flat[:, top], labels
 
 
 def _units(data: dict, trajs: Any) -> str:
@@ -360,7 +379,7 @@ def _units(data: dict, trajs: Any) -> str:
     return "frames"  # no time per frame in the files (e.g. .dcd) nor --dt
 
 
-def _plot_history(history: dict, path: Path) -> None:
+def _plot_history(history: dict, path: Path, objective: str = "projection") -> None:
     from dpnets.plot import pyplot
 
     plt = pyplot()
@@ -370,7 +389,7 @@ def _plot_history(history: dict, path: Path) -> None:
     if history.get("val_score"):
         ax.plot(ep, history["val_score"], "-s", ms=3, label="validation split")
     ax.set_xlabel("epoch")
-    ax.set_ylabel("score (higher is better)")
+    ax.set_ylabel(f"{objective} score (higher is better)")
     ax.legend(fontsize="small")
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -422,8 +441,14 @@ def _inputs_line(data: dict, trajs: Any) -> str:
     """The report's line on the inputs: feature kind, selection, how many, their names."""
     features = data.get("features") or "as stored"
     what = f"features `{features}`"
-    if data.get("selection") and features != "dihedrals":  # dihedrals: every backbone one
+    if features == "dihedrals":
+        what += f" ({data.get('torsions') or 'phi,psi'})"
+    if features == "distances" and data.get("cutoff"):
+        what += f" closer than {data['cutoff']:g} nm in some frame"
+    if data.get("selection") and features in ("dihedrals", "distances", "cartesian", "positions"):
         what += f", selection `{data['selection']}`"
+    if features == "cartesian":
+        what += f", superposed on `{data.get('reference') or 'the first frame'}`"
     if data.get("topology"):
         what += f", topology `{data['topology']}`"
     names = trajs.names or []
@@ -736,22 +761,65 @@ def _analyze(
             ck = ck_test(op, data, ck_steps, sets.memberships_of, dt=dt, n_bootstrap=n_boot, **bars)
             ck.plot(units=units).savefig(out / "ck_test.png", dpi=100)
             results["ck_max_abs_diff"] = float(np.abs(ck.predictions - ck.estimates).max())
+            results["ck_min"] = float(min(ck.predictions.min(), ck.estimates.min()))
         except _STEP_ERRORS as err:
             skipped["Chapman–Kolmogorov test"] = str(err)
-    step("eigenfunctions")
+    step("eigenfunctions and free energy")
+    every = max(1, frames.shape[0] // 20000)
     try:
-        every = max(1, frames.shape[0] // 20000)
-        coords, labels = _plot_coordinates(frames[::every], config["data"], trajs.names)
-        fig = plot.eigenfunctions(op, frames[::every], coords=coords, k=3, labels=labels)
+        sub = frames[::every]
+        slow = np.real(op.eigenfunctions(sub))[:, min(1, op.eig().size - 1)]
+        coords, labels = _plot_coordinates(sub, config["data"], trajs.names, slow)
+        fig = plot.eigenfunctions(op, sub, coords=coords, k=3, labels=labels)
         fig.savefig(out / "eigenfunctions.png", dpi=100)
+        results["eigenfunction_coordinates"] = labels
     except _STEP_ERRORS as err:
         skipped["eigenfunctions"] = str(err)
+    try:
+        names = [
+            Path(s).name for s, t in zip(trajs.sources, trajs.data, strict=True) if t.shape[0] > lag
+        ]
+        fig = plot.eigenfunction_traces(op, data, k=2, dt=dt, units=units, names=names)
+        fig.savefig(out / "eigenfunctions_time.png", dpi=100)
+    except _STEP_ERRORS as err:
+        skipped["eigenfunctions against time"] = str(err)
+    try:
+        _free_energy_figure(op, data, frames, every).savefig(out / "free_energy.png", dpi=100)
+    except _STEP_ERRORS as err:
+        skipped["free energy along the slow eigenfunctions"] = str(err)
     plt.close("all")
     results["skipped"] = skipped
     (out / "results.json").write_text(json.dumps(results, indent=1, allow_nan=True))
     report = _analysis_report(op, results, spec, sets, why, found, skipped)
     (out / "report.md").write_text(report)
     return report
+
+
+def _free_energy_figure(op: Any, data: list, frames: np.ndarray, every: int) -> Any:
+    """The free energy (kT) along the two slowest eigenfunctions, the frames weighted to
+    equilibrium by the model's stationary weights (Koopman reweighting: equal weights
+    for equilibrium data)."""
+    from dpnets import plot
+
+    lam = np.asarray(op.eig())
+    if lam.size < 3:
+        raise ValueError("the model has fewer than two eigenfunctions besides the constant")
+    if np.any(np.abs(lam[1:3].imag) > 1e-8 * np.maximum(1.0, np.abs(lam[1:3]))):
+        raise ValueError(
+            "the two slowest eigenfunctions are complex; re-estimate with --reversible true"
+        )
+    sub = frames[::every]
+    phi = np.real(op.eigenfunctions(sub))[:, 1:3]
+    weights = np.real(op.stationary_weights(data))[::every]
+    return plot.free_energy(
+        phi,
+        weights=weights,
+        bins=int(np.clip(np.sqrt(phi.shape[0] / 4), 10, 60)),  # a few frames per cell
+        labels=[
+            f"eigenfunction 1 (λ = {lam[1].real:.4g})",
+            f"eigenfunction 2 (λ = {lam[2].real:.4g})",
+        ],
+    )
 
 
 def _analysis_report(
@@ -775,6 +843,12 @@ def _analysis_report(
             f"PCCA+ ({sets.stationary.size} sets: {why}): equilibrium populations "
             f"{np.round(sets.stationary, 3).tolist()}.\n"
         )
+    if results.get("ck_min", 0.0) < 0:
+        lines.append(
+            f"The CK grid has negative entries (down to {results['ck_min']:.2g}): the "
+            "model's projections onto the sets are not probabilities there (too few "
+            "features to resolve the sets, or sets that are not metastable).\n"
+        )
     if "ck_max_abs_diff" in results:
         worst = results["ck_max_abs_diff"]
         verdict = (
@@ -785,27 +859,32 @@ def _analysis_report(
             "with their bands in `ck_test.png`; try a longer --lag or fewer --sets"
         )
         lines.append(
-            "Chapman–Kolmogorov test: largest |predicted − estimated| = "
-            f"{worst:.2g}: {verdict}.\n"
+            f"Chapman–Kolmogorov test: largest |predicted − estimated| = {worst:.2g}: {verdict}.\n"
         )
+    coords = ", ".join(results.get("eigenfunction_coordinates") or [])
     figures = {
-        "timescales.png": "flat above the lag line = Markovian",
-        "eigenvalues.png": "",
-        "ck_test.png": "",
-        "eigenfunctions.png": "",
+        "timescales.png": ("its", "implied timescales against the lag: flat above the "
+                           "lag line = Markovian"),
+        "eigenvalues.png": ("timescales_interval", "the spectrum and 1 − |λ|"),
+        "ck_test.png": ("ck_max_abs_diff", "predicted against estimated set-to-set "
+                        "transitions"),
+        "eigenfunctions.png": ("eigenfunction_coordinates", "the slow eigenfunctions on the "
+                               f"two inputs most correlated with the slowest ({coords})"),
+        "eigenfunctions_time.png": (None, "each slow eigenfunction against time, a line per "
+                                    "trajectory"),
+        "free_energy.png": (None, "the free energy (kT) along the two slowest "
+                            "eigenfunctions, weighted to equilibrium"),
+    }  # fmt: skip
+    skip_of = {
+        "eigenfunctions_time.png": "eigenfunctions against time",
+        "free_energy.png": "free energy along the slow eigenfunctions",
     }
     made = []
-    for name, note in figures.items():
-        if (name == "ck_test.png" and "ck_max_abs_diff" not in results) or (
-            name == "timescales.png" and "its" not in results
-        ):
+    for name, (key, note) in figures.items():
+        if (key is not None and key not in results) or skip_of.get(name) in skipped:
             continue
-        if name == "eigenvalues.png" and "timescales_interval" not in results:
-            continue
-        if name == "eigenfunctions.png" and "eigenfunctions" in skipped:
-            continue
-        made.append(f"`{name}`" + (f" ({note})" if note else ""))
-    lines.append(f"Figures: {', '.join(made) or 'none'}.\n")
+        made.append(f"- `{name}`: {note}")
+    lines.append("Figures:\n\n" + ("\n".join(made) or "none") + "\n")
     if skipped:
         lines.append(
             "## Skipped\n\n" + "\n".join(f"- **{k}**: {v}" for k, v in skipped.items()) + "\n"

@@ -1,0 +1,166 @@
+"""Features of molecular-dynamics frames, through mdtraj: what each input coordinate of an
+MD fit is, computed in one place for reading files (:mod:`dpnets.datasets`) and for
+exporting the fit to an engine (:mod:`dpnets.engines`).
+
+An :class:`MDFeatures` names its kind, the atoms of every feature (0-based indices of the
+fit's topology) and one human-readable label per output column, as PyEMMA's featurizer
+``describe()`` does:
+
+* ``"dihedrals"``: torsions by kind (:data:`TORSION_KINDS`: ``phi``, ``psi``, ``omega``,
+  ``chi1`` … ``chi4``, from mdtraj's ``compute_<kind>``), those of the residues the
+  selection touches, as ``[sin, cos]`` blocks per kind in the order asked
+  (``[sin phi.., cos phi.., sin psi.., cos psi..]`` for the default ``phi, psi``);
+* ``"distances"``: the distances of atom pairs of the selection in nm (minimum image when
+  the frames have a unit cell), all pairs, or those closer than a contact cut-off in some
+  frame of the data (:meth:`MDFeatures.subset`);
+* ``"cartesian"``: the selection's coordinates in nm after optimal superposition of the
+  selection on a reference structure (mdtraj's ``superpose``: the first frame read, or a
+  given structure), flattened ``[x1, y1, z1, x2, ...]``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+__all__ = ["TORSION_KINDS", "MDFeatures", "torsion_features", "distance_features", "cartesian"]
+
+#: torsion kinds mdtraj computes (``md.compute_<kind>``), and their symbols in labels
+TORSION_KINDS = {
+    "phi": "φ",
+    "psi": "ψ",
+    "omega": "ω",
+    "chi1": "χ1",
+    "chi2": "χ2",
+    "chi3": "χ3",
+    "chi4": "χ4",
+}
+
+
+@dataclass(frozen=True, eq=False)
+class MDFeatures:
+    """The input features of an MD fit.
+
+    Attributes
+    ----------
+    kind : str
+        ``"dihedrals"``, ``"distances"`` or ``"cartesian"``.
+    atoms : ndarray of int
+        Per feature (not per column): the torsions' atom quadruplets ``(n, 4)``, the
+        distances' pairs ``(n, 2)``, or the Cartesian atoms ``(n,)``.
+    names : list of str
+        One label per output column (kind, residue, atoms).
+    blocks : tuple of (str, int)
+        Dihedrals: the torsion kinds in column order and how many of each (each block
+        gives ``count`` sines, then ``count`` cosines).
+    reference : ndarray, optional
+        Cartesian: the reference positions ``(n_atoms_topology, 3)`` (nm) of the
+        superposition.
+    """
+
+    kind: str
+    atoms: np.ndarray
+    names: list[str]
+    blocks: tuple[tuple[str, int], ...] = ()
+    reference: np.ndarray | None = field(default=None, repr=False)
+
+    @property
+    def n_columns(self) -> int:
+        return len(self.names)
+
+    def compute(self, traj: Any) -> np.ndarray:
+        """The features of the frames of mdtraj trajectory ``traj`` (its topology the fit's),
+        float32 ``(frames, n_columns)``."""
+        import mdtraj as md
+
+        if self.kind == "dihedrals":
+            ang = md.compute_dihedrals(traj, self.atoms)
+            out, start = [], 0
+            for _, count in self.blocks:
+                block = ang[:, start : start + count]
+                out += [np.sin(block), np.cos(block)]
+                start += count
+            return np.concatenate(out, axis=1).astype(np.float32)
+        if self.kind == "distances":
+            return md.compute_distances(traj, self.atoms).astype(np.float32)
+        ref = md.Trajectory(self.reference[None].astype(np.float32), traj.topology)
+        moved = traj.superpose(ref, 0, atom_indices=self.atoms, ref_atom_indices=self.atoms)
+        return moved.xyz[:, self.atoms].reshape(traj.n_frames, -1).astype(np.float32)
+
+    def subset(self, keep: np.ndarray) -> MDFeatures:
+        """The features ``keep`` (a boolean mask over features; distances only)."""
+        if self.kind != "distances":
+            raise ValueError("only distances are subset by a cut-off")
+        keep = np.asarray(keep, dtype=bool)
+        names = [n for n, k in zip(self.names, keep, strict=True) if k]
+        return MDFeatures(self.kind, self.atoms[keep], names)
+
+    def describe(self) -> dict[str, Any]:
+        """A JSON-serialisable description (the fit folder's ``features.json``)."""
+        out: dict[str, Any] = {
+            "kind": self.kind,
+            "atoms": self.atoms.tolist(),
+            "names": list(self.names),
+        }
+        if self.blocks:
+            out["blocks"] = [[k, int(c)] for k, c in self.blocks]
+        return out
+
+
+def _label(top: Any, i: int) -> str:
+    a = top.atom(int(i))
+    return f"{a.residue}-{a.name}"
+
+
+def torsion_features(top: Any, kinds: list[str] | tuple[str, ...], atoms: np.ndarray) -> MDFeatures:
+    """The torsions of the kinds ``kinds`` of the residues that the selected ``atoms``
+    touch (a torsion belongs to the residue of its second atom: ``N_i`` of ``phi_i``,
+    ``CA_i`` of ``psi_i`` and ``chi*_i``, ``C_i`` of ``omega_i``, as mdtraj orders them).
+    ``ValueError`` for an unknown kind or when no torsion is left."""
+    import mdtraj as md
+
+    unknown = [k for k in kinds if k not in TORSION_KINDS]
+    if unknown or not kinds:
+        raise ValueError(
+            f"torsion kinds must be among {', '.join(TORSION_KINDS)}; got {', '.join(kinds)!s}"
+        )
+    probe = md.Trajectory(np.zeros((1, top.n_atoms, 3), dtype=np.float32), top)
+    residues = {top.atom(int(a)).residue.index for a in atoms}
+    quads, names, blocks = [], [], []
+    for kind in dict.fromkeys(kinds):  # each kind once, in the order asked
+        idx = np.asarray(getattr(md, f"compute_{kind}")(probe)[0], dtype=np.int64).reshape(-1, 4)
+        idx = idx[[top.atom(int(q[1])).residue.index in residues for q in idx]]
+        if not len(idx):
+            continue
+        sym = TORSION_KINDS[kind]
+        res = [str(top.atom(int(q[1])).residue) for q in idx]
+        names += [f"{f} {sym} {r}" for f in ("sin", "cos") for r in res]
+        quads.append(idx)
+        blocks.append((kind, len(idx)))
+    if not quads:
+        raise ValueError(f"the topology has no {', '.join(kinds)} torsion in the selected residues")
+    return MDFeatures("dihedrals", np.concatenate(quads), names, tuple(blocks))
+
+
+def distance_features(top: Any, atoms: np.ndarray) -> MDFeatures:
+    """All pairwise distances of the selected ``atoms`` (``ValueError`` for fewer than 2)."""
+    atoms = np.asarray(atoms, dtype=np.int64)
+    if len(atoms) < 2:
+        raise ValueError(f"distances need two atoms; the selection has {len(atoms)}")
+    i, j = np.triu_indices(len(atoms), k=1)
+    pairs = np.stack([atoms[i], atoms[j]], axis=1)
+    atom = top.atom
+    names = [f"d({atom(int(a))}, {atom(int(b))})" for a, b in pairs]
+    return MDFeatures("distances", pairs, names)
+
+
+def cartesian(top: Any, atoms: np.ndarray, reference: np.ndarray) -> MDFeatures:
+    """The selected ``atoms``' coordinates after superposition on ``reference``
+    (``(top.n_atoms, 3)`` positions in nm)."""
+    atoms = np.asarray(atoms, dtype=np.int64)
+    if len(atoms) < 3:
+        raise ValueError(f"a superposition needs at least 3 atoms; the selection has {len(atoms)}")
+    names = [f"{c} {_label(top, a)}" for a in atoms for c in "xyz"]
+    return MDFeatures("cartesian", atoms, names, reference=np.asarray(reference, np.float64))
