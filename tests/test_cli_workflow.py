@@ -198,27 +198,27 @@ def test_md_files_from_the_project_simulation(tmp_path, monkeypatch, capsys):
     assert "= 2 ps" in (tmp_path / "fit_xtc" / "report.md").read_text()  # xtc stores times
     assert "= 2 frames" in (tmp_path / "fit_dcd" / "report.md").read_text()  # dcd does not
     assert main(["analyze", str(tmp_path / "fit_xtc"), "--bootstrap", "2", "--quiet"]) == 0
-    from dpnets.workflow import _plot_coordinates  # noqa: PLC2701 - checked directly here
-
-    coords, labels = _plot_coordinates(states, {"features": "dihedrals"})
-    gap = np.radians(coords[:, 0]) - md.compute_phi(traj)[1][:, 0]
-    assert np.abs(np.angle(np.exp(1j * gap))).max() < 0.03  # xtc keeps 1e-3 nm
-    assert labels == ["φ (deg)", "ψ (deg)"]
-    # the axes carry the files' names of the coordinates: the residue of each dihedral, the
-    # CSV header
+    # the axes are the two inputs most correlated with the slowest eigenfunction, named as
+    # the files name them: the residue of each dihedral (as an angle), the CSV header
     from dpnets.datasets import read_trajectories
+    from dpnets.workflow import _plot_coordinates  # noqa: PLC2701 - checked directly here
 
     read = read_trajectories(
         tmp_path / "run.xtc", topology=tmp_path / "ala.pdb", features="dihedrals"
     )
     assert read.names == ["sin φ ALA2", "cos φ ALA2", "sin ψ ALA2", "cos ψ ALA2"]
-    assert _plot_coordinates(states, {"features": "dihedrals"}, read.names)[1] == [
-        "φ ALA2 (deg)",
-        "ψ ALA2 (deg)",
+    slow = states[:, 0] + 0.1 * states[:, 3]  # follows phi most, then psi
+    coords, labels = _plot_coordinates(states, {"features": "dihedrals"}, read.names, slow)
+    assert labels == ["φ ALA2 (deg)", "ψ ALA2 (deg)"]
+    gap = np.radians(coords[:, 0]) - md.compute_phi(traj)[1][:, 0]
+    assert np.abs(np.angle(np.exp(1j * gap))).max() < 0.03  # xtc keeps 1e-3 nm
+    csv = read_trajectories(tmp_path / "states.csv", columns=["sp", "ss", "cs"])
+    assert csv.names == ["sp", "ss", "cs"]
+    x = csv.data[0]
+    assert _plot_coordinates(x, {"features": "raw"}, csv.names, x[:, 2] - x[:, 0])[1] == [
+        "sp",
+        "cs",
     ]
-    csv = read_trajectories(tmp_path / "states.csv", columns=["ss", "cs"])
-    assert csv.names == ["ss", "cs"]
-    assert _plot_coordinates(csv.data[0], {"features": "raw"}, csv.names)[1] == ["ss", "cs"]
     # atom positions for a SchNet encoder (nm, with the matching 0.5 nm cutoff)
     pytest.importorskip("torch_geometric")
     schnet = tmp_path / "fit_schnet"

@@ -13,6 +13,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 __all__ = ["main"]
 
@@ -58,9 +59,25 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"dpnets {__version__}")
-    parser.add_argument("--debug", action="store_true", help="show tracebacks of errors")
+    parser.add_argument(
+        "--debug", action="store_true", help="show tracebacks of errors (default: one line)"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     raw = argparse.RawDescriptionHelpFormatter
+    # global options are accepted after the subcommand too (dpnets fit ... --debug)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--debug",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="show tracebacks of errors (default: one line per error)",
+    )
+    add_parser = sub.add_parser
+
+    def _sub_parser(*args: Any, **kwargs: Any) -> argparse.ArgumentParser:
+        return add_parser(*args, parents=[common], **kwargs)
+
+    sub.add_parser = _sub_parser  # type: ignore[method-assign]
 
     p_fit = sub.add_parser(
         "fit",
@@ -163,6 +180,13 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="write the model's eigenfunctions (mode 0 the constant) instead of its features "
         "(default: features, the constant first)",
+    )
+    p_tr.add_argument(
+        "--topology",
+        default=None,
+        help="the topology of these files, when it is not the fit's (e.g. a heavy-atom "
+        "trajectory of an all-atom fit); they must give the fit's features (default: the "
+        "fit's topology)",
     )
 
     p_fc = sub.add_parser(
@@ -361,7 +385,11 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     if args.command == "transform":
         arrays = workflow.transform_files(
-            args.fit, args.data, args.out, eigenfunctions=args.eigenfunctions
+            args.fit,
+            args.data,
+            args.out,
+            eigenfunctions=args.eigenfunctions,
+            topology=args.topology,
         )
         what = "eigenfunctions" if args.eigenfunctions else "features"
         shapes = ", ".join(str(a.shape) for a in arrays)
@@ -416,11 +444,20 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _one_line_warning(message: Any, category: Any, *args: Any, **kwargs: Any) -> str:
+    """A warning as the command line prints it: one line, without the source line."""
+    return f"dpnets: warning: {' '.join(str(message).split())}\n"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status (2 for user errors)."""
+    import warnings
+
     args = _parser().parse_args(argv)
     if args.debug:
         return _run(args)
+    formatter = warnings.formatwarning
+    warnings.formatwarning = _one_line_warning
     try:
         return _run(args)
     except (ValueError, OSError, ImportError) as err:
@@ -430,6 +467,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("dpnets: interrupted", file=sys.stderr)
         return 130
+    finally:
+        warnings.formatwarning = formatter
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -902,7 +902,7 @@ def _check_dcd(path: str, md: Any, n_read: int, stride: int) -> float | None:
         header = _dcd_header(path)
         if header is None:
             return None
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), _quiet_c_stdout():
             warnings.simplefilter("ignore")
             with md.formats.DCDTrajectoryFile(path) as dcd:
                 n_frames = len(dcd)

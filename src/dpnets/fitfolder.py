@@ -125,7 +125,7 @@ FIT_OPTIONS: tuple[FitOption, ...] = (
         "cutoff",
         0.0,
         "--features distances: keep the pairs closer than this many nm in some frame "
-        "(contacts; default 0: every pair)",
+        "(contacts; default {default}: every pair)",
         low=0.0,
     ),
     FitOption(
@@ -138,6 +138,13 @@ FIT_OPTIONS: tuple[FitOption, ...] = (
     FitOption("data", "stride", 1, "keep every k-th frame (default {default}: every frame)", low=1),
     # 0: from the files, else 1 frame
     FitOption("data", "dt", 0.0, "time per frame (default: from the files, else 1 frame)", low=0.0),
+    FitOption(
+        "data",
+        "time_unit",
+        "",
+        "the unit of --dt and of the timescales, e.g. ns; the files' times (ps) are converted "
+        "to fs, ps, ns, us, ms or s (default: the files' ps, else 'time units')",
+    ),
     FitOption("model", "lag", 1, "lag between paired frames, in frames (default {default})", low=1),
     FitOption(
         "model",

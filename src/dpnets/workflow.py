@@ -68,8 +68,37 @@ def _read(data: dict[str, Any]):
         cutoff=float(data.get("cutoff") or 0.0) or None,
         reference=data.get("reference") or None,
     )
-    dt = float(data["dt"]) or trajs.dt or 1.0
+    dt, _ = _time(data, trajs)
     return trajs, dt
+
+
+#: seconds per time unit, for converting the files' times to ``--time-unit``
+_SECONDS = {"fs": 1e-15, "ps": 1e-12, "ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0}
+
+
+def _time(data: dict, trajs: Any) -> tuple[float, str]:
+    """The time per frame and its unit: ``--dt`` in ``--time-unit`` (default "time
+    units"); else the files' time per frame (MD: ps), converted to ``--time-unit`` when
+    one is given; else 1 frame."""
+    unit = str(data.get("time_unit") or "")
+    given = float(data.get("dt") or 0.0)
+    if given:
+        return given, unit or "time units"
+    if trajs.dt:
+        stored = trajs.time_unit or ""
+        if unit and unit != stored:
+            if unit in _SECONDS and stored in _SECONDS:
+                return trajs.dt * _SECONDS[stored] / _SECONDS[unit], unit
+            raise WorkflowError(
+                f"--time-unit {unit}: the files' times are in {stored or 'no known unit'}; "
+                f"give --dt in {unit} too (or a unit among {', '.join(_SECONDS)})"
+            )
+        return float(trajs.dt), stored or "time units"
+    if unit:
+        raise WorkflowError(
+            f"--time-unit {unit}: the files store no time per frame; give --dt in {unit} too"
+        )
+    return 1.0, "frames"
 
 
 def _encoder(spec: str, state_shape: tuple[int, ...], dim: int, atomic_numbers: Any):
@@ -302,7 +331,7 @@ def _fit(config: dict[str, dict[str, Any]], out: Path, progress: bool) -> str:
         progress=progress,
         **estimator_params(model, "DPNet"),  # objective, gamma, lr, batch_size, epochs, seed
     )
-    op = TransferOperator(net, dt=dt, **estimator_params(model, "TransferOperator"))
+    op = TransferOperator(net, lag=lag, dt=dt, **estimator_params(model, "TransferOperator"))
     with warnings.catch_warnings():  # the report states them, with the options to use
         warnings.simplefilter("ignore", DiagnosticWarning)
         op.fit(usable)
@@ -313,7 +342,10 @@ def _fit(config: dict[str, dict[str, Any]], out: Path, progress: bool) -> str:
     if distributed.is_main_process():  # one writer under a multi-process launch
         op.save(out / "model.pt")
         # paths stored absolute: the folder's commands work from any folder
-        write_config({"data": absolute_paths(data), "model": dict(model)}, out / "config.toml")
+        stored = absolute_paths(data)
+        if units != "frames":  # the time per frame and its unit as resolved, not 0
+            stored["dt"], stored["time_unit"] = float(dt), units
+        write_config({"data": stored, "model": dict(model)}, out / "config.toml")
         _plot_history(op.features_.history_, out / "training.png", op.features_.objective)
         (out / "report.md").write_text(report)
         if trajs.md_features is not None:  # what each input column is, with its atoms
@@ -370,13 +402,8 @@ def _plot_coordinates(
 
 
 def _units(data: dict, trajs: Any) -> str:
-    """The time unit of timescales: the files' (MD: ps), "time units" of a given --dt, or
-    frames."""
-    if float(data.get("dt") or 0.0):
-        return "time units"  # the unit of the user's --dt
-    if trajs.dt:
-        return trajs.time_unit or "time units"
-    return "frames"  # no time per frame in the files (e.g. .dcd) nor --dt
+    """The time unit of timescales (:func:`_time`)."""
+    return _time(data, trajs)[1]
 
 
 def _plot_history(history: dict, path: Path, objective: str = "projection") -> None:
@@ -542,6 +569,27 @@ def _check_like_fit(op: Any, trajs: Any, folder: str | os.PathLike) -> None:
                 f"{source}: states of shape {tuple(t.shape[1:])} (read as the fit in {folder} "
                 f"reads its files), but that model takes states of shape {want}"
             )
+
+
+def _check_feature_names(trajs: Any, folder: str | os.PathLike) -> None:
+    """The files give the features the fit in ``folder`` was trained on (its
+    ``features.json``), named alike; a ``WorkflowError`` naming the first that differs."""
+    path = Path(folder) / "features.json"
+    if trajs.md_features is None or not path.is_file():
+        return
+    want = json.loads(path.read_text()).get("names") or []
+    got = list(trajs.md_features.names)
+    if got != want:
+        first = next(
+            (i for i, (a, b) in enumerate(zip(got, want, strict=False)) if a != b),
+            min(len(got), len(want)),
+        )
+        a = got[first] if first < len(got) else "none"
+        b = want[first] if first < len(want) else "none"
+        raise WorkflowError(
+            f"{trajs.sources[0]}: input feature {first} is {a!r}, but the fit in {folder} was "
+            f"trained on {b!r}: check --topology and the atom names"
+        )
 
 
 def _load_fit(folder: str | os.PathLike):
@@ -901,6 +949,7 @@ def transform_files(
     out: str | os.PathLike,
     *,
     eigenfunctions: bool = False,
+    topology: str | os.PathLike | None = None,
 ) -> list[np.ndarray]:
     """The model's features (the constant first), or its eigenfunctions, of every frame of
     every input trajectory: one array per trajectory, in input order.
@@ -908,14 +957,20 @@ def transform_files(
     ``out`` is a ``.npz`` file holding ``traj_0``, ``traj_1``, ... (``(frames, n)`` each) and
     ``sources`` (the file each came from), or a ``.npy`` file when the input is one
     trajectory. ``eigenfunctions=True`` writes ``model.eigenfunctions`` (complex only where
-    the spectrum is) instead of the features.
+    the spectrum is) instead of the features. ``topology``: the files' topology when it is
+    not the fit's (a heavy-atom trajectory of an all-atom fit): the features are computed
+    from it as the fit computed its own, and must be the same (names checked).
     """
     op, config = _load_fit(folder)
     out = Path(out)
     if out.suffix not in (".npz", ".npy"):
         raise WorkflowError(f"{out}: the output must be a .npz file (or .npy for one trajectory)")
-    trajs, _ = _read(_data_like(config, paths))
+    data = _data_like(config, paths)
+    if topology is not None:
+        data["topology"] = os.fspath(topology)
+    trajs, _ = _read(data)
     _check_like_fit(op, trajs, folder)
+    _check_feature_names(trajs, folder)
     if out.suffix == ".npy" and len(trajs.data) != 1:
         raise WorkflowError(
             f"{out}: {len(trajs.data)} trajectories need a .npz output (one array each); "
