@@ -157,13 +157,33 @@ def test_one_state_and_dtype_casts(models, tmp_path):
 
 
 def test_linear_features_export(tmp_path):
-    """DMD (linear features, standardised with the constant) exports too."""
+    """DMD (linear features) exports too; its two modes here are a complex pair
+    (0.81086 +- 0.00304i), refused by name unless exported as real and imaginary parts."""
     x = _data()
     dmd = DMD().fit(x)
-    export(dmd, tmp_path / "dmd.pt", modes=[0, 1], dtype=torch.float64)
+    lam = dmd.eig()
+    assert lam[0].imag > 0.003 and lam[1] == np.conj(lam[0])
+    with pytest.raises(
+        ExportError,
+        match=r"mode 0 is complex \(eigenvalue 0\.81086\+0\.0030402i, "
+        r"conjugate of mode 1\).*reversible=True.*complex_parts=True",
+    ):
+        export(dmd, tmp_path / "dmd.pt", modes=[0], dtype=torch.float64)
+    with pytest.raises(ExportError, match="modes 0 and 1 are a complex-conjugate pair"):
+        export(dmd, tmp_path / "dmd.pt", modes=[0, 1], complex_parts=True)
+    assert not (tmp_path / "dmd.pt").exists()
+    meta = export(
+        dmd, tmp_path / "dmd.pt", modes=[1], dtype=torch.float64, complex_parts=True, example=x[:40]
+    )
+    assert meta["outputs"] == ["mode 1 (real part)", "mode 1 (imaginary part)"]
+    assert meta["output_modes"] == [1, 1] and meta["output_parts"] == ["real", "imaginary"]
+    assert meta["eigenvalues"] == [[lam[1].real, lam[1].imag]]
     cv = torch.jit.load(str(tmp_path / "dmd.pt"))
+    assert cv.outputs == meta["outputs"]
     got = cv(torch.tensor(x[:40])).numpy()
-    assert _rel(got, dmd.eigenfunctions(x[:40]).real[:, [0, 1]]) < 1e-12
+    ef = dmd.eigenfunctions(x[:40])[:, 1]
+    assert got.shape == (40, 2) and np.abs(ef.imag).max() > 0.1  # a genuinely complex mode
+    assert _rel(got, np.stack([ef.real, ef.imag], 1)) < 1e-12
 
 
 def test_vampnet_generator_and_autoencoder_export(tmp_path):
@@ -184,10 +204,16 @@ def test_vampnet_generator_and_autoencoder_export(tmp_path):
     export(gen, tmp_path / "gen.pt", modes=[1], dtype=torch.float64)
     got = torch.jit.load(str(tmp_path / "gen.pt"))(torch.tensor(x[:30])).numpy()
     assert _rel(got, gen.eigenfunctions(x[:30]).real[:, [1]]) < 1e-12
+    gen_meta = export(gen, tmp_path / "gen.pt", modes=[1], example=x[:30])
+    assert gen_meta["precision"]["checked_on"] == 30 and gen_meta["precision"]["error"] < 1e-4
+    # the autoencoder's latent pair is complex (-0.99854 +- 0.0029548i): both parts
     ae = DynamicAutoencoder(epochs=1, seed=0, progress=False).fit(x[:600])
-    export(ae, tmp_path / "ae.pt", modes=[0, 1])
+    assert ae.eig()[0].imag != 0
+    meta = export(ae, tmp_path / "ae.pt", modes=[0], complex_parts=True, example=x[:30])
+    assert meta["precision"]["dtype"] == "float32" and meta["precision"]["error"] < 1e-4
     got = torch.jit.load(str(tmp_path / "ae.pt"))(torch.tensor(x[:30])).numpy()
-    assert _rel(got, ae.eigenfunctions(x[:30]).real[:, [0, 1]]) < 1e-5
+    ef = ae.eigenfunctions(x[:30])[:, 0]
+    assert _rel(got, np.stack([ef.real, ef.imag], 1)) < 1e-5
 
 
 # ---------------------------------------------------------------------- C++ (libtorch)
