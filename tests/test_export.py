@@ -216,6 +216,57 @@ def test_vampnet_generator_and_autoencoder_export(tmp_path):
     assert _rel(got, np.stack([ef.real, ef.imag], 1)) < 1e-5
 
 
+class _Offset(torch.nn.Module):
+    """Features varying by 1e-3 about 30 (as SchNet's mean read-out does): float32 keeps
+    about 2e-3 of their variation."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return 30.0 + 1e-3 * x
+
+
+def test_precision_is_judged_on_the_cv_range(models, tmp_path):
+    """float32 is judged against the model in float64, relative to the CV's range: a
+    state where the CV is almost 0 passes (the old check, relative to the value, refused
+    it); features that vary little about a large mean get a float64 file, or a refusal
+    naming the keyword when float32 was asked for."""
+    from dpnets.export import CLI_REMEDIES
+
+    x, op32, _ = models
+    ef = op32.eigenfunctions(x).real[:, 1]
+    i = int(np.argmin(np.abs(ef)))
+    assert abs(ef[i]) < 1e-3 < np.ptp(ef)
+    prec = export(op32, tmp_path / "cv.pt", modes=[1], example=x[i])["precision"]
+    assert prec["dtype"] == "float32" and prec["requested"] == "auto"
+    assert prec["checked_on"] == 1 and prec["error"] < 1e-4  # of MIN_RANGE (0.01)
+    torch.manual_seed(0)
+    psi = torch.nn.Sequential(torch.nn.Linear(2, 3), torch.nn.Tanh(), _Offset())
+    op = TransferOperator(psi).fit(x)
+    assert np.all(op.eig().imag == 0)
+    ex = x[::30]
+    meta = export(op, tmp_path / "ill.pt", modes=[1], example=ex)
+    prec = meta["precision"]
+    assert meta["dtype"] == prec["dtype"] == "float64" and prec["checked_on"] == 50
+    assert prec["float32_error"] > 1e-3 and prec["error"] < 1e-9
+    assert prec["note"].startswith("float32 differs from the model by ")
+    assert "of the CV's range over the 50 example states (tolerance 0.0001)" in prec["note"]
+    # the float64 file against the model's feature map in float64
+    exact = psi.double()(torch.tensor(x[:200])).detach().numpy()
+    ref = (op._basis(exact) @ op.right_eigvecs_[:, 1]).real
+    got = torch.jit.load(str(tmp_path / "ill.pt"))(torch.tensor(x[:200])).numpy()[:, 0]
+    assert np.abs(got - ref).max() / np.ptp(ref) < 1e-9
+    psi.float()
+    with pytest.raises(ExportError, match=r"in float32 .* it was not written: use dtype=torch"):
+        export(op, tmp_path / "f32.pt", modes=[1], dtype=torch.float32, example=ex)
+    with pytest.raises(ExportError, match=r"use --precision float64 \(or --precision auto"):
+        export(op, tmp_path / "f32.pt", [1], torch.float32, example=ex, remedies=CLI_REMEDIES)
+    assert not (tmp_path / "f32.pt").exists()
+    # without example states: float32's rounding estimated from the final affine map
+    prec = export(op, tmp_path / "est.pt", modes=[1])["precision"]
+    assert prec["dtype"] == "float64" and prec["checked_on"] == 0
+    assert prec["float32_error"] > 1e-3 and "estimated from the final affine map" in prec["note"]
+    assert export(op32, tmp_path / "ok.pt", modes=[1])["precision"]["float32_error"] is None
+
+
 # ---------------------------------------------------------------------- C++ (libtorch)
 _CPP = r"""
 // torch::jit::load, as PLUMED's PYTORCH_MODEL and OpenMM-Torch load their models

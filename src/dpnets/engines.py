@@ -32,19 +32,25 @@ import numpy as np
 import torch
 
 from dpnets.export import (
-    CLI_WORDS,
+    CLI_REMEDIES,
     AtomSelection,
     ExportError,
     PositionDistances,
     PositionTorsions,
     TorsionInputs,
-    _eigenvalue,
-    _export,
+    export,
     read_metadata,
 )
 from dpnets.io import atomic_write
 
-__all__ = ["export_fit", "match_atoms", "openmm_torch_cv", "openmm_torsion_cv", "INPUTS"]
+__all__ = [
+    "export_fit",
+    "match_atoms",
+    "openmm_torch_cv",
+    "openmm_torsion_cv",
+    "INPUTS",
+    "N_EXAMPLES",
+]
 
 #: what an exported MD fit can take (``dpnets export --input``)
 INPUTS = ("auto", "features", "positions")
@@ -144,14 +150,14 @@ def _fit_frames(md: Any, data: dict[str, Any], top_path: str, atoms: np.ndarray)
     frames spread over the fit's first trajectory file (read as ``dpnets fit`` read it:
     mdtraj, else MDAnalysis), else the topology's own coordinates (one frame), else None:
     the states the exported file is checked on."""
-    from dpnets.datasets import _quiet_c_stdout, read_trajectories
+    from dpnets.datasets import quiet_c_stdout, read_trajectories
 
     atoms = np.asarray(atoms, dtype=np.int64)
     for pattern in data.get("paths") or []:
         files = sorted(glob.glob(str(pattern), recursive=True))
         if not files:
             continue
-        with warnings.catch_warnings(), _quiet_c_stdout():
+        with warnings.catch_warnings(), quiet_c_stdout():
             warnings.simplefilter("ignore")
             try:
                 with md.open(files[0]) as fh:
@@ -168,7 +174,7 @@ def _fit_frames(md: Any, data: dict[str, Any], top_path: str, atoms: np.ndarray)
         if len(xyz):
             return np.asarray(xyz[_spread(len(xyz))], dtype=np.float64)
     try:
-        with warnings.catch_warnings(), _quiet_c_stdout():
+        with warnings.catch_warnings(), quiet_c_stdout():
             warnings.simplefilter("ignore")
             return np.asarray(md.load(top_path).xyz[:, atoms], dtype=np.float64)
     except Exception:  # noqa: BLE001
@@ -301,19 +307,10 @@ def export_fit(
         raise ExportError(f"{fit}: no such fit folder or model file")
     model = load(model_path)
 
-    def export(out: Path, *, example: Any = None, **kw: Any) -> dict[str, Any]:
-        return _export(
-            model,
-            out,
-            modes,
-            dtype,
-            inputs=kw.get("inputs"),
-            input_shape=kw.get("input_shape"),
-            input_names=kw.get("input_names"),
-            example=example,
-            metadata=kw.get("metadata"),
-            complex_parts=complex_parts,
-            words=CLI_WORDS,
+    def export_model(out: Path, **kw: Any) -> dict[str, Any]:
+        """:func:`dpnets.export.export` of the fit's model, refusals naming CLI options."""
+        return export(
+            model, out, modes, dtype, complex_parts=complex_parts, remedies=CLI_REMEDIES, **kw
         )
 
     kind = str(data.get("features") or "raw")
@@ -329,7 +326,7 @@ def export_fit(
                 "dynamics files (dpnets fit --topology ...); this model takes its own states"
             )
         ex = _data_examples(data, shape) if data else None
-        export(out, example=ex, metadata={"source": source})
+        export_model(out, example=ex, metadata={"source": source})
         return [str(out)]
     if kind == "positions" and inputs == "features":
         raise ExportError(
@@ -352,7 +349,7 @@ def export_fit(
         features inside, and its OpenMM-Torch recipe."""
         xyz = _fit_frames(md, data, fit_path, fit_atoms)
         ex = None if xyz is None else _in_topology(xyz, eng_atoms, eng_top.n_atoms)
-        meta = export(
+        meta = export_model(
             out,
             inputs=features,
             input_shape=(eng_top.n_atoms, 3),
@@ -392,7 +389,7 @@ def export_fit(
         if xyz is not None:
             full = _in_topology(xyz, np.unique(quads), fit_top.n_atoms)
             angles = md.compute_dihedrals(md.Trajectory(full, fit_top), quads, periodic=False)
-        meta = export(
+        meta = export_model(
             out,
             example=angles,
             inputs=TorsionInputs(len(phi), len(psi)),
@@ -430,7 +427,7 @@ def export_fit(
             traj = md.Trajectory(_in_topology(xyz, sel, fit_top.n_atoms), fit_top)
             fit_pairs = np.stack([sel[i], sel[j]], axis=1)
             dist = md.compute_distances(traj, fit_pairs, periodic=False)
-        meta = export(
+        meta = export_model(
             out,
             example=dist,
             input_names=names,
@@ -488,18 +485,8 @@ def _write_plumed(
     if any(c.isspace() for c in file):  # PLUMED reads a value with spaces in braces
         file = "{" + file + "}"
     text.append(f"cv: PYTORCH_MODEL FILE={file} ARG={','.join(names)}")
-    for k, (m, part) in enumerate(_output_modes(meta)):
-        lam = complex(*meta["eigenvalues"][modes.index(m)])
-        ts = meta["timescales"][modes.index(m)]
-        ts_s = "" if ts is None else f", implied timescale {ts:.4g}"
-        if part is None:
-            what = f"eigenfunction {m} (eigenvalue {_eigenvalue(lam)}{ts_s})"
-        else:
-            what = (
-                f"{part} part of the complex eigenfunction {m} (eigenvalue {_eigenvalue(lam)}, "
-                f"modulus {abs(lam):.5g}{ts_s})"
-            )
-        text.append(f"# {comps[k]}: {what}")
+    for comp, what in zip(comps, meta["descriptions"], strict=True):
+        text.append(f"# {comp}: {what}")
     # a complex mode's two parts are one CV: biased together
     biased = comps[:2] if _output_modes(meta)[0][1] == "real" else comps[:1]
     arg, sigma = ",".join(biased), ",".join(["0.1"] * len(biased))

@@ -2,16 +2,19 @@
 self-contained TorchScript file for the simulation engines.
 
 :func:`export` writes the right eigenfunctions ``phi_i(x) = psi(x)^T r_i`` of a fitted
-model (paper Eq. 16; real parts, normalised exactly as :meth:`SpectralModel.eigenfunctions`
-reports them) as a TorchScript module computed from the model's raw inputs: the input
+model (paper Eq. 16; normalised exactly as :meth:`SpectralModel.eigenfunctions` reports
+them; a complex mode is refused by name, or written as its real and imaginary parts on
+request) as a TorchScript module computed from the model's raw inputs: the input
 standardisation of a DPNet (folded into the encoder's first linear layer where it is one),
 the encoder, and the operator's feature basis (the constant prepended and the features
 centred and scaled, as :class:`dpnets.TransferOperator` does with ``constant="auto"``) with
-the chosen columns of the right eigenvectors, folded into one affine map. Loading it needs
-torch only (``torch.jit.load`` in Python, ``torch::jit::load`` in C++: PLUMED's
-``PYTORCH_MODEL`` and OpenMM-Torch), and it is differentiable with respect to its inputs, so
-an engine gets the biasing forces by backpropagation. Every check that does not depend on
-the values happens here, at export time: the file's ``forward`` is the bare computation.
+the chosen columns of the right eigenvectors, folded into one affine map. The file is
+checked against the model computed in float64 on example states, relative to the CV's range
+over them, and computes in float64 where float32 does not agree. Loading it needs torch
+only (``torch.jit.load`` in Python, ``torch::jit::load`` in C++: PLUMED's ``PYTORCH_MODEL``
+and OpenMM-Torch), and it is differentiable with respect to its inputs, so an engine gets
+the biasing forces by backpropagation. Every check that does not depend on the values
+happens here, at export time: the file's ``forward`` is the bare computation.
 
 Input maps put the engine's quantities in front of the model: :class:`TorsionInputs`
 (torsions in radians, PLUMED's ``TORSION``), :class:`PositionTorsions`,
@@ -52,6 +55,12 @@ __all__ = [
     "PositionDistances",
     "AtomSelection",
     "METADATA_FILE",
+    "Remedies",
+    "PYTHON_REMEDIES",
+    "CLI_REMEDIES",
+    "FLOAT32_TOLERANCE",
+    "FLOAT64_TOLERANCE",
+    "MIN_RANGE",
 ]
 
 #: name of the JSON metadata stored in the TorchScript file (``_extra_files``)
@@ -490,8 +499,10 @@ MIN_RANGE = 1e-2
 _EPS32 = float(torch.finfo(torch.float32).eps)
 
 
-class _Words(NamedTuple):
-    """How refusals name the remedies: Python keywords, or the command line's options."""
+class Remedies(NamedTuple):
+    """How :func:`export`'s refusals name their remedies: the Python keywords
+    (:data:`PYTHON_REMEDIES`, the default) or the command line's options
+    (:data:`CLI_REMEDIES`, passed by ``dpnets export``)."""
 
     modes: str
     complex_parts: str
@@ -500,15 +511,16 @@ class _Words(NamedTuple):
     auto: str
 
 
-_PYTHON_WORDS = _Words(
+#: the remedies as Python keywords (:func:`export`'s default)
+PYTHON_REMEDIES = Remedies(
     "modes=",
     "complex_parts=True",
     "TransferOperator(reversible=True)",
     "dtype=torch.float64",
     "dtype=None",
 )
-#: the command line's names of the remedies (``dpnets export``)
-CLI_WORDS = _Words(
+#: the remedies as the command line's options (``dpnets export``)
+CLI_REMEDIES = Remedies(
     "--modes",
     "--complex-parts",
     "dpnets fit --reversible",
@@ -523,7 +535,7 @@ def _eigenvalue(v: complex) -> str:
 
 
 def _outputs(
-    model: Any, modes: list[int], complex_parts: bool, words: _Words
+    model: Any, modes: list[int], complex_parts: bool, remedies: Remedies
 ) -> list[tuple[int, str | None]]:
     """``(mode, part)`` of each output: ``part`` None for a real mode, ``"real"`` and
     ``"imaginary"`` for the two outputs of a complex one (``complex_parts``); a complex mode
@@ -543,15 +555,15 @@ def _outputs(
             raise ExportError(
                 f"mode {m} is complex (eigenvalue {_eigenvalue(lam[m])}{pair}): its real part "
                 "alone is not an eigenfunction, and a collective variable must be real; "
-                f"refit with {words.reversible} for real modes, choose real modes "
-                f"({words.modes}), or export its real and imaginary parts as two outputs "
-                f"({words.complex_parts})"
+                f"refit with {remedies.reversible} for real modes, choose real modes "
+                f"({remedies.modes}), or export its real and imaginary parts as two outputs "
+                f"({remedies.complex_parts})"
             )
         if partner and partner[0] in modes:
             raise ExportError(
                 f"modes {m} and {partner[0]} are a complex-conjugate pair: their real and "
                 "imaginary parts are the same two functions; export one of them "
-                f"({words.complex_parts} gives both parts)"
+                f"({remedies.complex_parts} gives both parts)"
             )
         out += [(m, "real"), (m, "imaginary")]
     return out
@@ -559,6 +571,17 @@ def _outputs(
 
 def _output_label(mode: int, part: str | None) -> str:
     return f"mode {mode}" if part is None else f"mode {mode} ({part} part)"
+
+
+def _description(mode: int, part: str | None, lam: complex, timescale: float | None) -> str:
+    """What an output is, in words (the metadata's ``descriptions``, ``plumed.dat``)."""
+    ts = "" if timescale is None else f", implied timescale {timescale:.4g}"
+    if part is None:
+        return f"eigenfunction {mode} (eigenvalue {_eigenvalue(lam)}{ts})"
+    return (
+        f"{part} part of the complex eigenfunction {mode} (eigenvalue {_eigenvalue(lam)}, "
+        f"modulus {abs(lam):.5g}{ts})"
+    )
 
 
 def _metadata(
@@ -579,6 +602,10 @@ def _metadata(
         "model": type(model).__name__,
         "modes": modes,
         "outputs": [_output_label(m, p) for m, p in outputs],
+        "descriptions": [
+            _description(m, p, complex(lam[modes.index(m)]), timescales[modes.index(m)])
+            for m, p in outputs
+        ],
         "output_modes": [m for m, _ in outputs],
         "output_parts": [p for _, p in outputs],
         "eigenvalues": [[float(v.real), float(v.imag)] for v in lam],
@@ -602,6 +629,7 @@ def export(
     example: Any = None,
     metadata: dict[str, Any] | None = None,
     complex_parts: bool = False,
+    remedies: Remedies = PYTHON_REMEDIES,
 ) -> dict[str, Any]:
     """Write a fitted model's slow eigenfunctions as a self-contained TorchScript file.
 
@@ -632,8 +660,9 @@ def export(
     the example states, and the largest difference is judged as a fraction of the CV's
     range over them (at least :data:`MIN_RANGE`): float32 must agree within
     :data:`FLOAT32_TOLERANCE`, float64 within :data:`FLOAT64_TOLERANCE`. Without
-    ``example``, float32's rounding is estimated from the final affine map (features that
-    vary little about large means: the cancellation SchNet-like read-outs have). The
+    ``example``, float32's rounding is estimated from the final affine map where it is not
+    folded into the encoder's last ``Linear`` layer (features that vary little about large
+    means: the cancellation of SchNet's mean read-out), and taken as agreeing elsewhere. The
     default ``dtype=None`` writes float32 where it agrees and float64 otherwise (the
     metadata's ``precision`` says which and why); both run in PLUMED (which feeds float32)
     and OpenMM-Torch (float64 positions), as the file answers in its input's dtype.
@@ -677,6 +706,9 @@ def export(
         Export each complex mode of ``modes`` as two outputs, its real and its imaginary
         part (the two modes of a conjugate pair cannot both be given); False refuses
         complex modes.
+    remedies : Remedies, default PYTHON_REMEDIES
+        How refusals name their remedies (:data:`CLI_REMEDIES`: the command line's
+        options, as ``dpnets export`` passes).
 
     Returns
     -------
@@ -703,7 +735,7 @@ def export(
             example=example,
             metadata=metadata,
             complex_parts=complex_parts,
-            words=_PYTHON_WORDS,
+            remedies=remedies,
         )
 
 
@@ -719,17 +751,15 @@ def _export(
     example: Any,
     metadata: dict[str, Any] | None,
     complex_parts: bool,
-    words: _Words,
+    remedies: Remedies,
 ) -> dict[str, Any]:
-    """:func:`export`, its refusals naming the remedies in ``words`` (Python keywords, or
-    the command line's options: :data:`CLI_WORDS`)."""
     if dtype is not None and dtype not in _DTYPES:
         raise ExportError(
             f"dtype must be None (automatic), torch.float32 or torch.float64, got {dtype!r}"
         )
     source = _feature_module(model)
     modes = _check_modes(modes, int(np.asarray(model.eigvals_).size))
-    outputs = _outputs(model, modes, complex_parts, words)
+    outputs = _outputs(model, modes, complex_parts, remedies)
     weight, bias = _affine_head(model, outputs)  # the basis and eigenvectors, one affine map
     folded, head_folded = _with_head(_folded(source), weight, bias)
     state_shape = tuple(int(d) for d in model.state_shape_)
@@ -803,7 +833,8 @@ def _export(
                 f"the exported module cannot be compiled: {' '.join(str(err).split())[:300]}"
             ) from err
 
-    scripted, meta["precision"] = _precise(build, dtype, ex, ref, model, weight, words)
+    estimate = None if head_folded else _float32_estimate(model, weight)
+    scripted, meta["precision"] = _precise(build, dtype, ex, ref, estimate, remedies)
     meta["dtype"] = meta["precision"]["dtype"]
     extra = {METADATA_FILE: json.dumps(meta, indent=1, allow_nan=False)}
     buf = _stdio.BytesIO()
@@ -823,13 +854,13 @@ def _precise(
     dtype: torch.dtype | None,
     ex: torch.Tensor | None,
     ref: np.ndarray | None,
-    model: Any,
-    weight: torch.Tensor,
-    words: _Words,
+    estimate: float | None,
+    remedies: Remedies,
 ) -> tuple[torch.jit.ScriptModule, dict[str, Any]]:
     """The compiled file in the precision asked for (``dtype``; None: float32 where it
     agrees with the model, else float64) and the metadata's ``precision`` entry; refuses a
-    file that does not agree, naming the remedy."""
+    file that does not agree, naming the remedy. Without example states, float32's error is
+    ``estimate`` (None: not estimable, taken as agreeing)."""
     n = 0 if ex is None else int(ex.shape[0])
     where = (
         f"of the CV's range over the {n} example state{'s' * (n != 1)}"
@@ -843,7 +874,7 @@ def _precise(
     if ex is not None:
         err: float | None = _disagreement(scripted, ex.to(first), ref)
     else:
-        err = _float32_estimate(model, weight) if first == torch.float32 else None
+        err = estimate if first == torch.float32 else None
     info: dict[str, Any] = {
         "dtype": _DTYPES[first],
         "requested": "auto" if dtype is None else _DTYPES[dtype],
@@ -871,8 +902,8 @@ def _precise(
         _refuse_float64(err, where)
     raise ExportError(
         f"in float32 the exported module differs from the model by {err:.2g} {where} "
-        f"(tolerance {FLOAT32_TOLERANCE:g}); it was not written: use {words.float64} (or "
-        f"{words.auto}: float64 only where float32 does not agree)"
+        f"(tolerance {FLOAT32_TOLERANCE:g}); it was not written: use {remedies.float64} (or "
+        f"{remedies.auto}: float64 only where float32 does not agree)"
     )
 
 
@@ -921,10 +952,12 @@ def _disagreement(scripted: nn.Module, ex: torch.Tensor, ref: np.ndarray | None)
 
 
 def _float32_estimate(model: Any, weight: torch.Tensor) -> float | None:
-    """float32's rounding of the final affine map relative to the CV's unit norm, without
-    states: the features' rounding (``eps * |psi|``, ``|psi| ~ |feature_shift_| +
-    feature_scale_``) times the folded weights ``|r / feature_scale_|``; large when
-    features vary little about large means. None where the basis is not standardised."""
+    """float32's rounding of the final affine map (applied to the encoder's outputs: not
+    folded into a last ``Linear`` layer, where the cancellation is done in float64 at
+    export) relative to the CV's unit norm, without states: the features' rounding
+    (``eps * |psi|``, ``|psi| ~ |feature_shift_| + feature_scale_``) times the weights
+    ``|r / feature_scale_|``; large when features vary little about large means (SchNet's
+    mean read-out). None where the basis is not standardised."""
     shift = getattr(model, "feature_shift_", None)
     if shift is None or not bool(getattr(model, "constant_", False)):
         return None
