@@ -606,3 +606,21 @@ def test_cli_refusals_are_one_line(models, tmp_path, capsys):
     assert "out of range" in capsys.readouterr().err
     assert main(["export", str(tmp_path / "model.pt"), "--out", str(tmp_path / "cv.pt")]) == 0
     assert torch.jit.load(str(tmp_path / "cv.pt")).modes == [1]
+
+
+def test_fit_folder_on_arrays_is_checked_on_its_data(tmp_path):
+    """``dpnets export`` of a fit on a ``.npy`` file checks the file on 64 of its states."""
+    from dpnets import load
+
+    np.save(tmp_path / "x.npy", _data()[:800])
+    fit = tmp_path / "fit"
+    args = ["fit", str(tmp_path / "x.npy"), "--epochs", "2", "--out", str(fit), "--quiet"]
+    assert main(args) == 0
+    out = tmp_path / "cv.pt"
+    assert main(["export", str(fit), "--modes", "1,2", "--out", str(out)]) == 0
+    prec = read_metadata(out)["precision"]
+    assert prec["checked_on"] == 64 and prec["dtype"] == "float32" and prec["error"] < 1e-4
+    x = _data()[:800]
+    got = torch.jit.load(str(out))(torch.tensor(x)).numpy()
+    ref = load(fit / "model.pt").eigenfunctions(x).real[:, [1, 2]]
+    assert np.all(np.abs(got - ref).max(0) / np.ptp(ref, 0) < 1e-5)
