@@ -157,13 +157,33 @@ def test_one_state_and_dtype_casts(models, tmp_path):
 
 
 def test_linear_features_export(tmp_path):
-    """DMD (linear features, standardised with the constant) exports too."""
+    """DMD (linear features) exports too; its two modes here are a complex pair
+    (0.81086 +- 0.00304i), refused by name unless exported as real and imaginary parts."""
     x = _data()
     dmd = DMD().fit(x)
-    export(dmd, tmp_path / "dmd.pt", modes=[0, 1], dtype=torch.float64)
+    lam = dmd.eig()
+    assert lam[0].imag > 0.003 and lam[1] == np.conj(lam[0])
+    with pytest.raises(
+        ExportError,
+        match=r"mode 0 is complex \(eigenvalue 0\.81086\+0\.0030402i, "
+        r"conjugate of mode 1\).*reversible=True.*complex_parts=True",
+    ):
+        export(dmd, tmp_path / "dmd.pt", modes=[0], dtype=torch.float64)
+    with pytest.raises(ExportError, match="modes 0 and 1 are a complex-conjugate pair"):
+        export(dmd, tmp_path / "dmd.pt", modes=[0, 1], complex_parts=True)
+    assert not (tmp_path / "dmd.pt").exists()
+    meta = export(
+        dmd, tmp_path / "dmd.pt", modes=[1], dtype=torch.float64, complex_parts=True, example=x[:40]
+    )
+    assert meta["outputs"] == ["mode 1 (real part)", "mode 1 (imaginary part)"]
+    assert meta["output_modes"] == [1, 1] and meta["output_parts"] == ["real", "imaginary"]
+    assert meta["eigenvalues"] == [[lam[1].real, lam[1].imag]]
     cv = torch.jit.load(str(tmp_path / "dmd.pt"))
+    assert cv.outputs == meta["outputs"]
     got = cv(torch.tensor(x[:40])).numpy()
-    assert _rel(got, dmd.eigenfunctions(x[:40]).real[:, [0, 1]]) < 1e-12
+    ef = dmd.eigenfunctions(x[:40])[:, 1]
+    assert got.shape == (40, 2) and np.abs(ef.imag).max() > 0.1  # a genuinely complex mode
+    assert _rel(got, np.stack([ef.real, ef.imag], 1)) < 1e-12
 
 
 def test_vampnet_generator_and_autoencoder_export(tmp_path):
@@ -184,10 +204,67 @@ def test_vampnet_generator_and_autoencoder_export(tmp_path):
     export(gen, tmp_path / "gen.pt", modes=[1], dtype=torch.float64)
     got = torch.jit.load(str(tmp_path / "gen.pt"))(torch.tensor(x[:30])).numpy()
     assert _rel(got, gen.eigenfunctions(x[:30]).real[:, [1]]) < 1e-12
+    gen_meta = export(gen, tmp_path / "gen.pt", modes=[1], example=x[:30])
+    assert gen_meta["precision"]["checked_on"] == 30 and gen_meta["precision"]["error"] < 1e-4
+    # the autoencoder's latent pair is complex (-0.99854 +- 0.0029548i): both parts
     ae = DynamicAutoencoder(epochs=1, seed=0, progress=False).fit(x[:600])
-    export(ae, tmp_path / "ae.pt", modes=[0, 1])
+    assert ae.eig()[0].imag != 0
+    meta = export(ae, tmp_path / "ae.pt", modes=[0], complex_parts=True, example=x[:30])
+    assert meta["precision"]["dtype"] == "float32" and meta["precision"]["error"] < 1e-4
     got = torch.jit.load(str(tmp_path / "ae.pt"))(torch.tensor(x[:30])).numpy()
-    assert _rel(got, ae.eigenfunctions(x[:30]).real[:, [0, 1]]) < 1e-5
+    ef = ae.eigenfunctions(x[:30])[:, 0]
+    assert _rel(got, np.stack([ef.real, ef.imag], 1)) < 1e-5
+
+
+class _Offset(torch.nn.Module):
+    """Features varying by 1e-3 about 30 (as SchNet's mean read-out does): float32 keeps
+    about 2e-3 of their variation."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return 30.0 + 1e-3 * x
+
+
+def test_precision_is_judged_on_the_cv_range(models, tmp_path):
+    """float32 is judged against the model in float64, relative to the CV's range: a
+    state where the CV is almost 0 passes (the old check, relative to the value, refused
+    it); features that vary little about a large mean get a float64 file, or a refusal
+    naming the keyword when float32 was asked for."""
+    from dpnets.export import CLI_REMEDIES
+
+    x, op32, _ = models
+    ef = op32.eigenfunctions(x).real[:, 1]
+    i = int(np.argmin(np.abs(ef)))
+    assert abs(ef[i]) < 1e-3 < np.ptp(ef)
+    prec = export(op32, tmp_path / "cv.pt", modes=[1], example=x[i])["precision"]
+    assert prec["dtype"] == "float32" and prec["requested"] == "auto"
+    assert prec["checked_on"] == 1 and prec["error"] < 1e-4  # of MIN_RANGE (0.01)
+    torch.manual_seed(0)
+    psi = torch.nn.Sequential(torch.nn.Linear(2, 3), torch.nn.Tanh(), _Offset())
+    op = TransferOperator(psi).fit(x)
+    assert np.all(op.eig().imag == 0)
+    ex = x[::30]
+    meta = export(op, tmp_path / "ill.pt", modes=[1], example=ex)
+    prec = meta["precision"]
+    assert meta["dtype"] == prec["dtype"] == "float64" and prec["checked_on"] == 50
+    assert prec["float32_error"] > 1e-3 and prec["error"] < 1e-9
+    assert prec["note"].startswith("float32 differs from the model by ")
+    assert "of the CV's range over the 50 example states (tolerance 0.0001)" in prec["note"]
+    # the float64 file against the model's feature map in float64
+    exact = psi.double()(torch.tensor(x[:200])).detach().numpy()
+    ref = (op._basis(exact) @ op.right_eigvecs_[:, 1]).real
+    got = torch.jit.load(str(tmp_path / "ill.pt"))(torch.tensor(x[:200])).numpy()[:, 0]
+    assert np.abs(got - ref).max() / np.ptp(ref) < 1e-9
+    psi.float()
+    with pytest.raises(ExportError, match=r"in float32 .* it was not written: use dtype=torch"):
+        export(op, tmp_path / "f32.pt", modes=[1], dtype=torch.float32, example=ex)
+    with pytest.raises(ExportError, match=r"use --precision float64 \(or --precision auto"):
+        export(op, tmp_path / "f32.pt", [1], torch.float32, example=ex, remedies=CLI_REMEDIES)
+    assert not (tmp_path / "f32.pt").exists()
+    # without example states: float32's rounding estimated from the final affine map
+    prec = export(op, tmp_path / "est.pt", modes=[1])["precision"]
+    assert prec["dtype"] == "float64" and prec["checked_on"] == 0
+    assert prec["float32_error"] > 1e-3 and "estimated from the final affine map" in prec["note"]
+    assert export(op32, tmp_path / "ok.pt", modes=[1])["precision"]["float32_error"] is None
 
 
 # ---------------------------------------------------------------------- C++ (libtorch)
@@ -529,3 +606,21 @@ def test_cli_refusals_are_one_line(models, tmp_path, capsys):
     assert "out of range" in capsys.readouterr().err
     assert main(["export", str(tmp_path / "model.pt"), "--out", str(tmp_path / "cv.pt")]) == 0
     assert torch.jit.load(str(tmp_path / "cv.pt")).modes == [1]
+
+
+def test_fit_folder_on_arrays_is_checked_on_its_data(tmp_path):
+    """``dpnets export`` of a fit on a ``.npy`` file checks the file on 64 of its states."""
+    from dpnets import load
+
+    np.save(tmp_path / "x.npy", _data()[:800])
+    fit = tmp_path / "fit"
+    args = ["fit", str(tmp_path / "x.npy"), "--epochs", "2", "--out", str(fit), "--quiet"]
+    assert main(args) == 0
+    out = tmp_path / "cv.pt"
+    assert main(["export", str(fit), "--modes", "1,2", "--out", str(out)]) == 0
+    prec = read_metadata(out)["precision"]
+    assert prec["checked_on"] == 64 and prec["dtype"] == "float32" and prec["error"] < 1e-4
+    x = _data()[:800]
+    got = torch.jit.load(str(out))(torch.tensor(x)).numpy()
+    ref = load(fit / "model.pt").eigenfunctions(x).real[:, [1, 2]]
+    assert np.all(np.abs(got - ref).max(0) / np.ptp(ref, 0) < 1e-5)

@@ -244,7 +244,7 @@ def _parser() -> argparse.ArgumentParser:
         "   # + plumed.dat\n"
         "  dpnets export fit/ --input positions --topology system.pdb --out cv.pt"
         "   # OpenMM-Torch\n"
-        "  dpnets export model.pt --modes 1 --out cv.pt --double\n",
+        "  dpnets export model.pt --modes 1 --out cv.pt --precision float64\n",
         formatter_class=raw,
     )
     p_ex.add_argument("fit", help="a folder written by dpnets fit, or a model file")
@@ -261,10 +261,25 @@ def _parser() -> argparse.ArgumentParser:
         "recipe goes next to it",
     )
     p_ex.add_argument(
+        "--precision",
+        choices=("auto", "float32", "float64"),
+        default=None,
+        help="the precision computed inside; the file answers in its input's dtype, so "
+        "PLUMED's float32 and OpenMM-Torch's float64 run either (default auto: float32 where "
+        "it agrees with the model within 1e-4 of the CV's range on frames of the fit's data, "
+        "else float64, said in one line)",
+    )
+    p_ex.add_argument(
         "--double",
         action="store_true",
-        help="compute in float64 inside (default float32); the file answers in the input's "
-        "dtype, so PLUMED's float32 runs either",
+        help="the same as --precision float64 (default: --precision auto)",
+    )
+    p_ex.add_argument(
+        "--complex-parts",
+        action="store_true",
+        help="export a complex mode (a non-reversible fit's oscillating pair) as two outputs, "
+        "its real and imaginary parts (default: complex modes are refused; dpnets fit "
+        "--reversible gives real ones)",
     )
     p_ex.add_argument(
         "--input",
@@ -415,9 +430,12 @@ def _run(args: argparse.Namespace) -> int:
         import torch
 
         from dpnets.engines import export_fit
-        from dpnets.export import parse_modes
+        from dpnets.export import parse_modes, read_metadata
 
-        dtype = torch.float64 if args.double else torch.float32
+        if args.double and args.precision not in (None, "float64"):
+            raise ValueError(f"--double contradicts --precision {args.precision}")
+        precision = "float64" if args.double else (args.precision or "auto")
+        dtype = {"auto": None, "float32": torch.float32, "float64": torch.float64}[precision]
         written = export_fit(
             args.fit,
             args.out,
@@ -426,7 +444,11 @@ def _run(args: argparse.Namespace) -> int:
             inputs=args.input,
             topology=args.topology,
             temperature=args.temperature,
+            complex_parts=args.complex_parts,
         )
+        note = read_metadata(written[0]).get("precision", {}).get("note")
+        if note:
+            print(note)
         print("wrote " + ", ".join(written))
         return 0
     from dpnets.experiments import run_experiment

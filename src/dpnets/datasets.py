@@ -675,7 +675,7 @@ class _Reader:
         else:
             top = self._load_topology(md)
             try:
-                with warnings.catch_warnings(), _quiet_c_stdout():
+                with warnings.catch_warnings(), quiet_c_stdout():
                     warnings.simplefilter("ignore")
                     load = getattr(md, _MDTRAJ_LOADERS[ext]) if ext in _MDTRAJ_LOADERS else md.load
                     traj = load(path, top=top, stride=self.stride)
@@ -902,7 +902,7 @@ def _check_dcd(path: str, md: Any, n_read: int, stride: int) -> float | None:
         header = _dcd_header(path)
         if header is None:
             return None
-        with warnings.catch_warnings(), _quiet_c_stdout():
+        with warnings.catch_warnings(), quiet_c_stdout():
             warnings.simplefilter("ignore")
             with md.formats.DCDTrajectoryFile(path) as dcd:
                 n_frames = len(dcd)
@@ -988,7 +988,7 @@ def _read_mdanalysis(
 
 
 @contextlib.contextmanager
-def _quiet_c_stdout():
+def quiet_c_stdout():
     """Within the block, what C code writes to the process's standard output is discarded:
     mdtraj's DCD plugin prints its diagnosis of a bad header ("dcdplugin) unrecognized DCD
     header: ...") there before raising, and the error we raise says it in one line."""

@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from dpnets.export import (
+    CLI_REMEDIES,
     AtomSelection,
     ExportError,
     PositionDistances,
@@ -42,7 +43,14 @@ from dpnets.export import (
 )
 from dpnets.io import atomic_write
 
-__all__ = ["export_fit", "match_atoms", "openmm_torch_cv", "openmm_torsion_cv", "INPUTS"]
+__all__ = [
+    "export_fit",
+    "match_atoms",
+    "openmm_torch_cv",
+    "openmm_torsion_cv",
+    "INPUTS",
+    "N_EXAMPLES",
+]
 
 #: what an exported MD fit can take (``dpnets export --input``)
 INPUTS = ("auto", "features", "positions")
@@ -128,31 +136,81 @@ def match_atoms(
     return np.asarray(out, dtype=np.int64)
 
 
-def _first_positions(md: Any, data: dict[str, Any], top_path: str) -> np.ndarray | None:
-    """All the fit topology's atoms' positions (nm): the first frame of the fit's first
-    file, else the topology's own coordinates, else None."""
+#: the most frames of the fit's data an exported file is checked on
+N_EXAMPLES = 64
+
+
+def _spread(n: int) -> np.ndarray:
+    """Up to :data:`N_EXAMPLES` indices spread evenly over ``n`` frames."""
+    return np.unique(np.linspace(0, n - 1, min(n, N_EXAMPLES)).round().astype(np.int64))
+
+
+def _fit_frames(md: Any, data: dict[str, Any], top_path: str, atoms: np.ndarray) -> Any:
+    """Positions (nm, float64) of the fit topology's ``atoms`` in up to :data:`N_EXAMPLES`
+    frames spread over the fit's first trajectory file (read as ``dpnets fit`` read it:
+    mdtraj, else MDAnalysis), else the topology's own coordinates (one frame), else None:
+    the states the exported file is checked on."""
+    from dpnets.datasets import quiet_c_stdout, read_trajectories
+
+    atoms = np.asarray(atoms, dtype=np.int64)
     for pattern in data.get("paths") or []:
         files = sorted(glob.glob(str(pattern), recursive=True))
-        if files:
+        if not files:
+            continue
+        with warnings.catch_warnings(), quiet_c_stdout():
+            warnings.simplefilter("ignore")
             try:
-                return md.load_frame(files[0], 0, top=top_path).xyz[0]
-            except Exception:  # noqa: BLE001 - try the topology's own coordinates
-                break
+                with md.open(files[0]) as fh:
+                    stride = max(1, len(fh) // N_EXAMPLES)
+                xyz = md.load(files[0], top=top_path, stride=stride, atom_indices=atoms).xyz
+            except Exception:  # noqa: BLE001 - the fit's reader knows more formats
+                try:
+                    trajs = read_trajectories(
+                        [files[0]], topology=top_path, features="positions", selection="all"
+                    )
+                    xyz = trajs.data[0][:, atoms]
+                except Exception:  # noqa: BLE001 - the topology's own coordinates
+                    break
+        if len(xyz):
+            return np.asarray(xyz[_spread(len(xyz))], dtype=np.float64)
     try:
-        return md.load(top_path).xyz[0]
+        with warnings.catch_warnings(), quiet_c_stdout():
+            warnings.simplefilter("ignore")
+            return np.asarray(md.load(top_path).xyz[:, atoms], dtype=np.float64)
     except Exception:  # noqa: BLE001
         return None
 
 
-def _engine_example(
-    xyz: np.ndarray | None, fit_atoms: np.ndarray, eng_atoms: np.ndarray, n_engine: int
-) -> np.ndarray | None:
-    """One engine state: the fit's positions of its atoms at the matched engine atoms."""
-    if xyz is None:
-        return None
-    out = np.zeros((1, n_engine, 3))
-    out[0, eng_atoms] = xyz[fit_atoms]
+def _in_topology(xyz: np.ndarray, atoms: np.ndarray, n_atoms: int) -> np.ndarray:
+    """Positions ``xyz (k, len(atoms), 3)`` placed at ``atoms`` of a topology of ``n_atoms``
+    (the others at the origin: no exported feature reads them)."""
+    out = np.zeros((len(xyz), n_atoms, 3))
+    out[:, atoms] = xyz
     return out
+
+
+def _data_examples(data: dict[str, Any], shape: tuple[int, ...]) -> np.ndarray | None:
+    """Up to :data:`N_EXAMPLES` states spread over the first file of a fit on non-MD data
+    (read as ``dpnets fit`` read it), else None."""
+    from dpnets.datasets import read_trajectories
+
+    for pattern in data.get("paths") or []:
+        files = sorted(glob.glob(str(pattern), recursive=True))
+        if not files:
+            continue
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                trajs = read_trajectories(
+                    [files[0]], keys=data.get("keys") or None, columns=data.get("columns") or None
+                )
+        except Exception:  # noqa: BLE001 - no examples: the file is checked by estimate
+            return None
+        x = trajs.data[0]
+        if tuple(x.shape[1:]) != shape or not len(x):
+            return None
+        return np.asarray(x[_spread(len(x))], dtype=np.float64)
+    return None
 
 
 # ------------------------------------------------------------------------------ export_fit
@@ -160,11 +218,12 @@ def export_fit(
     fit: str | os.PathLike,
     out: str | os.PathLike,
     modes: Sequence[int] | int = (1,),
-    dtype: torch.dtype = torch.float32,
+    dtype: torch.dtype | None = None,
     *,
     inputs: str = "auto",
     topology: str | os.PathLike | None = None,
     temperature: float | None = None,
+    complex_parts: bool = False,
 ) -> list[str]:
     """``dpnets export``: export a fit folder's (or model file's) slow modes for an engine.
 
@@ -192,6 +251,13 @@ def export_fit(
     heavy-atom fit exported for an all-atom engine gets the all-atom indices, and a missing
     atom is refused by name. Other fits (and model files) export on the model's own states.
 
+    The file is checked against the model on up to :data:`N_EXAMPLES` frames spread over
+    the fit's first file (:func:`dpnets.export.export`'s ``example``): float32 where it
+    agrees within :data:`dpnets.export.FLOAT32_TOLERANCE` of the CV's range, else float64
+    (``dtype=None``, the default; the metadata's ``precision`` says which and why). A complex
+    mode is refused by name unless ``complex_parts``. Refusals name the command line's
+    options (``--precision``, ``--complex-parts``, ``--modes``).
+
     Parameters
     ----------
     fit : path
@@ -200,9 +266,10 @@ def export_fit(
         The TorchScript file to write (missing folders are created).
     modes : int or sequence of int, default (1,)
         The eigenfunctions to export (1 is the slowest non-constant one).
-    dtype : torch.float32 or torch.float64
-        The precision computed inside; the result comes back in the input's dtype, so a
-        float64 file runs under PLUMED (which feeds float32).
+    dtype : None, torch.float32 or torch.float64, default None
+        The precision computed inside (None: float32 where it agrees with the model, else
+        float64); the result comes back in the input's dtype, so a float64 file runs under
+        PLUMED (which feeds float32).
     inputs : {"auto", "features", "positions"}
         What the file takes (above).
     topology : path, optional
@@ -210,6 +277,9 @@ def export_fit(
     temperature : float, optional
         The simulation's temperature in K for the ``plumed.dat`` sketches; without it they
         carry a placeholder that PLUMED refuses until it is set.
+    complex_parts : bool, default False
+        Export a complex mode as two outputs, its real and imaginary parts
+        (``--complex-parts``); False refuses complex modes.
 
     Returns
     -------
@@ -236,6 +306,13 @@ def export_fit(
     else:
         raise ExportError(f"{fit}: no such fit folder or model file")
     model = load(model_path)
+
+    def export_model(out: Path, **kw: Any) -> dict[str, Any]:
+        """:func:`dpnets.export.export` of the fit's model, refusals naming CLI options."""
+        return export(
+            model, out, modes, dtype, complex_parts=complex_parts, remedies=CLI_REMEDIES, **kw
+        )
+
     kind = str(data.get("features") or "raw")
     shape = tuple(getattr(model, "state_shape_", ()))
     if kind == "raw" and data.get("topology") and len(shape) == 2 and shape[1] == 3:
@@ -248,7 +325,8 @@ def export_fit(
                 f"{fit}: --input positions and --topology need a dpnets fit on molecular-"
                 "dynamics files (dpnets fit --topology ...); this model takes its own states"
             )
-        export(model, out, modes, dtype, metadata={"source": source})
+        ex = _data_examples(data, shape) if data else None
+        export_model(out, example=ex, metadata={"source": source})
         return [str(out)]
     if kind == "positions" and inputs == "features":
         raise ExportError(
@@ -269,14 +347,10 @@ def export_fit(
     ) -> list[str]:
         """The file that takes the engine's positions, ``features`` computing the fit's
         features inside, and its OpenMM-Torch recipe."""
-        ex = _engine_example(
-            _first_positions(md, data, fit_path), fit_atoms, eng_atoms, eng_top.n_atoms
-        )
-        meta = export(
-            model,
+        xyz = _fit_frames(md, data, fit_path, fit_atoms)
+        ex = None if xyz is None else _in_topology(xyz, eng_atoms, eng_top.n_atoms)
+        meta = export_model(
             out,
-            modes,
-            dtype,
             inputs=features,
             input_shape=(eng_top.n_atoms, 3),
             example=ex,
@@ -310,11 +384,14 @@ def export_fit(
                 match_atoms(fit_top, eng_top, fit_atoms, **names_),
                 torsions={n: [int(i) for i in q] for n, q in zip(names, eng, strict=True)},
             )
-        meta = export(
-            model,
+        xyz = _fit_frames(md, data, fit_path, np.unique(quads))
+        angles = None
+        if xyz is not None:
+            full = _in_topology(xyz, np.unique(quads), fit_top.n_atoms)
+            angles = md.compute_dihedrals(md.Trajectory(full, fit_top), quads, periodic=False)
+        meta = export_model(
             out,
-            modes,
-            dtype,
+            example=angles,
             inputs=TorsionInputs(len(phi), len(psi)),
             input_shape=(len(quads),),
             input_names=names,
@@ -344,11 +421,15 @@ def export_fit(
         names = [f"d{k + 1}" for k in range(len(pairs))]
         if positions_in:
             return positions_file(PositionDistances(pairs), sel, eng_sel, pairs=pairs.tolist())
-        meta = export(
-            model,
+        xyz = _fit_frames(md, data, fit_path, sel)
+        dist = None
+        if xyz is not None:
+            traj = md.Trajectory(_in_topology(xyz, sel, fit_top.n_atoms), fit_top)
+            fit_pairs = np.stack([sel[i], sel[j]], axis=1)
+            dist = md.compute_distances(traj, fit_pairs, periodic=False)
+        meta = export_model(
             out,
-            modes,
-            dtype,
+            example=dist,
             input_names=names,
             metadata={**meta_base, "engine_inputs": "distances (nm)"},
         )
@@ -383,7 +464,7 @@ def _write_plumed(
     """``plumed.dat`` next to ``out``: the inputs, the model, OPES_METAD/METAD sketches."""
     path = out.parent / "plumed.dat"
     modes = meta["modes"]
-    comps = [f"cv.node-{k}" for k in range(len(modes))]
+    comps = [f"cv.node-{k}" for k in range(len(meta["outputs"]))]
     temp = TEMP_PLACEHOLDER if temperature is None else f"{float(temperature):g}"
     text = [
         f"# written by dpnets export: the slow modes {modes} of {meta.get('source', '')}",
@@ -395,17 +476,20 @@ def _write_plumed(
         "# PLUMED 2.11-dev, benchmarks/plumed_check.sh). The file computes in "
         f"{meta['dtype']} and answers in PLUMED's float32.",
     ]
+    note = (meta.get("precision") or {}).get("note")
+    if note:
+        text.append(f"# {note}.")
     for line, label in zip(lines, labels, strict=True):
         text.append(f"{line}   # {label}")
     file = str(out.resolve())
     if any(c.isspace() for c in file):  # PLUMED reads a value with spaces in braces
         file = "{" + file + "}"
     text.append(f"cv: PYTORCH_MODEL FILE={file} ARG={','.join(names)}")
-    for k, m in enumerate(modes):
-        lam = meta["eigenvalues"][k]
-        ts = meta["timescales"][k]
-        ts_s = "" if ts is None else f", implied timescale {ts:.4g}"
-        text.append(f"# {comps[k]}: eigenfunction {m} (eigenvalue {lam[0]:.5g}{ts_s})")
+    for comp, what in zip(comps, meta["descriptions"], strict=True):
+        text.append(f"# {comp}: {what}")
+    # a complex mode's two parts are one CV: biased together
+    biased = comps[:2] if _output_modes(meta)[0][1] == "real" else comps[:1]
+    arg, sigma = ",".join(biased), ",".join(["0.1"] * len(biased))
     text += [
         "",
         "# Enhanced sampling on the slowest mode: uncomment one. TEMP: your simulation's",
@@ -414,8 +498,8 @@ def _write_plumed(
         + "; SIGMA: about",
         "# the CV's fluctuation within one basin (the CV has unit variance on the training",
         "# data); BARRIER (kJ/mol): the free-energy barrier you expect; PACE to your system.",
-        f"# opes: OPES_METAD ARG={comps[0]} TEMP={temp} PACE=500 BARRIER=40 SIGMA=0.1",
-        f"# metad: METAD ARG={comps[0]} TEMP={temp} PACE=500 HEIGHT=1.2 SIGMA=0.1 BIASFACTOR=10",
+        f"# opes: OPES_METAD ARG={arg} TEMP={temp} PACE=500 BARRIER=40 SIGMA={sigma}",
+        f"# metad: METAD ARG={arg} TEMP={temp} PACE=500 HEIGHT=1.2 SIGMA={sigma} BIASFACTOR=10",
         f"PRINT ARG={','.join(names[:4] + comps)} STRIDE=100 FILE=COLVAR",
         "",
     ]
@@ -424,10 +508,18 @@ def _write_plumed(
     return str(path)
 
 
+def _output_modes(meta: dict) -> list[tuple[int, str | None]]:
+    """``(mode, part)`` of each output of an exported file (files written before complex
+    parts existed: one real output per mode)."""
+    if "output_modes" not in meta:
+        return [(int(m), None) for m in meta["modes"]]
+    return [(int(m), p) for m, p in zip(meta["output_modes"], meta["output_parts"], strict=True)]
+
+
 _OPENMM_RECIPE = '''"""OpenMM-Torch recipe for the slow modes exported by dpnets export.
 
 {file} maps the positions of all {n_atoms} atoms of {top} (nm, in its atom order;
-one state (n_atoms, 3) or a batch (B, n_atoms, 3)) to the eigenfunctions {modes}, and takes
+one state (n_atoms, 3) or a batch (B, n_atoms, 3)) to {outputs}, and takes
 the periodic box vectors (3, 3) as a second argument: with
 cv_force.setUsesPeriodicBoundaryConditions(True) OpenMM-Torch passes them, and bond vectors
 and distances take their nearest periodic image. OpenMM-Torch needs a scalar: the wrapper
@@ -485,7 +577,7 @@ def _write_openmm_recipe(out: Path, meta: dict, n_atoms: int, top: str) -> str:
         stem=out.stem,
         n_atoms=n_atoms,
         top=top,
-        modes=meta["modes"],
+        outputs=", ".join(meta["outputs"]),
     ).encode()
     atomic_write(path, lambda fh: fh.write(text))
     return str(path)
@@ -547,7 +639,7 @@ def openmm_torch_cv(
             "engine's positions: export it with dpnets export --input positions --topology "
             "ENGINE_TOPOLOGY"
         )
-    n = len(meta["modes"])
+    n = len(_output_modes(meta))
     if isinstance(output, bool) or not isinstance(output, (int, np.integer)):
         raise ExportError(f"output must be an integer, got {output!r}")
     if not 0 <= int(output) < n:
@@ -603,8 +695,9 @@ def openmm_torsion_cv(
             f"{path}: takes inputs of shape {meta.get('inputs', {}).get('shape')}; the "
             "tabulated OpenMM force needs a CV of two torsions (radians)"
         )
-    if not 0 <= int(output) < len(meta["modes"]):
-        raise ExportError(f"output={output}: {path} has {len(meta['modes'])} outputs")
+    n_out = len(_output_modes(meta))
+    if not 0 <= int(output) < n_out:
+        raise ExportError(f"output={output}: {path} has {n_out} outputs")
     tors = [list(map(int, t)) for t in torsions]
     if len(tors) != 2 or any(len(t) != 4 for t in tors):
         raise ExportError(f"torsions must be two lists of 4 atom indices, got {torsions!r}")

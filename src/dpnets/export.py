@@ -2,16 +2,19 @@
 self-contained TorchScript file for the simulation engines.
 
 :func:`export` writes the right eigenfunctions ``phi_i(x) = psi(x)^T r_i`` of a fitted
-model (paper Eq. 16; real parts, normalised exactly as :meth:`SpectralModel.eigenfunctions`
-reports them) as a TorchScript module computed from the model's raw inputs: the input
+model (paper Eq. 16; normalised exactly as :meth:`SpectralModel.eigenfunctions` reports
+them; a complex mode is refused by name, or written as its real and imaginary parts on
+request) as a TorchScript module computed from the model's raw inputs: the input
 standardisation of a DPNet (folded into the encoder's first linear layer where it is one),
 the encoder, and the operator's feature basis (the constant prepended and the features
 centred and scaled, as :class:`dpnets.TransferOperator` does with ``constant="auto"``) with
-the chosen columns of the right eigenvectors, folded into one affine map. Loading it needs
-torch only (``torch.jit.load`` in Python, ``torch::jit::load`` in C++: PLUMED's
-``PYTORCH_MODEL`` and OpenMM-Torch), and it is differentiable with respect to its inputs, so
-an engine gets the biasing forces by backpropagation. Every check that does not depend on
-the values happens here, at export time: the file's ``forward`` is the bare computation.
+the chosen columns of the right eigenvectors, folded into one affine map. The file is
+checked against the model computed in float64 on example states, relative to the CV's range
+over them, and computes in float64 where float32 does not agree. Loading it needs torch
+only (``torch.jit.load`` in Python, ``torch::jit::load`` in C++: PLUMED's ``PYTORCH_MODEL``
+and OpenMM-Torch), and it is differentiable with respect to its inputs, so an engine gets
+the biasing forces by backpropagation. Every check that does not depend on the values
+happens here, at export time: the file's ``forward`` is the bare computation.
 
 Input maps put the engine's quantities in front of the model: :class:`TorsionInputs`
 (torsions in radians, PLUMED's ``TORSION``), :class:`PositionTorsions`,
@@ -29,7 +32,7 @@ import os
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -52,6 +55,12 @@ __all__ = [
     "PositionDistances",
     "AtomSelection",
     "METADATA_FILE",
+    "Remedies",
+    "PYTHON_REMEDIES",
+    "CLI_REMEDIES",
+    "FLOAT32_TOLERANCE",
+    "FLOAT64_TOLERANCE",
+    "MIN_RANGE",
 ]
 
 #: name of the JSON metadata stored in the TorchScript file (``_extra_files``)
@@ -188,10 +197,11 @@ _INPUT_MAPS = (TorsionInputs, PositionTorsions, PositionDistances, AtomSelection
 
 
 class _SlowModes(nn.Module):
-    """The exported function: engine inputs -> chosen eigenfunctions (real parts).
+    """The exported function: engine inputs -> chosen eigenfunctions (real modes, or the
+    real and imaginary parts of a complex one as two outputs).
 
-    ``forward(x, box=None)``: ``x`` of shape ``(B, *input_shape)`` gives ``(B, n_modes)``; a
-    single state ``input_shape`` gives ``(n_modes,)``; ``box`` (3, 3): the periodic box
+    ``forward(x, box=None)``: ``x`` of shape ``(B, *input_shape)`` gives ``(B, n_outputs)``;
+    a single state ``input_shape`` gives ``(n_outputs,)``; ``box`` (3, 3): the periodic box
     vectors (nm) as OpenMM-Torch passes them. The computation runs in the module's dtype and
     the result comes back in the input's (PLUMED feeds float32 to a float64 file). The
     operator's feature basis (the constant, the centring and scaling) and the eigenvectors
@@ -221,6 +231,7 @@ class _SlowModes(nn.Module):
         self.loop = bool(loop)
         # plain attributes, readable on the loaded module (cv.modes, cv.eigenvalues, ...)
         self.modes = [int(m) for m in meta["modes"]]
+        self.outputs = [str(o) for o in meta["outputs"]]
         self.eigenvalues = [float(v[0]) for v in meta["eigenvalues"]]
         self.lag_time = float(meta["lag_time"]) if meta["lag_time"] is not None else -1.0
 
@@ -266,7 +277,7 @@ def _feature_module(model: Any) -> nn.Module:
         if f is None:  # linear features (DMD): the flattened state
             return nn.Flatten(1)
         if hasattr(f, "feature_module") and callable(f.feature_module):  # DPNet, VAMPNet
-            return f.feature_module()
+            return _float64_standardisation(f, f.feature_module())
         if isinstance(f, nn.Module):
             return f
         raise ExportError(
@@ -284,6 +295,28 @@ def _feature_module(model: Any) -> nn.Module:
         "(kernel models evaluate kernel sums over the training centres in numpy); only "
         "models on torch feature maps export"
     )
+
+
+def _float64_standardisation(net: Any, module: nn.Module) -> nn.Module:
+    """``module`` (a DPNet's ``feature_module()``) with its input standardisation in the
+    float64 of the fitted ``input_shift_``/``input_scale_`` (the model standardises in
+    float64 before casting to the encoder's dtype; the module's buffers are in the
+    encoder's): the values folded into the file and its reference are the model's own."""
+    from dpnets.representation import InputScaler
+
+    shift = getattr(net, "input_shift_", None)
+    if not (
+        shift is not None
+        and isinstance(module, nn.Sequential)
+        and len(module) == 2
+        and isinstance(module[0], InputScaler)
+    ):
+        return module
+    scaler = InputScaler(
+        torch.as_tensor(np.asarray(shift), dtype=torch.float64),
+        torch.as_tensor(np.asarray(net.input_scale_), dtype=torch.float64),
+    )
+    return nn.Sequential(scaler, module[1])
 
 
 def _check_modes(modes: Any, n: int) -> list[int]:
@@ -454,7 +487,106 @@ def _version() -> str | None:
         return None
 
 
-def _metadata(model: Any, modes: list[int], dtype: torch.dtype) -> dict[str, Any]:
+# ------------------------------------------------------------------------------ precision
+#: the largest difference from the model, as a fraction of the CV's range over the example
+#: states, a float32 file may have (else float64 is used, or the export refused)
+FLOAT32_TOLERANCE = 1e-4
+#: the same for a float64 file (anything larger is a defect of the module, not rounding)
+FLOAT64_TOLERANCE = 1e-6
+#: the smallest range the differences are judged against: the eigenfunctions have unit norm
+#: on the training data, so examples spanning less are too alike to judge by
+MIN_RANGE = 1e-2
+_EPS32 = float(torch.finfo(torch.float32).eps)
+
+
+class Remedies(NamedTuple):
+    """How :func:`export`'s refusals name their remedies: the Python keywords
+    (:data:`PYTHON_REMEDIES`, the default) or the command line's options
+    (:data:`CLI_REMEDIES`, passed by ``dpnets export``)."""
+
+    modes: str
+    complex_parts: str
+    reversible: str
+    float64: str
+    auto: str
+
+
+#: the remedies as Python keywords (:func:`export`'s default)
+PYTHON_REMEDIES = Remedies(
+    "modes=",
+    "complex_parts=True",
+    "TransferOperator(reversible=True)",
+    "dtype=torch.float64",
+    "dtype=None",
+)
+#: the remedies as the command line's options (``dpnets export``)
+CLI_REMEDIES = Remedies(
+    "--modes",
+    "--complex-parts",
+    "dpnets fit --reversible",
+    "--precision float64",
+    "--precision auto",
+)
+
+
+def _eigenvalue(v: complex) -> str:
+    v = complex(v)
+    return f"{v.real:.5g}" if v.imag == 0 else f"{v.real:.5g}{v.imag:+.5g}i"
+
+
+def _outputs(
+    model: Any, modes: list[int], complex_parts: bool, remedies: Remedies
+) -> list[tuple[int, str | None]]:
+    """``(mode, part)`` of each output: ``part`` None for a real mode, ``"real"`` and
+    ``"imaginary"`` for the two outputs of a complex one (``complex_parts``); a complex mode
+    is refused otherwise, naming the remedies."""
+    if not isinstance(complex_parts, (bool, np.bool_)):
+        raise ExportError(f"complex_parts must be True or False, got {complex_parts!r}")
+    lam = np.asarray(model.eigvals_)
+    out: list[tuple[int, str | None]] = []
+    for m in modes:
+        if lam[m].imag == 0:
+            out.append((m, None))
+            continue
+        near = np.abs(lam - np.conj(lam[m])) <= 1e-12 * abs(lam[m])
+        partner = [int(k) for k in np.flatnonzero(near) if k != m]
+        if not complex_parts:
+            pair = f", conjugate of mode {partner[0]}" if partner else ""
+            raise ExportError(
+                f"mode {m} is complex (eigenvalue {_eigenvalue(lam[m])}{pair}): its real part "
+                "alone is not an eigenfunction, and a collective variable must be real; "
+                f"refit with {remedies.reversible} for real modes, choose real modes "
+                f"({remedies.modes}), or export its real and imaginary parts as two outputs "
+                f"({remedies.complex_parts})"
+            )
+        if partner and partner[0] in modes:
+            raise ExportError(
+                f"modes {m} and {partner[0]} are a complex-conjugate pair: their real and "
+                "imaginary parts are the same two functions; export one of them "
+                f"({remedies.complex_parts} gives both parts)"
+            )
+        out += [(m, "real"), (m, "imaginary")]
+    return out
+
+
+def _output_label(mode: int, part: str | None) -> str:
+    return f"mode {mode}" if part is None else f"mode {mode} ({part} part)"
+
+
+def _description(mode: int, part: str | None, lam: complex, timescale: float | None) -> str:
+    """What an output is, in words (the metadata's ``descriptions``, ``plumed.dat``)."""
+    ts = "" if timescale is None else f", implied timescale {timescale:.4g}"
+    if part is None:
+        return f"eigenfunction {mode} (eigenvalue {_eigenvalue(lam)}{ts})"
+    return (
+        f"{part} part of the complex eigenfunction {mode} (eigenvalue {_eigenvalue(lam)}, "
+        f"modulus {abs(lam):.5g}{ts})"
+    )
+
+
+def _metadata(
+    model: Any, modes: list[int], outputs: list[tuple[int, str | None]]
+) -> dict[str, Any]:
     lam = np.asarray(model.eigvals_)[modes]
     dt = getattr(model, "dt", None)
     lag = getattr(model, "lag_", None)
@@ -469,13 +601,18 @@ def _metadata(model: Any, modes: list[int], dtype: torch.dtype) -> dict[str, Any
         "dpnets_version": _version(),
         "model": type(model).__name__,
         "modes": modes,
-        "outputs": [f"mode {m}" for m in modes],
+        "outputs": [_output_label(m, p) for m, p in outputs],
+        "descriptions": [
+            _description(m, p, complex(lam[modes.index(m)]), timescales[modes.index(m)])
+            for m, p in outputs
+        ],
+        "output_modes": [m for m, _ in outputs],
+        "output_parts": [p for _, p in outputs],
         "eigenvalues": [[float(v.real), float(v.imag)] for v in lam],
         "timescales": timescales,
         "lag": lag,
         "dt": None if dt is None else float(dt),
         "lag_time": lag_time,
-        "dtype": _DTYPES[dtype],
         "normalisation": "unit empirical norm on the training inputs (model.eigenfunctions)",
     }
 
@@ -484,31 +621,51 @@ def export(
     model: Any,
     path: str | os.PathLike,
     modes: Sequence[int] | int = (1,),
-    dtype: torch.dtype = torch.float32,
+    dtype: torch.dtype | None = None,
     *,
     inputs: nn.Module | None = None,
     input_shape: Sequence[int] | None = None,
     input_names: Sequence[str] | None = None,
     example: Any = None,
     metadata: dict[str, Any] | None = None,
+    complex_parts: bool = False,
+    remedies: Remedies = PYTHON_REMEDIES,
 ) -> dict[str, Any]:
     """Write a fitted model's slow eigenfunctions as a self-contained TorchScript file.
 
-    The file computes ``Re phi_i(x) = Re psi(x)^T r_i`` for the chosen ``modes`` (Eq. 16;
+    The file computes ``phi_i(x) = psi(x)^T r_i`` for the chosen ``modes`` (Eq. 16;
     ``i = 0`` is the constant function) exactly as :meth:`SpectralModel.eigenfunctions`
     reports them, from the raw inputs: input standardisation, encoder, feature basis
     (``[1, (psi - feature_shift_) / feature_scale_]`` when the operator added the
-    constant) and the real parts of the chosen right eigenvectors, the last two folded into
-    one affine map (into the encoder's last ``Linear`` layer where it has one). Load it with
+    constant) and the chosen right eigenvectors, the last two folded into one affine map
+    (into the encoder's last ``Linear`` layer where it has one). Load it with
     ``torch.jit.load(path)`` (no dpnets needed); ``cv(x)`` maps ``(B, *input_shape)`` to
-    ``(B, len(modes))`` (one state ``input_shape`` to ``(len(modes),)``), in ``x``'s dtype
-    (computed in ``dtype``), and is differentiable with respect to ``x``; ``cv(x, box)``
+    ``(B, n_outputs)`` (one state ``input_shape`` to ``(n_outputs,)``), in ``x``'s dtype
+    (computed in the file's), and is differentiable with respect to ``x``; ``cv(x, box)``
     passes the periodic box vectors ``(3, 3)`` to the input map (OpenMM-Torch's
     ``boxvectors``). Nothing is checked per call: a wrong shape fails inside torch. Its
-    metadata (modes, eigenvalues, timescales, lag,
-    ``dt``, inputs) are the JSON file :data:`METADATA_FILE` inside it
-    (:func:`read_metadata`) and the attributes ``cv.modes``, ``cv.eigenvalues`` (real
-    parts) and ``cv.lag_time``.
+    metadata (modes, outputs, eigenvalues, timescales, lag, ``dt``, inputs, precision) are
+    the JSON file :data:`METADATA_FILE` inside it (:func:`read_metadata`) and the attributes
+    ``cv.modes``, ``cv.outputs``, ``cv.eigenvalues`` (real parts) and ``cv.lag_time``.
+
+    A complex mode (an eigenvalue with a non-zero imaginary part: a non-reversible fit's
+    oscillating pair) is refused by name: its real part alone is not an eigenfunction.
+    Refit with ``TransferOperator(reversible=True)`` for a real spectrum, choose real
+    modes, or pass ``complex_parts=True`` to export its real and imaginary parts as two
+    outputs (``cv.node-k`` and ``cv.node-(k+1)`` in PLUMED), which together are the pair's
+    two-dimensional invariant subspace.
+
+    Precision: with ``example`` the file is compared with the model's eigenfunctions
+    computed in float64 (the model's weights, without the model's own float32 rounding) on
+    the example states, and the largest difference is judged as a fraction of the CV's
+    range over them (at least :data:`MIN_RANGE`): float32 must agree within
+    :data:`FLOAT32_TOLERANCE`, float64 within :data:`FLOAT64_TOLERANCE`. Without
+    ``example``, float32's rounding is estimated from the final affine map where it is not
+    folded into the encoder's last ``Linear`` layer (features that vary little about large
+    means: the cancellation of SchNet's mean read-out), and taken as agreeing elsewhere. The
+    default ``dtype=None`` writes float32 where it agrees and float64 otherwise (the
+    metadata's ``precision`` says which and why); both run in PLUMED (which feeds float32)
+    and OpenMM-Torch (float64 positions), as the file answers in its input's dtype.
 
     Parameters
     ----------
@@ -522,10 +679,12 @@ def export(
         The ``.pt`` file to write (atomically: :func:`dpnets.io.atomic_write`).
     modes : int or sequence of int, default (1,)
         Eigenfunctions to export, in the order of :meth:`SpectralModel.eig` (decreasing
-        modulus; 1 is the slowest non-constant one).
-    dtype : torch.float32 or torch.float64, default float32
+        modulus; 1 is the slowest non-constant one when the spectrum is real).
+    dtype : None, torch.float32 or torch.float64, default None
         Precision of the exported computation; inputs are cast to it and the result back to
-        the input's dtype (PLUMED feeds float32, so a float64 file runs there too).
+        the input's dtype. None: float32 where it agrees with the model (above), else
+        float64. An explicit float32 that does not agree is refused, naming
+        ``dtype=torch.float64``.
     inputs : nn.Module, optional
         A map from what the engine gives to the model's states, applied first
         (:class:`TorsionInputs`, :class:`PositionTorsions`, :class:`PositionDistances`,
@@ -537,11 +696,19 @@ def export(
     input_names : sequence of str, optional
         Names of the inputs, for the metadata.
     example : array, optional
-        One or more engine inputs. Needed only when the feature map cannot be scripted
-        (e.g. SchNet, which is then traced on one state and applied state by state); the
-        exported file is checked against the model on it.
+        Engine inputs ``(n, *input_shape)`` (a few dozen spread over the data are best) on
+        which the file is checked against the model. Needed when the feature map cannot be
+        scripted (e.g. SchNet, which is then traced on one state and applied state by
+        state).
     metadata : dict, optional
         Extra JSON-serialisable entries for the metadata.
+    complex_parts : bool, default False
+        Export each complex mode of ``modes`` as two outputs, its real and its imaginary
+        part (the two modes of a conjugate pair cannot both be given); False refuses
+        complex modes.
+    remedies : Remedies, default PYTHON_REMEDIES
+        How refusals name their remedies (:data:`CLI_REMEDIES`: the command line's
+        options, as ``dpnets export`` passes).
 
     Returns
     -------
@@ -551,12 +718,24 @@ def export(
     Raises
     ------
     ExportError
-        (a ``ValueError``) for a model that cannot be exported, bad ``modes`` or ``dtype``.
+        (a ``ValueError``) for a model that cannot be exported, bad ``modes`` or ``dtype``,
+        a complex mode without ``complex_parts``, or a file that does not reproduce the
+        model in the precision asked for.
     """
     with warnings.catch_warnings():  # TorchScript is what PLUMED and OpenMM-Torch load
         warnings.filterwarnings("ignore", r".*torch\.jit\.", DeprecationWarning)
         return _export(
-            model, path, modes, dtype, inputs, input_shape, input_names, example, metadata
+            model,
+            path,
+            modes,
+            dtype,
+            inputs=inputs,
+            input_shape=input_shape,
+            input_names=input_names,
+            example=example,
+            metadata=metadata,
+            complex_parts=complex_parts,
+            remedies=remedies,
         )
 
 
@@ -564,26 +743,25 @@ def _export(
     model: Any,
     path: str | os.PathLike,
     modes: Sequence[int] | int,
-    dtype: torch.dtype,
+    dtype: torch.dtype | None,
+    *,
     inputs: nn.Module | None,
     input_shape: Sequence[int] | None,
     input_names: Sequence[str] | None,
     example: Any,
     metadata: dict[str, Any] | None,
+    complex_parts: bool,
+    remedies: Remedies,
 ) -> dict[str, Any]:
-    if dtype not in _DTYPES:
-        raise ExportError(f"dtype must be torch.float32 or torch.float64, got {dtype!r}")
+    if dtype is not None and dtype not in _DTYPES:
+        raise ExportError(
+            f"dtype must be None (automatic), torch.float32 or torch.float64, got {dtype!r}"
+        )
     source = _feature_module(model)
-    # the precision the model itself computes its features in (the check's tolerance)
-    exact = dtype == torch.float64 and all(
-        t.dtype == torch.float64
-        for t in [*source.parameters(), *source.buffers()]
-        if t.is_floating_point()
-    )
     modes = _check_modes(modes, int(np.asarray(model.eigvals_).size))
-    weight, bias = _affine_head(model, modes)  # the basis and eigenvectors, one affine map
+    outputs = _outputs(model, modes, complex_parts, remedies)
+    weight, bias = _affine_head(model, outputs)  # the basis and eigenvectors, one affine map
     folded, head_folded = _with_head(_folded(source), weight, bias)
-    feats = _prepared(folded, dtype)
     state_shape = tuple(int(d) for d in model.state_shape_)
     if inputs is None:
         if input_shape is not None and tuple(input_shape) != state_shape:
@@ -591,16 +769,14 @@ def _export(
                 f"input_shape={tuple(input_shape)} differs from the model's state shape "
                 f"{state_shape}; give inputs= (a module mapping one to the other)"
             )
-        pre: nn.Module = _NoInputs()
+        given: nn.Module = _NoInputs()
         in_shape = state_shape
     else:
         if not isinstance(inputs, nn.Module):
             raise ExportError(f"inputs must be a torch.nn.Module, got {type(inputs).__name__}")
         if input_shape is None:
             raise ExportError("input_shape is needed with inputs= (the shape of one input)")
-        pre = _prepared(inputs, dtype)
-        if not isinstance(pre, _INPUT_MAPS):
-            pre = _OneArgument(pre)
+        given = inputs
         in_shape = tuple(int(d) for d in input_shape)
     if input_names is not None and len(list(input_names)) != int(np.prod(in_shape)):
         raise ExportError(
@@ -608,57 +784,188 @@ def _export(
         )
     ex = None
     if example is not None:
-        ex = torch.as_tensor(np.asarray(example), dtype=dtype)
+        ex = torch.as_tensor(np.asarray(example), dtype=torch.float64)
         if tuple(ex.shape) == in_shape:
             ex = ex.unsqueeze(0)
-        if tuple(ex.shape[1:]) != in_shape:
+        if tuple(ex.shape[1:]) != in_shape or ex.shape[0] == 0:
             raise ExportError(
                 f"example has shape {tuple(ex.shape)}; expected (n, *{in_shape}) or {in_shape}"
             )
-    try:
-        pre_s = torch.jit.script(pre)
-    except Exception as err:  # noqa: BLE001
-        raise ExportError(
-            f"inputs ({type(pre).__name__}) cannot be compiled by torch.jit.script: "
-            f"{' '.join(str(err).split())[:200]}"
-        ) from err
-    with torch.no_grad():
-        z = None if ex is None else pre(ex)
-    compiled, loop = _compiled(feats, z, "example=")
-    meta = _metadata(model, modes, dtype)
+    meta = _metadata(model, modes, outputs)
     meta["inputs"] = {
         "shape": list(in_shape),
         "names": None if input_names is None else [str(n) for n in input_names],
-        "map": type(pre).__name__,
+        "map": type(_input_map(given, torch.float64)).__name__,
     }
     if metadata:
         meta.update(metadata)
-    wrapper = _SlowModes(
-        pre_s,
-        compiled,
-        weight.to(dtype).contiguous(),
-        bias.to(dtype).contiguous(),
-        not head_folded,
-        in_shape,
-        loop,
-        meta,
-    )
-    try:  # frozen: the flags and weights become constants, dead branches go
-        scripted = torch.jit.freeze(
-            torch.jit.script(wrapper.eval()), preserved_attrs=["modes", "eigenvalues", "lag_time"]
+    ref = None if ex is None else _reference(model, source, given, ex, outputs)
+
+    def build(dt: torch.dtype) -> torch.jit.ScriptModule:
+        pre = _input_map(given, dt)
+        try:
+            pre_s = torch.jit.script(pre)
+        except Exception as err:  # noqa: BLE001
+            raise ExportError(
+                f"inputs ({type(pre).__name__}) cannot be compiled by torch.jit.script: "
+                f"{' '.join(str(err).split())[:200]}"
+            ) from err
+        with torch.no_grad():
+            z = None if ex is None else pre(ex.to(dt))
+        compiled, loop = _compiled(_prepared(folded, dt), z, "example=")
+        wrapper = _SlowModes(
+            pre_s,
+            compiled,
+            weight.to(dt).contiguous(),
+            bias.to(dt).contiguous(),
+            not head_folded,
+            in_shape,
+            loop,
+            meta,
         )
-    except Exception as err:  # noqa: BLE001 - should not happen: report it plainly
-        raise ExportError(
-            f"the exported module cannot be compiled: {' '.join(str(err).split())[:300]}"
-        ) from err
-    if ex is not None:  # the file must reproduce the model where we can compare
-        _check_against_model(model, scripted, ex, pre, modes, 1e-8 if exact else 1e-4)
+        try:  # frozen: the flags and weights become constants, dead branches go
+            return torch.jit.freeze(
+                torch.jit.script(wrapper.eval()),
+                preserved_attrs=["modes", "outputs", "eigenvalues", "lag_time"],
+            )
+        except Exception as err:  # noqa: BLE001 - should not happen: report it plainly
+            raise ExportError(
+                f"the exported module cannot be compiled: {' '.join(str(err).split())[:300]}"
+            ) from err
+
+    estimate = None if head_folded else _float32_estimate(model, weight)
+    scripted, meta["precision"] = _precise(build, dtype, ex, ref, estimate, remedies)
+    meta["dtype"] = meta["precision"]["dtype"]
     extra = {METADATA_FILE: json.dumps(meta, indent=1, allow_nan=False)}
     buf = _stdio.BytesIO()
     torch.jit.save(scripted, buf, _extra_files=extra)
-    data = buf.getvalue()
-    _write(path, data)
+    _write(path, buf.getvalue())
     return meta
+
+
+def _input_map(given: nn.Module, dtype: torch.dtype) -> nn.Module:
+    """The engine-input map in ``dtype`` in the ``(x, box)`` form."""
+    pre = _prepared(given, dtype)
+    return pre if isinstance(pre, _INPUT_MAPS) else _OneArgument(pre)
+
+
+def _precise(
+    build: Any,
+    dtype: torch.dtype | None,
+    ex: torch.Tensor | None,
+    ref: np.ndarray | None,
+    estimate: float | None,
+    remedies: Remedies,
+) -> tuple[torch.jit.ScriptModule, dict[str, Any]]:
+    """The compiled file in the precision asked for (``dtype``; None: float32 where it
+    agrees with the model, else float64) and the metadata's ``precision`` entry; refuses a
+    file that does not agree, naming the remedy. Without example states, float32's error is
+    ``estimate`` (None: not estimable, taken as agreeing)."""
+    n = 0 if ex is None else int(ex.shape[0])
+    where = (
+        f"of the CV's range over the {n} example state{'s' * (n != 1)}"
+        if n
+        else "of the CV's unit norm (estimated from the final affine map: pass example= to "
+        "measure it)"
+    )
+    first = torch.float32 if dtype is None else dtype
+    scripted = build(first)
+    tol = FLOAT32_TOLERANCE if first == torch.float32 else FLOAT64_TOLERANCE
+    if ex is not None:
+        err: float | None = _disagreement(scripted, ex.to(first), ref)
+    else:
+        err = estimate if first == torch.float32 else None
+    info: dict[str, Any] = {
+        "dtype": _DTYPES[first],
+        "requested": "auto" if dtype is None else _DTYPES[dtype],
+        "checked_on": n,
+        "error": err,
+        "tolerance": tol,
+        "float32_error": err if first == torch.float32 else None,
+        "note": None,
+    }
+    if err is None or err <= tol:
+        return scripted, info
+    if first == torch.float32 and dtype is None:
+        scripted = build(torch.float64)
+        err64 = None if ex is None else _disagreement(scripted, ex, ref)
+        if err64 is not None and err64 > FLOAT64_TOLERANCE:
+            _refuse_float64(err64, where)
+        note = (
+            f"float32 differs from the model by {err:.2g} {where} (tolerance "
+            f"{FLOAT32_TOLERANCE:g}): the file computes in float64 (it answers in its "
+            "input's dtype: PLUMED's float32 and OpenMM-Torch's float64 both run it)"
+        )
+        info.update(dtype="float64", error=err64, tolerance=FLOAT64_TOLERANCE, note=note)
+        return scripted, info
+    if first == torch.float64:
+        _refuse_float64(err, where)
+    raise ExportError(
+        f"in float32 the exported module differs from the model by {err:.2g} {where} "
+        f"(tolerance {FLOAT32_TOLERANCE:g}); it was not written: use {remedies.float64} (or "
+        f"{remedies.auto}: float64 only where float32 does not agree)"
+    )
+
+
+def _refuse_float64(err: float, where: str) -> None:
+    raise ExportError(
+        f"the exported module (float64) differs from the model by {err:.2g} {where} "
+        f"(tolerance {FLOAT64_TOLERANCE:g}): its feature map does not give the same values "
+        "when compiled (non-deterministic, or state-dependent Python control flow that "
+        "tracing froze); it was not written"
+    )
+
+
+def _reference(
+    model: Any,
+    source: nn.Module,
+    given: nn.Module,
+    ex: torch.Tensor,
+    outputs: list[tuple[int, str | None]],
+) -> np.ndarray:
+    """The model's eigenfunctions (the chosen outputs) on the example, computed in float64:
+    its input map and feature map cast to float64 (their float32 weights are exact in it),
+    the model's own basis and eigenvectors (:meth:`SpectralModel.eigenfunctions`)."""
+    f64 = _prepared(source, torch.float64)
+    exact = copy.copy(model)  # shallow: only the feature map is replaced
+    exact.features_ = f64
+    if hasattr(exact, "encoder_"):  # autoencoders evaluate their encoder
+        exact.encoder_ = f64
+    if isinstance(getattr(exact, "dtype", None), torch.dtype):  # Generator evaluates in it
+        exact.dtype = torch.float64
+    with torch.no_grad():
+        states = _input_map(given, torch.float64)(ex, None).numpy()
+    ef = np.asarray(exact.eigenfunctions(states))
+    cols = [ef[:, m].imag if p == "imaginary" else ef[:, m].real for m, p in outputs]
+    return np.stack(cols, axis=1)
+
+
+def _disagreement(scripted: nn.Module, ex: torch.Tensor, ref: np.ndarray | None) -> float:
+    """The largest ``|file - ref|`` on the example as a fraction of each output's range
+    over it (at least :data:`MIN_RANGE`)."""
+    assert ref is not None
+    with torch.no_grad():
+        got = scripted(ex).double().numpy()
+    scale = np.maximum(np.ptp(ref, axis=0), MIN_RANGE)
+    err = np.abs(got - ref) / scale
+    return float(err.max()) if np.all(np.isfinite(err)) else float("inf")
+
+
+def _float32_estimate(model: Any, weight: torch.Tensor) -> float | None:
+    """float32's rounding of the final affine map (applied to the encoder's outputs: not
+    folded into a last ``Linear`` layer, where the cancellation is done in float64 at
+    export) relative to the CV's unit norm, without states: the features' rounding
+    (``eps * |psi|``, ``|psi| ~ |feature_shift_| + feature_scale_``) times the weights
+    ``|r / feature_scale_|``; large when features vary little about large means (SchNet's
+    mean read-out). None where the basis is not standardised."""
+    shift = getattr(model, "feature_shift_", None)
+    if shift is None or not bool(getattr(model, "constant_", False)):
+        return None
+    mag = np.abs(np.asarray(shift, dtype=np.float64)) + np.asarray(model.feature_scale_)
+    w = np.abs(weight.numpy())
+    if w.shape[0] != mag.shape[0]:
+        return None
+    return float(_EPS32 * (mag[:, None] * w).sum(0).max())
 
 
 def _write(path: str | os.PathLike, data: bytes) -> None:
@@ -671,11 +978,16 @@ def _write(path: str | os.PathLike, data: bytes) -> None:
         raise ExportError(f"{path}: cannot write ({err.strerror or err})") from err
 
 
-def _affine_head(model: Any, modes: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(W, b)`` (float64) with ``features @ W + b`` equal to the chosen eigenfunctions: the
-    operator's basis ``[1, (psi - shift) / scale]`` and the real parts of the right
-    eigenvectors folded into one affine map."""
-    coef = torch.as_tensor(np.real(np.asarray(model.right_eigvecs_)[:, modes]), dtype=torch.float64)
+def _affine_head(
+    model: Any, outputs: list[tuple[int, str | None]]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(W, b)`` (float64) with ``features @ W + b`` equal to the chosen outputs: the
+    operator's basis ``[1, (psi - shift) / scale]`` and the right eigenvectors (their real
+    parts; a complex mode's imaginary part for its ``"imaginary"`` output) folded into one
+    affine map."""
+    vecs = np.asarray(model.right_eigvecs_)
+    cols = [vecs[:, m].imag if p == "imaginary" else vecs[:, m].real for m, p in outputs]
+    coef = torch.as_tensor(np.stack(cols, axis=1), dtype=torch.float64)
     if not bool(getattr(model, "constant_", False)):
         return coef, torch.zeros(coef.shape[1], dtype=torch.float64)
     c0, w = coef[0], coef[1:]
@@ -686,26 +998,6 @@ def _affine_head(model: Any, modes: list[int]) -> tuple[torch.Tensor, torch.Tens
     scale = torch.as_tensor(np.asarray(model.feature_scale_), dtype=torch.float64)
     w = w / scale[:, None]
     return w, c0 - shift @ w
-
-
-def _check_against_model(
-    model: Any,
-    scripted: nn.Module,
-    ex: torch.Tensor,
-    pre: nn.Module,
-    modes: list[int],
-    tol: float,
-) -> None:
-    with torch.no_grad():
-        states = pre(ex).double().numpy()
-        got = scripted(ex).double().numpy()
-    ref = np.real(model.eigenfunctions(states))[:, modes]
-    err = np.abs(got - ref).max() / max(np.abs(ref).max(), 1e-12)
-    if not err <= tol:
-        raise ExportError(
-            f"the exported module differs from model.eigenfunctions on the example by "
-            f"{err:.2g} (relative); it was not written"
-        )
 
 
 def read_metadata(path: str | os.PathLike) -> dict[str, Any]:
