@@ -106,6 +106,8 @@ class MDFeatures:
         }
         if self.blocks:
             out["blocks"] = [[k, int(c)] for k, c in self.blocks]
+        if self.reference is not None:  # the superposition's target: the selected atoms (nm)
+            out["reference"] = self.reference[self.atoms].tolist()
         return out
 
 
