@@ -415,7 +415,14 @@ class Generator(SpectralModel):
         """Validated (raw) weights, or None for uniform weights."""
         if sample_weight is None:
             return None
-        w = np.asarray(to_numpy(sample_weight), dtype=np.float64).reshape(-1)
+        w = np.asarray(to_numpy(sample_weight), dtype=np.float64)
+        if w.ndim > 1 and w.size != w.shape[0]:
+            raise ValueError(
+                f"sample_weight must hold one weight per sample, got shape {w.shape}: "
+                "Generator.fit(X, sample_weight) takes samples of the invariant law, not "
+                "lagged pairs (fit(X) on the states)"
+            )
+        w = w.reshape(-1)
         if w.shape[0] != n:
             raise ValueError(f"sample_weight has {w.shape[0]} entries for {n} samples")
         if not np.all(np.isfinite(w)) or np.any(w < 0) or w.sum() <= 0:

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from dpnets.base import BaseEstimator, clone, fit_lag, is_fitted
+from dpnets.base import BaseEstimator, clone, fit_data, is_fitted
 from dpnets.data import (
     PairSegment,
     check_lag,
@@ -249,8 +249,10 @@ class TransferOperator(DiscreteTimeModel):
         ----------
         X : array, list of arrays, tuple (X, Y), Dataset or DataLoader
             The arrays may be memory-mapped or ``h5py.Dataset`` objects.
-        y : None
-            Ignored (scikit-learn's target; the lag is the parameter ``lag``).
+        y : array, optional
+            The time-lagged partner of each row of ``X``: ``fit(X, Y)`` is ``fit((X, Y))``
+            (same checks; :func:`dpnets.base.fit_data`). A 1-D vector of one value per row
+            of multi-dimensional states (scikit-learn's target) is ignored with a warning.
         lag : int, optional
             Deprecated: the lag is the constructor parameter ``lag``; given here it
             overrides it for this fit, with a ``FutureWarning``.
@@ -266,7 +268,7 @@ class TransferOperator(DiscreteTimeModel):
         them (:meth:`predict`, :meth:`modes`) or for :meth:`stationary_weights`: change
         those arrays after ``fit`` and these use the changed values.
         """
-        self._fit_operator(X, fit_lag(self, lag, y))
+        self._fit_operator(*fit_data(self, X, y, lag))
         return self
 
     def _fit_operator(self, data: Any, lag: int | None) -> None:
@@ -290,8 +292,10 @@ class TransferOperator(DiscreteTimeModel):
         ----------
         X : array, list of arrays, tuple (X, Y), Dataset or DataLoader
             One piece.
-        y : None
-            Ignored.
+        y : array, optional
+            The time-lagged partner of each row of ``X``: ``fit(X, Y)`` is ``fit((X, Y))``
+            (same checks; :func:`dpnets.base.fit_data`). A 1-D vector of one value per row
+            of multi-dimensional states (scikit-learn's target) is ignored with a warning.
         lag : int, optional
             Deprecated, as in :meth:`fit`; every piece is paired at the lag of the first
             (``lag_``).
@@ -310,8 +314,7 @@ class TransferOperator(DiscreteTimeModel):
             next pieces add to it) and a ``ValueError`` asks for more data.
         """
         self.check_regression_params()
-        data = X
-        lag = fit_lag(self, lag, y)
+        data, lag = fit_data(self, X, y, lag)
         if getattr(self, "_stats", None) is None:
             if "operator_" in vars(self):
                 raise ValueError(

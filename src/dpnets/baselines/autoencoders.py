@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from dpnets.base import fit_lag
+from dpnets.base import fit_data
 from dpnets.data import is_streaming, pairs, resolve_lag, training_source
 from dpnets.exceptions import check_is_fitted
 from dpnets.io import jsonable, restore_module, sub_state
@@ -161,8 +161,10 @@ class _KoopmanAutoencoder(DiscreteTimeModel):
         ----------
         X : array, list of arrays or tuple (X, Y)
             Trajectories (windows never cross a boundary) or one-step pairs (``n_steps=1``).
-        y : None
-            Ignored.
+        y : array, optional
+            The time-lagged partner of each row of ``X``: ``fit(X, Y)`` is ``fit((X, Y))``
+            (same checks; :func:`dpnets.base.fit_data`). A 1-D vector of one value per row
+            of multi-dimensional states (scikit-learn's target) is ignored with a warning.
         lag : int, optional
             Deprecated: the lag is the constructor parameter ``lag``.
         callback : callable, optional
@@ -177,7 +179,7 @@ class _KoopmanAutoencoder(DiscreteTimeModel):
         An interrupted or failed fit leaves the estimator as it was before ``fit``.
         """
         self._check_params()
-        data, lag = X, fit_lag(self, lag, y)
+        data, lag = fit_data(self, X, y, lag)
         if is_streaming(data):
             raise TypeError("autoencoders need in-memory trajectories (array, list or (X, Y))")
         ckpt = fit_checkpoint(self, checkpoint, checkpoint_every, resume)

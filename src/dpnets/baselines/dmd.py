@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 import numpy as np
 import scipy.linalg
 
-from dpnets.base import fit_lag
+from dpnets.base import fit_data
 from dpnets.data import chunks, is_streaming, pair_segments, resolve_lag
 from dpnets.moments import FIT_CHUNK
 from dpnets.operators import TransferOperator
@@ -100,7 +100,8 @@ class DMD(TransferOperator):
         return self.projection_
 
     def fit(self, X: Any, y: Any = None, *, lag: int | None = None) -> DMD:
-        """Fit on ``X`` (same forms as :meth:`dpnets.TransferOperator.fit`; ``y`` ignored).
+        """Fit on ``X`` (same forms as :meth:`dpnets.TransferOperator.fit`; ``fit(X, Y)`` is
+        ``fit((X, Y))``).
 
         Raises
         ------
@@ -109,7 +110,7 @@ class DMD(TransferOperator):
         TypeError
             For streamed data (a Dataset/DataLoader) with ``rank`` given.
         """
-        data, lag = X, fit_lag(self, lag, y)
+        data, lag = fit_data(self, X, y, lag)
         self._check_params()
         self.projection_ = None
         self.singular_values_ = None
@@ -235,11 +236,11 @@ class EDMD(TransferOperator):
         return ChebyshevFeatures(self.degree, domain)
 
     def fit(self, X: Any, y: Any = None, *, lag: int | None = None) -> EDMD:
-        """Build the dictionary (and its domain) and fit the operator (Eq. 15); ``y`` is
-        ignored."""
-        lag = fit_lag(self, lag, y)
-        self.dictionary_ = self._build_dictionary(X, lag)
-        self._fit_operator(X, lag)
+        """Build the dictionary (and its domain) and fit the operator (Eq. 15); ``fit(X, Y)`` is
+        ``fit((X, Y))``."""
+        data, lag = fit_data(self, X, y, lag)
+        self.dictionary_ = self._build_dictionary(data, lag)
+        self._fit_operator(data, lag)
         return self
 
     def _partial_features(self) -> Any:

@@ -47,7 +47,7 @@ from typing import Any, ClassVar
 import numpy as np
 import scipy.linalg
 
-from dpnets.base import fit_lag
+from dpnets.base import fit_data
 from dpnets.data import check_states, chunks, is_streaming, pairs, resolve_lag
 from dpnets.exceptions import check_is_fitted
 from dpnets.linalg import default_rtol
@@ -323,7 +323,7 @@ class _KernelRegression(DiscreteTimeModel):
 
     def fit(self, X: Any, y: Any = None, *, lag: int | None = None) -> _KernelRegression:
         """Fit the estimator on ``X`` (array, list of trajectories or ``(X, Y)``), paired at
-        the parameter ``lag`` (``y`` is ignored; ``fit(X, lag=k)`` is deprecated).
+        the parameter ``lag`` (``fit(X, Y)`` is ``fit((X, Y))``; ``fit(X, lag=k)`` is deprecated).
 
         Returns
         -------
@@ -338,7 +338,7 @@ class _KernelRegression(DiscreteTimeModel):
             For a torch Dataset/DataLoader (kernel methods need the data in memory).
         """
         self._check_params()
-        data, lag = X, fit_lag(self, lag, y)
+        data, lag = fit_data(self, X, y, lag)
         if is_streaming(data):
             raise TypeError("kernel estimators need in-memory data (array, list or (X, Y))")
         p = pairs(data, resolve_lag(data, lag)[0])
