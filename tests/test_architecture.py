@@ -129,6 +129,7 @@ LAYERS = [
     [
         "validation",
         "resampling",
+        "forecasting",
         "timescales",
         "chapman_kolmogorov",
         "metastable",

@@ -25,6 +25,7 @@ MODULES = [
     "dpnets.heldout",
     "dpnets.estimation",
     "dpnets.validation",
+    "dpnets.forecasting",
     "dpnets.baselines",
     "dpnets.plot",
     "dpnets.nn",

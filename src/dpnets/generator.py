@@ -27,7 +27,7 @@ from dpnets.io import arrays_to_tensors, register, tensors_to_arrays
 from dpnets.ito import SDE, check_samples, derivatives_in_chunks, warn_if_piecewise_linear
 from dpnets.moments import Moments
 from dpnets.nn.utils import module_device
-from dpnets.params import Constraint, integer, one_of
+from dpnets.params import Constraint, check_choice, integer, one_of
 from dpnets.spectral import (
     SpectralModel,
     dump_feature_map,
@@ -453,7 +453,10 @@ class Generator(SpectralModel):
         return self._evaluate(self._check_X(X), "features", constant=self.constant_)[0]
 
     # ------------------------------------------------------------------ time
-    def _check_time(self, t: Any) -> float:
+    def _check_time(self, t: Any, unit: str = "steps") -> float:
+        """A generator forecasts at any real time ``t >= 0`` (in the units of the SDE's
+        time; ``unit`` is accepted as ``"steps"`` or ``"time"``, both meaning that)."""
+        check_choice("unit", unit, ("steps", "time"))
         if isinstance(t, bool) or not isinstance(t, (int, float, np.integer, np.floating)):
             raise ValueError(f"t must be a real number >= 0, got {t!r}")
         if not (np.isfinite(t) and t >= 0):

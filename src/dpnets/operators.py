@@ -38,17 +38,19 @@ from dpnets.estimation import (
 from dpnets.exceptions import check_is_fitted
 from dpnets.io import InvalidModelFile, arrays_to_tensors, register, tensors_to_arrays
 from dpnets.moments import FIT_CHUNK, Moments
-from dpnets.params import check_choice
+from dpnets.params import boolean, check_choice, validate_params
 from dpnets.spectral import (
     OPTIONAL_ARRAYS,
     DiscreteTimeModel,
     FeatureMap,
+    StateAndFeatures,
     as_feature_map,
     dump_feature_map,
     dump_fitted_scalars,
     features_on_demand,
     restore_feature_map,
     restore_fitted_state,
+    without_state,
 )
 
 __all__ = ["TransferOperator", "pair_moments", "dump_operator", "restore_operator"]
@@ -142,6 +144,23 @@ class TransferOperator(DiscreteTimeModel):
         (the regression of ``Y`` on ``X`` and of ``X`` on ``Y``); an observable given on the
         training samples (values at ``Y``, :meth:`predict`) is regressed on the forward
         pairs only (weighted by the Koopman weights for ``"reweight"``).
+    append_state : bool, default False
+        Regress on ``[x, psi(x)]``: the (flattened) state appended to the features
+        (:class:`dpnets.spectral.StateAndFeatures`), so the basis contains DMD's and the
+        state's own forecast is a regression on it. The recommended setting for forecasting
+        the state with learned features, which need not span it (issue 40: on a
+        Kuramoto-Sivashinsky field the one-step RMSE of a DPNet's operator fell from 0.394
+        to 0.056, below persistence, 0.064). ``features_`` is then the composite map; a
+        file stores the inner one and this flag.
+    stabilize : bool, default False
+        The stabilised estimate: eigenvalues of modulus above 1 (sampling noise on a
+        stationary or chaotic series, or a growing mode a short series cannot tell from
+        one) are projected onto the unit circle, ``lambda / |lambda|`` (their frequency
+        kept), and ``operator_`` rebuilt from them (eigenvectors unchanged;
+        :func:`dpnets.estimation.stabilize_spectrum`), as PyDMD's
+        ``BOPDMD(eig_constraints={"stable"})``. Forecasts then stay bounded at every
+        horizon; a genuinely growing process is no longer described. Bootstrap refits
+        (:mod:`dpnets.resampling`) are stabilised too.
 
     Attributes
     ----------
@@ -184,6 +203,8 @@ class TransferOperator(DiscreteTimeModel):
         dt: float = 1.0,
         lag: int | None = None,
         reversible: bool | str = False,
+        append_state: bool = False,
+        stabilize: bool = False,
     ):
         self.features = features
         self.ridge = ridge
@@ -192,15 +213,27 @@ class TransferOperator(DiscreteTimeModel):
         self.dt = dt
         self.lag = lag
         self.reversible = reversible
+        self.append_state = append_state
+        self.stabilize = stabilize
 
     def _reversible(self) -> bool | str:
         """The validated ``reversible`` (False for subclasses without the parameter)."""
         return check_choice("reversible", getattr(self, "reversible", False), REVERSIBLE_CHOICES)
 
     def check_regression_params(self) -> None:
-        """Validate the regression parameters, ``reversible`` included."""
+        """Validate the regression parameters, ``reversible``, ``append_state`` and
+        ``stabilize`` included."""
         super().check_regression_params()
         self._reversible()
+        validate_params(
+            self, {k: boolean() for k in ("append_state", "stabilize") if hasattr(self, k)}
+        )
+
+    def _with_state(self, features: Any) -> Any:
+        """``features``, with the state appended when ``append_state``."""
+        if getattr(self, "append_state", False):
+            return StateAndFeatures(features)
+        return features
 
     # ------------------------------------------------------------------ fitting
     def _fit_features(self, data: Any, lag: int | None) -> Any:
@@ -218,12 +251,12 @@ class TransferOperator(DiscreteTimeModel):
                 )
             if lag is not None and "lag" in f.get_params(deep=False):
                 f.set_params(lag=lag)
-            return f.fit(data)
-        return f
+            return self._with_state(f.fit(data))
+        return self._with_state(f)
 
     def _fit_lag(self, features: Any, data: Any, lag: Any) -> tuple[int, int | None]:
         """Pairing and model lag; defaults to (and checks against) a DPNet's own lag."""
-        feature_lag = getattr(features, "lag_", None)
+        feature_lag = getattr(without_state(features), "lag_", None)
         if lag is None and feature_lag is not None:
             lag = feature_lag
         elif lag is not None and feature_lag is not None and lag != feature_lag:
@@ -343,7 +376,7 @@ class TransferOperator(DiscreteTimeModel):
                 f"{type(f).__name__}: fit it first (features.fit(data)), or call fit, which "
                 "trains a copy of it on the data"
             )
-        return f
+        return self._with_state(f)
 
     def moment_products(self) -> tuple[tuple[str, str], ...]:
         """The blocks of :class:`dpnets.moments.Moments` a fit of these parameters
@@ -396,6 +429,7 @@ class TransferOperator(DiscreteTimeModel):
             constant=self.constant,
             reversible=self._reversible(),
             reweigh=self._weighted_moments,
+            stabilize=bool(getattr(self, "stabilize", False)),
         )
         fit.apply_to(self)  # every fitted array, from the one regression
 
@@ -441,7 +475,13 @@ class TransferOperator(DiscreteTimeModel):
         """The eigen-decomposition of a restored operator
         (:func:`dpnets.estimation.operator_spectrum`, as in the fit)."""
         self.eigvals_, self.left_eigvecs_, self.right_eigvecs_ = operator_spectrum(
-            self.operator_, self.cx_, self.cxy_, float(self.ridge), self.rtol, self._reversible()
+            self.operator_,
+            self.cx_,
+            self.cxy_,
+            float(self.ridge),
+            self.rtol,
+            self._reversible(),
+            bool(getattr(self, "stabilize", False)),
         )
 
     def _weigh(self, f: np.ndarray) -> np.ndarray:
@@ -534,8 +574,10 @@ def dump_operator(model: Any, tensors: dict[str, torch.Tensor]) -> dict:
         "constant": model.constant,
         "dt": float(model.dt),
     }
-    if "reversible" in model.get_params(deep=False):  # not DMD/EDMD, which lack it
-        params["reversible"] = model.reversible
+    own = model.get_params(deep=False)
+    for name in ("reversible", "append_state", "stabilize"):  # not DMD/EDMD, which lack them
+        if name in own:
+            params[name] = own[name]
     return {
         "params": params,
         "fitted": dump_fitted_scalars(model),
@@ -548,7 +590,11 @@ def restore_operator(cfg: dict, tensors: dict[str, torch.Tensor], **kw: Any) -> 
     features, fitted = restore_feature_map(cfg, tensors, **kw)
     # files written before ``reversible`` lack the key: they hold non-reversible fits
     op = TransferOperator(features, **cfg["params"])
-    op.features_ = fitted
+    try:
+        op.check_regression_params()
+    except ValueError as err:
+        raise InvalidModelFile(str(err)) from err
+    op.features_ = op._with_state(fitted)
     tensors_to_arrays(op, tensors, _OPERATOR_ARRAYS, _OPERATOR_OPTIONAL)
     try:
         op._reversible()

@@ -35,7 +35,9 @@ Tensors = dict[str, torch.Tensor]
 def _operator_cfg(cfg: dict) -> dict:
     """The plain ``TransferOperator`` part of a DMD/EDMD config."""
     params = {
-        k: cfg["params"][k] for k in ("ridge", "rtol", "constant", "dt") if k in cfg["params"]
+        k: cfg["params"][k]
+        for k in ("ridge", "rtol", "constant", "dt", "stabilize")
+        if k in cfg["params"]
     }
     return {**cfg, "params": params}
 

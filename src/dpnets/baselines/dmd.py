@@ -54,6 +54,9 @@ class DMD(TransferOperator):
     lag : int, optional
         Lag in frames between paired states of trajectories (default 1); for pre-paired
         data, the lag they were paired at (see :class:`dpnets.TransferOperator`).
+    stabilize : bool, default False
+        Project eigenvalues of modulus above 1 onto the unit circle (the stabilised
+        estimate; see :class:`dpnets.TransferOperator`).
 
     Attributes
     ----------
@@ -87,6 +90,7 @@ class DMD(TransferOperator):
         constant: str | bool = False,
         dt: float = 1.0,
         lag: int | None = None,
+        stabilize: bool = False,
     ):
         self.rank = rank
         self.ridge = ridge
@@ -94,6 +98,7 @@ class DMD(TransferOperator):
         self.constant = constant
         self.dt = dt
         self.lag = lag
+        self.stabilize = stabilize
 
     def _fit_features(self, data: Any, lag: int | None) -> ProjectionFeatures | None:
         """The fitted POD projection, or ``None`` (identity on the full state)."""
@@ -180,6 +185,9 @@ class EDMD(TransferOperator):
     lag : int, optional
         Lag in frames between paired states of trajectories (default 1); for pre-paired
         data, the lag they were paired at (see :class:`dpnets.TransferOperator`).
+    stabilize : bool, default False
+        Project eigenvalues of modulus above 1 onto the unit circle (the stabilised
+        estimate; see :class:`dpnets.TransferOperator`).
 
     Attributes
     ----------
@@ -202,6 +210,7 @@ class EDMD(TransferOperator):
         constant: str | bool = "auto",
         dt: float = 1.0,
         lag: int | None = None,
+        stabilize: bool = False,
     ):
         self.dictionary = dictionary
         self.degree = degree
@@ -211,6 +220,7 @@ class EDMD(TransferOperator):
         self.constant = constant
         self.dt = dt
         self.lag = lag
+        self.stabilize = stabilize
 
     def _fit_features(self, data: Any, lag: int | None) -> Any:
         """The fitted dictionary (``dictionary_``)."""
