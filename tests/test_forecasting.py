@@ -10,7 +10,7 @@ from scipy.integrate import solve_ivp
 
 import dpnets
 from dpnets import DPNet, TransferOperator
-from dpnets.baselines import DMD
+from dpnets.baselines import DMD, KernelDMD, NystromKernelDMD
 from dpnets.estimation import stabilize_spectrum
 from dpnets.forecasting import (
     delay_embed,
@@ -212,3 +212,18 @@ def test_forecast_interval_covers_the_truth():
     assert np.all(out.lower <= out.mean_lower) and np.all(out.mean_upper <= out.upper)
     covered = np.mean((out.lower <= test[1:]) & (test[1:] <= out.upper))
     assert 0.85 < covered < 0.95, covered
+
+
+@pytest.mark.parametrize("make", [KernelDMD, NystromKernelDMD])
+def test_kernel_models_take_dt(make, tmp_path):
+    """``KernelDMD('rbf', rank=5, dt=0.01)`` raised TypeError (issue 40): timescales are now
+    in time units on every estimator, and the file keeps ``dt``."""
+    x = linear_gaussian(2, seed=4).sample(300, seed=0)
+    kw = {"n_centers": 60, "seed": 0} if make is NystromKernelDMD else {}
+    model = make("rbf", rank=3, dt=0.01, **kw).fit(x)
+    frames = make("rbf", rank=3, **kw).fit(x).implied_timescales()
+    np.testing.assert_allclose(model.implied_timescales(), 0.01 * frames, rtol=1e-12)
+    model.save(tmp_path / "k.pt")
+    assert dpnets.load(tmp_path / "k.pt").dt == 0.01
+    with pytest.raises(ValueError, match="dt must be in"):
+        make("rbf", rank=3, dt=0.0, **kw).fit(x)

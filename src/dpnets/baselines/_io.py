@@ -138,7 +138,7 @@ def _dump_kernel_model(model: Any, tensors: Tensors) -> dict:
         tensors[f"{prefix}.weights"] = torch.from_numpy(np.ascontiguousarray(fm.weights))
     params = {
         k: getattr(model, k)
-        for k in ("rank", "estimator", "ridge", "length_scale", "degree", "coef0", "rtol")
+        for k in ("rank", "estimator", "ridge", "length_scale", "degree", "coef0", "rtol", "dt")
     }
     if isinstance(model, NystromKernelDMD):
         params.update(n_centers=model.n_centers, seed=model.seed)

@@ -275,6 +275,7 @@ class _KernelRegression(DiscreteTimeModel):
 
     def _check_params(self) -> None:
         super()._check_params()
+        self.check_regression_params()  # ridge, rtol, dt
         if self.estimator == "krr" and self.rank is not None:
             raise ValueError("estimator='krr' is full rank: use rank=None, or 'pcr'/'rrr'")
         if not (np.isfinite(self.ridge) and self.ridge >= 0):
@@ -415,6 +416,8 @@ class KernelDMD(_KernelRegression):
     lag : int, optional
         Lag in frames between paired states of trajectories (default 1); for pre-paired
         data, the lag they were paired at (see :class:`dpnets.TransferOperator`).
+    dt : float, default 1.0
+        Time between frames: timescales and ``predict(..., unit="time")`` in its units.
 
     Attributes
     ----------
@@ -449,6 +452,7 @@ class KernelDMD(_KernelRegression):
         coef0: float = 1.0,
         rtol: float | None = None,
         lag: int | None = None,
+        dt: float = 1.0,
     ) -> None:
         self.kernel = kernel
         self.rank = rank
@@ -459,6 +463,7 @@ class KernelDMD(_KernelRegression):
         self.coef0 = coef0
         self.rtol = rtol
         self.lag = lag
+        self.dt = dt
 
     def _solve(self, p: Any, x: np.ndarray, y: np.ndarray, kernel: Callable) -> dict:
         n = x.shape[0]
@@ -510,7 +515,7 @@ class NystromKernelDMD(_KernelRegression):
 
     Parameters
     ----------
-    kernel, rank, estimator, ridge, length_scale, degree, coef0, rtol, lag
+    kernel, rank, estimator, ridge, length_scale, degree, coef0, rtol, lag, dt
         As :class:`KernelDMD` (``rtol`` also cuts the eigenvalues of ``K_cc``).
     n_centers : int or None, default 1000
         Number of Nyström centres ``m``.
@@ -537,6 +542,7 @@ class NystromKernelDMD(_KernelRegression):
         rtol: float | None = None,
         seed: int | None = None,
         lag: int | None = None,
+        dt: float = 1.0,
     ) -> None:
         self.kernel = kernel
         self.n_centers = n_centers
@@ -549,6 +555,7 @@ class NystromKernelDMD(_KernelRegression):
         self.rtol = rtol
         self.seed = seed
         self.lag = lag
+        self.dt = dt
 
     _parameter_constraints: ClassVar[dict[str, Constraint]] = {
         **_KernelRegression._parameter_constraints,
