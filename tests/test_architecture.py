@@ -138,6 +138,7 @@ LAYERS = [
     [
         "validation",
         "resampling",
+        "forecasting",
         "timescales",
         "chapman_kolmogorov",
         "metastable",

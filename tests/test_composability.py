@@ -12,6 +12,7 @@ import torch
 
 pytest.importorskip("sklearn")
 
+from helpers import ESTIMATORS  # noqa: E402
 from sklearn.base import clone  # noqa: E402
 from sklearn.exceptions import NotFittedError as SklearnNotFittedError  # noqa: E402
 from sklearn.model_selection import GridSearchCV  # noqa: E402
@@ -19,7 +20,7 @@ from sklearn.pipeline import Pipeline  # noqa: E402
 from sklearn.preprocessing import StandardScaler  # noqa: E402
 
 import dpnets  # noqa: E402
-from dpnets import DPNet, TransferOperator  # noqa: E402
+from dpnets import DPNet, Generator, TransferOperator  # noqa: E402
 from dpnets.baselines import DMD, VAMPNet  # noqa: E402
 from dpnets.nn import MLP  # noqa: E402
 from dpnets.systems import LinearGaussian, OrnsteinUhlenbeck  # noqa: E402
@@ -153,13 +154,48 @@ def test_fit_lag_argument_is_deprecated_but_works(ou):
     assert old.lag is None  # fit never changes a parameter
 
 
+_PAIRED = [c for c in ESTIMATORS if c is not Generator]  # Generator: samples, no pairs
+
+
+@pytest.mark.parametrize("cls", _PAIRED, ids=lambda c: c.__name__)
+def test_fit_x_y_means_pairs_for_every_estimator(cls):
+    """``fit(X, Y)`` is ``fit((X, Y))`` (issue 40: Y was ignored, even of another length);
+    autoencoders take one-step pairs (``n_steps=1``), as with the tuple."""
+
+    def make():
+        est = ESTIMATORS[cls]()
+        return est.set_params(n_steps=1) if "n_steps" in est.get_params() else est
+
+    x = OrnsteinUhlenbeck(dt=0.1).sample(400, seed=0).reshape(-1, 1)
+    a = make().fit(x[:-1], x[1:])
+    b = make().fit((x[:-1], x[1:]))
+    c = make().fit(x[:-3], x[3:])
+    assert a.n_samples_ == b.n_samples_ == 399 if hasattr(a, "n_samples_") else True
+    np.testing.assert_allclose(a.transform(x[:50]), b.transform(x[:50]), rtol=1e-12)
+    if hasattr(a, "eig"):
+        np.testing.assert_allclose(a.eig(), b.eig(), rtol=1e-10, atol=1e-12)
+        assert not np.allclose(np.abs(a.eig()[-1]), np.abs(c.eig()[-1]), rtol=1e-6)
+    with pytest.raises(ValueError, match="X and Y have different lengths: 399 and 7"):
+        make().fit(x[:-1], np.zeros((7, 1)))
+    with pytest.raises(ValueError, match="different state shapes"):
+        make().fit(x[:-1], np.zeros((399, 9)))
+    with pytest.raises(ValueError, match="pass a list of trajectories or a tuple"):
+        make().fit([x[:-1]], x[1:])
+
+
 def test_sklearn_y_is_never_read_as_a_lag(ou):
-    train, _ = ou
-    y = np.arange(train.shape[0])
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        op = TransferOperator(lag=2).fit(train, y)
+    """A 1-D target of one value per row of multi-dimensional states (what scikit-learn's
+    checks pass) is no lagged state: ignored with a warning; the lag stays the parameter."""
+    x = np.hstack([ou[0], ou[0] ** 2])
+    y = np.arange(x.shape[0])
+    with pytest.warns(UserWarning, match=r"ignored \(scikit-learn's target\).*Y of shape"):
+        op = TransferOperator(lag=2).fit(x, y)
     assert op.lag_ == 2
+    np.testing.assert_allclose(op.eig(), TransferOperator(lag=2).fit(x).eig(), rtol=1e-12)
+    with warnings.catch_warnings():  # a scalar series: y of its size is its partner
+        warnings.simplefilter("error")
+        scalar = TransferOperator(lag=2).fit(ou[0][:-2].ravel(), ou[0][2:].ravel())
+    np.testing.assert_allclose(scalar.eig(), TransferOperator(lag=2).fit(ou[0]).eig(), rtol=1e-8)
 
 
 def test_unfitted_errors_are_scikit_learns(ou):

@@ -26,6 +26,7 @@ MODULES = [
     "dpnets.estimation",
     "dpnets.diagnostics",
     "dpnets.validation",
+    "dpnets.forecasting",
     "dpnets.baselines",
     "dpnets.plot",
     "dpnets.nn",

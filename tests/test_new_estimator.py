@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from dpnets import TransferOperator, load
-from dpnets.base import fit_lag
+from dpnets.base import fit_data
 from dpnets.data import pair_segments, resolve_lag
 from dpnets.estimation import estimate_operator, operator_products
 from dpnets.io import arrays_to_tensors, register, tensors_to_arrays
@@ -60,11 +60,12 @@ class AffineOperator(DiscreteTimeModel):
         self.dt = dt
 
     def fit(self, X: Any, y: Any = None) -> AffineOperator:
-        """Fit on trajectories ``X`` (an array or a list of arrays); ``y`` is ignored."""
+        """Fit on trajectories ``X`` (an array or a list of arrays); ``fit(X, Y)`` is pairs."""
         # 2. validation at the boundary: the parameters, then the data (pairs at the lag)
         self.check_regression_params()
-        pair_lag, lag_ = resolve_lag(X, fit_lag(self, None, y))
-        segments = pair_segments(X, pair_lag)
+        data, lag = fit_data(self, X, y)  # fit(X, Y) is fit((X, Y))
+        pair_lag, lag_ = resolve_lag(data, lag)
+        segments = pair_segments(data, pair_lag)
         # 3. the sufficient statistics, chunk by chunk (features: the identity, None)
         stats = Moments(operator_products())
         for seg in segments:

@@ -97,5 +97,5 @@ def test_unknown_score_and_bad_hyperparameters(traj):
         TransferOperator().fit({"x": traj})
     with pytest.raises(ValueError, match="tuple must be"):
         TransferOperator().fit((traj, traj, traj))
-    with pytest.raises(ValueError, match="integer >= 1"):
-        TransferOperator().fit(traj).predict(traj[:2], t=0)
+    with pytest.raises(ValueError, match="not a whole number of lag steps"):
+        TransferOperator().fit(traj).predict(traj[:2], t=2.5)

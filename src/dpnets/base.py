@@ -19,7 +19,15 @@ import numpy as np
 
 from dpnets.params import Constraint, validate_params
 
-__all__ = ["BaseEstimator", "TransformerMixin", "clone", "fit_lag", "is_fitted", "vamp2_scorer"]
+__all__ = [
+    "BaseEstimator",
+    "TransformerMixin",
+    "clone",
+    "fit_data",
+    "fit_lag",
+    "is_fitted",
+    "vamp2_scorer",
+]
 
 
 def vamp2_scorer(estimator: Any, X: Any, y: Any = None) -> float:
@@ -55,6 +63,51 @@ def fit_lag(estimator: Any, lag: Any = None, y: Any = None) -> Any:
         stacklevel=3,
     )
     return lag
+
+
+def fit_data(estimator: Any, X: Any, y: Any = None, lag: Any = None) -> tuple[Any, Any]:
+    """``(data, lag)`` of one ``fit(X, y)``: ``y`` given as an array is the time-lagged
+    partner of each row of ``X``, so ``fit(X, Y)`` is ``fit((X, Y))`` (the same checks).
+
+    * ``y=None``: ``X`` as it is (trajectories, a list of them, ``(X, Y)``, a Dataset).
+    * ``y`` an array of ``X``'s shape (or of its size, e.g. ``(n,)`` against ``(n, 1)``:
+      reshaped): the pairs ``(X, y)``; a ``y`` of another length or state shape is refused
+      by the pairing (:func:`dpnets.data.pair_segments`) with a one-line message.
+    * ``y`` a 1-D vector of one value per row of a multi-dimensional ``X`` (scikit-learn's
+      target, as its estimator checks pass): not a lagged state, ignored with a
+      ``UserWarning`` naming the fix.
+    * an integer ``y``: the deprecated positional lag (:func:`fit_lag`).
+
+    ``y`` with ``X`` already a tuple, a list of trajectories or a Dataset, and a ``y`` that
+    is a list, are refused (``ValueError``), naming the form to use.
+    """
+    if y is None or (isinstance(y, (int, np.integer)) and not isinstance(y, bool)):
+        return X, fit_lag(estimator, lag, y)
+    name = type(estimator).__name__
+    shape_y = getattr(y, "shape", None)
+    if isinstance(X, (tuple, list)) or not hasattr(X, "shape") or shape_y is None:
+        what = type(X).__name__ if not hasattr(X, "shape") else type(y).__name__
+        raise ValueError(
+            f"{name}.fit(X, Y) pairs two arrays of states (Y[i] the lagged partner of X[i]); "
+            f"got {what}: pass a list of trajectories or a tuple (X, Y) as X alone"
+        )
+    shape_x = tuple(X.shape)
+    shape_y = tuple(shape_y)
+    n = shape_x[0] if shape_x else None
+    if shape_y != shape_x and shape_y[:1] == shape_x[:1]:
+        size_x, size_y = int(np.prod(shape_x)), int(np.prod(shape_y))
+        if size_y == size_x:  # (n,) against (n, 1), or (n, 1) against (n,)
+            y = np.reshape(np.asarray(y), shape_x)
+        elif len(shape_y) == 1 and len(shape_x) > 1:
+            warnings.warn(
+                f"{name}.fit(X, y): y of shape {shape_y} is one value per row, not a lagged "
+                f"state of X's shape {shape_x[1:]}: ignored (scikit-learn's target); for "
+                f"lagged pairs pass Y of shape ({n}, {', '.join(map(str, shape_x[1:]))})",
+                UserWarning,
+                stacklevel=3,
+            )
+            return X, fit_lag(estimator, lag, None)
+    return (X, y), fit_lag(estimator, lag, None)
 
 
 class TransformerMixin:

@@ -187,7 +187,8 @@ def spectrum_diagnostics(
                 f"eigenvalue(s) k = {ks} have {what}: growing modes, not relaxation; "
                 "their implied timescales are undefined (nan) and forecasts along them grow",
                 "refit with reversible=True (a real spectrum in [-1, 1]) if the dynamics are "
-                "reversible (equilibrium MD), else with more data or fewer features",
+                "reversible (equilibrium MD), else with more data or fewer features; for "
+                "forecasts, stabilize=True projects them onto the unit circle",
                 "refit with --reversible true (a real spectrum in [-1, 1]) if the dynamics "
                 "are reversible (equilibrium MD), else with more data or a smaller --dim",
             )

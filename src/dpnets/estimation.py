@@ -40,6 +40,7 @@ __all__ = [
     "operator_spectrum",
     "generator_spectrum",
     "regress",
+    "stabilize_spectrum",
     "use_constant",
     "REVERSIBLE_CHOICES",
 ]
@@ -227,6 +228,7 @@ def estimate_operator(
     constant: str | bool = "auto",
     reversible: bool | str = False,
     reweigh: Callable[[Callable[[np.ndarray], np.ndarray]], Moments] | None = None,
+    stabilize: bool = False,
 ) -> OperatorFit:
     """The least-squares transfer operator from the moments of the pairs (paper Eq. 15).
 
@@ -249,6 +251,9 @@ def estimate_operator(
         Needed by ``reversible="reweight"``: ``reweigh(weight)`` returns the moments of the
         same pairs with each pair weighted by ``weight(phi_x)`` (``phi_x``: the raw features
         of its ``X``), a second pass over the data.
+    stabilize : bool, default False
+        Project eigenvalues of modulus above 1 onto the unit circle
+        (:func:`stabilize_spectrum`; ``TransferOperator(stabilize=True)``).
 
     Returns
     -------
@@ -304,6 +309,10 @@ def estimate_operator(
         cx, cxy, ridge, _c0_rtol(cx, ridge, rtol) if reversible else rtol
     )
     eigvals, left, right = operator_spectrum(operator, cx, cxy, ridge, rtol, reversible, ex)
+    if stabilize:
+        eigvals, left, right, stable = stabilize_spectrum(eigvals, left, right)
+        operator = operator if stable is None else stable
+        eigvals, left, right = constant_first(eigvals, left, right, cx, ex)
     return OperatorFit(
         operator=operator,
         cx=cx,
@@ -336,17 +345,22 @@ def operator_spectrum(
     rtol: float | None,
     reversible: bool | str = False,
     mean: np.ndarray | None = None,
+    stabilize: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The eigen-decomposition of a transfer operator ``(vals, L, R)``: biorthogonal, right
     eigenvectors of unit ``cx``-norm; for a reversible fit by a symmetric eigensolver (real
-    eigenvalues and eigenvectors, :func:`_symmetric_spectrum`). By decreasing modulus,
-    except that where the basis spans the constant function (``mean``: the basis' mean on
-    the training inputs) its triplet comes first (:func:`constant_first`)."""
+    eigenvalues and eigenvectors, :func:`_symmetric_spectrum`); with ``stabilize`` the
+    eigenvalues above 1 in modulus projected onto the unit circle
+    (:func:`stabilize_spectrum`). By decreasing modulus, except that where the basis spans
+    the constant function (``mean``: the basis' mean on the training inputs) its triplet
+    comes first (:func:`constant_first`)."""
     if not reversible:
-        spectrum = eig_biorthogonal(operator, metric=cx)
+        vals, left, right = eig_biorthogonal(operator, metric=cx)
     else:
-        spectrum = _symmetric_spectrum(cx, cxy, float(ridge), _c0_rtol(cx, ridge, rtol))
-    return constant_first(*spectrum, cx, mean)
+        vals, left, right = _symmetric_spectrum(cx, cxy, float(ridge), _c0_rtol(cx, ridge, rtol))
+    if stabilize:
+        vals, left, right, _ = stabilize_spectrum(vals, left, right)
+    return constant_first(vals, left, right, cx, mean)
 
 
 def constant_first(
@@ -371,6 +385,33 @@ def constant_first(
         return vals, left, right
     order = np.r_[j, np.delete(np.arange(vals.size), j)]
     return vals[order], left[:, order], right[:, order]
+
+
+def stabilize_spectrum(
+    eigvals: np.ndarray, left: np.ndarray, right: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+    """Eigenvalues of modulus above 1 projected onto the unit circle, ``lambda / |lambda|``
+    (their phase, the oscillation frequency, kept): ``(vals, L, R, operator)`` with the
+    operator ``R diag(vals) L^H`` rebuilt from them (None when none moved).
+
+    The stabilised estimate of ``TransferOperator(stabilize=True)``, as PyDMD's
+    ``BOPDMD(eig_constraints={"stable"})`` (continuous-time eigenvalues with a positive real
+    part moved to the imaginary axis): forecasts no longer grow without bound. Eigenvectors
+    are kept (biorthogonal, ``L^H R = I``), so the modes and eigenfunctions are unchanged;
+    the spectrum is ordered by decreasing modulus (ties on the unit circle by decreasing
+    real, then imaginary part), so that a reloaded model lists it in the same order.
+    """
+    mod = np.abs(eigvals)
+    big = mod > 1.0
+    vals = np.where(big, eigvals / np.where(big, mod, 1.0), eigvals)
+    order = np.lexsort((-vals.imag, -np.round(vals.real, 10), -np.round(np.abs(vals), 10)))
+    vals, left, right = vals[order], left[:, order], right[:, order]
+    if not big.any():
+        return vals, left, right, None
+    operator = (right * vals[None, :]) @ left.conj().T
+    if np.iscomplexobj(operator):
+        operator = operator.real  # conjugate pairs moved together: real to round-off
+    return vals, left, right, operator
 
 
 def _c0_rtol(c0: np.ndarray, ridge: float, rtol: float | None) -> float:

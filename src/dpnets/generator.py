@@ -29,7 +29,7 @@ from dpnets.io import arrays_to_tensors, register, tensors_to_arrays
 from dpnets.ito import SDE, check_samples, derivatives_in_chunks, warn_if_piecewise_linear
 from dpnets.moments import Moments
 from dpnets.nn.utils import module_device
-from dpnets.params import Constraint, integer, one_of
+from dpnets.params import Constraint, check_choice, integer, one_of
 from dpnets.spectral import (
     SpectralModel,
     dump_feature_map,
@@ -420,7 +420,14 @@ class Generator(SpectralModel):
         """Validated (raw) weights, or None for uniform weights."""
         if sample_weight is None:
             return None
-        w = np.asarray(to_numpy(sample_weight), dtype=np.float64).reshape(-1)
+        w = np.asarray(to_numpy(sample_weight), dtype=np.float64)
+        if w.ndim > 1 and w.size != w.shape[0]:
+            raise ValueError(
+                f"sample_weight must hold one weight per sample, got shape {w.shape}: "
+                "Generator.fit(X, sample_weight) takes samples of the invariant law, not "
+                "lagged pairs (fit(X) on the states)"
+            )
+        w = w.reshape(-1)
         if w.shape[0] != n:
             raise ValueError(f"sample_weight has {w.shape[0]} entries for {n} samples")
         if not np.all(np.isfinite(w)) or np.any(w < 0) or w.sum() <= 0:
@@ -455,7 +462,10 @@ class Generator(SpectralModel):
         return self._evaluate(self._check_X(X), "features", constant=self.constant_)[0]
 
     # ------------------------------------------------------------------ time
-    def _check_time(self, t: Any) -> float:
+    def _check_time(self, t: Any, unit: str = "steps") -> float:
+        """A generator forecasts at any real time ``t >= 0`` (in the units of the SDE's
+        time; ``unit`` is accepted as ``"steps"`` or ``"time"``, both meaning that)."""
+        check_choice("unit", unit, ("steps", "time"))
         if isinstance(t, bool) or not isinstance(t, (int, float, np.integer, np.floating)):
             raise ValueError(f"t must be a real number >= 0, got {t!r}")
         if not (np.isfinite(t) and t >= 0):

@@ -15,7 +15,7 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader
 
 from dpnets import diagnostics
-from dpnets.base import BaseEstimator, TransformerMixin, fit_lag
+from dpnets.base import BaseEstimator, TransformerMixin, fit_data
 from dpnets.data import (
     Prepared,
     TrainingSource,
@@ -443,8 +443,10 @@ class DPNet(TransformerMixin, BaseEstimator):
             Integer and bool states are cast to floats; complex states are refused.
             Generator objectives: samples ``(n, *state_shape)`` of the invariant distribution
             (or a list of such arrays); the lag is ignored.
-        y : None
-            Ignored (scikit-learn's target; the lag is the parameter ``lag``).
+        y : array, optional
+            The time-lagged partner of each row of ``X``: ``fit(X, Y)`` is ``fit((X, Y))``
+            (same checks; :func:`dpnets.base.fit_data`). A 1-D vector of one value per row
+            of multi-dimensional states (scikit-learn's target) is ignored with a warning.
         lag : int, optional
             Deprecated: the lag is the constructor parameter ``lag``; given here it
             overrides it for this fit, with a ``FutureWarning``.
@@ -475,7 +477,7 @@ class DPNet(TransformerMixin, BaseEstimator):
             after some good epochs restores the best epoch with a warning instead.
         """
         self._check_params()
-        data, lag = X, fit_lag(self, lag, y)
+        data, lag = fit_data(self, X, y, lag)
         ckpt = fit_checkpoint(self, checkpoint, checkpoint_every, resume)
         with restore_on_failure(self):
             if self._sharded():

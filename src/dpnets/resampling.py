@@ -32,7 +32,7 @@ from dpnets.estimation import OperatorFit, estimate_operator, operator_products
 from dpnets.moments import FIT_CHUNK, Moments
 from dpnets.operators import TransferOperator, pair_moments
 from dpnets.params import check_int, check_real, check_seed
-from dpnets.spectral import as_feature_map
+from dpnets.spectral import StateAndFeatures, as_feature_map, without_state
 from dpnets.training import progress_bar
 
 __all__ = ["bootstrap_trajectories", "percentile_interval", "resamples_needed"]
@@ -231,7 +231,7 @@ def refit_at_lag(model: Any, trajs: list[np.ndarray], lag: int) -> Any:
     """A copy of a fitted model refitted on ``trajs`` at ``lag``, its feature map kept."""
     refit = clone(model)
     if "features" in model.get_params(deep=False):
-        refit.set_params(features=model.features_)
+        refit.set_params(features=without_state(model.features_))
     return fit_at_lag(refit, trajs, lag)
 
 
@@ -246,7 +246,7 @@ def refit_at_lag(model: Any, trajs: list[np.ndarray], lag: int) -> Any:
 # resampled trajectories, to round-off (tests/test_validation_cost.py).
 
 #: the parameters of a TransferOperator that the regression on moments reads
-_REGRESSION_PARAMS = ("ridge", "rtol", "constant", "reversible")
+_REGRESSION_PARAMS = ("ridge", "rtol", "constant", "reversible", "stabilize")
 
 
 def fixed_feature_operator(est: Any, refit_features: bool = False) -> tuple[Any, dict] | None:
@@ -264,6 +264,8 @@ def fixed_feature_operator(est: Any, refit_features: bool = False) -> tuple[Any,
     if isinstance(features, BaseEstimator) and hasattr(features, "transform"):
         if refit_features or not is_fitted(features):
             return None
+    if params.get("append_state") and not isinstance(features, StateAndFeatures):
+        features = StateAndFeatures(features)
     return features, {name: params[name] for name in _REGRESSION_PARAMS}
 
 
@@ -399,6 +401,7 @@ class TrajectorySums:
             constant=params["constant"],
             reversible=params["reversible"],
             reweigh=lambda weight: pair_moments(sources, self.features, stats.products, weight),
+            stabilize=bool(params.get("stabilize", False)),
         )
 
     def ck_sums(self, which: int, counts: Sequence[int]) -> tuple:

@@ -49,11 +49,15 @@ __all__ = [
     "SpectralModel",
     "DiscreteTimeModel",
     "FeatureMap",
+    "StateAndFeatures",
+    "without_state",
     "as_feature_map",
     "constant_in_span",
     "constant_in_span_moments",
     "prepend_ones",
     "timescales_from_eigvals",
+    "horizon_steps",
+    "HORIZON_UNITS",
     "modal_forecast",
     "stationary_coef",
     "STATIONARY_TOL",
@@ -89,6 +93,33 @@ def as_feature_map(features: Any) -> FeatureMap:
     raise TypeError(
         "features must be None, a fitted DPNet, a torch.nn.Module or a callable states -> (n, r)"
     )
+
+
+class StateAndFeatures:
+    """The feature map ``x -> [x (flattened), psi(x)]``: the state appended to features
+    ``psi`` (``TransferOperator(..., append_state=True)``).
+
+    Learned features need not span the state, so an operator on ``psi`` alone may forecast
+    the state worse than persistence (issue 40: Kuramoto-Sivashinsky one step ahead, RMSE
+    0.394 on a DPNet's features, 0.056 with the state appended, persistence 0.064). With
+    the state in the basis the regression contains DMD, and the learned features add to it.
+    """
+
+    def __init__(self, features: Any) -> None:
+        self.features = features
+
+    def __call__(self, x: Any) -> np.ndarray:
+        x = np.asarray(to_numpy(x))
+        phi = as_feature_map(self.features)(x)
+        return np.concatenate([np.asarray(x, dtype=np.float64).reshape(x.shape[0], -1), phi], 1)
+
+    def __repr__(self) -> str:
+        return f"StateAndFeatures({self.features!r})"
+
+
+def without_state(features: Any) -> Any:
+    """The inner feature map of a :class:`StateAndFeatures` (``features`` otherwise)."""
+    return features.features if isinstance(features, StateAndFeatures) else features
 
 
 #: ``1 - |lambda|`` below which an eigenvalue counts as stationary (implied timescale inf)
@@ -309,10 +340,10 @@ class SpectralModel(TransformerMixin, BaseEstimator):
         """Implied timescales of the eigenvalues, in time units."""
         raise NotImplementedError
 
-    def _check_time(self, t: Any) -> float:
-        if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or t < 1:
-            raise ValueError(f"t must be an integer >= 1, got {t!r}")
-        return int(t)
+    def _check_time(self, t: Any, unit: str = "steps") -> float:
+        """The horizon ``t`` (in ``unit``) as a whole number of lag steps, or a one-line
+        ``ValueError`` naming the horizons this model can forecast (:meth:`predict`)."""
+        return horizon_steps(t, unit, getattr(self, "lag_", None), getattr(self, "dt", None))
 
     # -- shared
     #: whether ``eigvals_`` are a generator's (stable for real parts at most 0)
@@ -480,7 +511,9 @@ class SpectralModel(TransformerMixin, BaseEstimator):
             )
         return out
 
-    def predict(self, X: Any, t: Any = 1, observable: Any = None) -> np.ndarray:
+    def predict(
+        self, X: Any, t: Any = 1, observable: Any = None, unit: str = "steps"
+    ) -> np.ndarray:
         """Forecast ``E[f(X_t) | X_0 = x]`` through the modal decomposition.
 
         ``sum_i w_i(t) (psi(x)^T r_i) (l_i^H D_f)`` with ``D_f`` the least-squares
@@ -495,10 +528,18 @@ class SpectralModel(TransformerMixin, BaseEstimator):
         X : array (m, *state_shape)
             Initial states.
         t : scalar or sequence
-            Forecast horizon(s).
+            Forecast horizon(s), in ``unit``; ``t=0`` returns the input states (the state
+            observable only).
         observable : array (n_samples_, ...), optional
             Observable values on the training samples (see the class docstring). Default:
             the state itself.
+        unit : {"steps", "frames", "time"}, default "steps"
+            ``"steps"``: whole lag steps of the model (``lag_`` frames each, kooplearn's
+            ``t``); ``"frames"``: frames of the data, a multiple of ``lag_``; ``"time"``:
+            time in the units of ``dt``, a multiple of ``lag_ * dt``. Any other horizon is
+            refused in one line naming the ones that work (a transfer operator forecasts
+            in whole steps of its lag; refit at a lag that divides the horizon).
+            :class:`dpnets.Generator` forecasts at any real time ``t >= 0``.
 
         Returns
         -------
@@ -507,12 +548,24 @@ class SpectralModel(TransformerMixin, BaseEstimator):
         """
         check_is_fitted(self, "operator_")
         scalar = np.ndim(t) == 0
-        ts = [self._check_time(s) for s in ([t] if scalar else list(t))]
+        ts = [self._check_time(s, unit) for s in ([t] if scalar else list(t))]
         if not ts:
             raise ValueError("t is empty: give a horizon or a non-empty sequence of horizons")
+        if observable is not None and any(s == 0 for s in ts):
+            raise ValueError(
+                "t=0 with an observable: its values at the input states are not the model's; "
+                "forecast from t=1 step on (t=0 returns the input states themselves)"
+            )
         coef, obs_shape = self._observable_coef(observable)
-        out = self.modal_forecast(self.transform(X), coef, ts)
-        shaped = [o.reshape(o.shape[0], *obs_shape) for o in out]
+        ahead = [s for s in ts if s != 0]
+        out = iter(self.modal_forecast(self.transform(X), coef, ahead) if ahead else [])
+        x = None if len(ahead) == len(ts) else self._check_X(X).astype(np.float64)
+        shaped = [
+            x.reshape(x.shape[0], *obs_shape)
+            if s == 0
+            else (o := next(out)).reshape(o.shape[0], *obs_shape)
+            for s in ts
+        ]
         return shaped[0] if scalar else np.stack(shaped)
 
     def modal_forecast(self, phi: np.ndarray, coef: np.ndarray, ts: list) -> list[np.ndarray]:
@@ -801,6 +854,42 @@ def _total_frames(sources: list | None) -> int | None:
     return sum(lengths) if lengths else None
 
 
+#: the units of a forecast horizon (:meth:`SpectralModel.predict`)
+HORIZON_UNITS = ("steps", "frames", "time")
+
+
+def horizon_steps(t: Any, unit: str, lag: int | None, dt: float | None) -> int:
+    """A forecast horizon ``t`` in ``unit`` (:data:`HORIZON_UNITS`) as a whole number of
+    lag steps (>= 0) of a model of lag ``lag`` frames and ``dt`` time per frame; anything
+    else is a one-line ``ValueError`` naming the horizons that work."""
+    check_choice("unit", unit, HORIZON_UNITS)
+    real = isinstance(t, (int, float, np.integer, np.floating)) and not isinstance(t, bool)
+    if not real or not np.isfinite(t) or t < 0:
+        raise ValueError(f"t must be a finite number >= 0 (a forecast horizon), got {t!r}")
+    if unit == "steps":
+        if float(t) != int(t):
+            raise ValueError(
+                f"t={t!r} is not a whole number of lag steps: a transfer operator forecasts "
+                "in steps of its lag; give t in frames (unit='frames') or in time "
+                "(unit='time'), a multiple of the lag"
+            )
+        return int(t)
+    if lag is None:
+        raise ValueError(
+            "the model's lag is unknown (pre-paired data fitted without lag=): give t in "
+            "lag steps (unit='steps'), or the lag as the model's parameter"
+        )
+    step = float(lag) if unit == "frames" else float(lag) * float(1.0 if dt is None else dt)
+    k = round(float(t) / step)
+    if abs(float(t) - k * step) > 1e-9 * max(1.0, abs(float(t))):
+        what = "frames" if unit == "frames" else "time units"
+        raise ValueError(
+            f"t={t!r} {what} is not a multiple of the model's lag ({step:g} {what}): it "
+            f"forecasts at 0, {step:g}, {2 * step:g}, ...; refit at a lag that divides t"
+        )
+    return int(k)
+
+
 def timescales_from_eigvals(eigvals: np.ndarray, lag_time: float) -> np.ndarray:
     """``-lag_time / ln|lambda|``; ``inf`` where ``|1 - |lambda|| <= STATIONARY_TOL`` (within
     :data:`dpnets.diagnostics.ABOVE_ONE_TOL` above 1: round-off of the stationary
@@ -839,9 +928,10 @@ def dump_fitted_scalars(model: Any) -> dict:
 def dump_feature_map(model: Any, tensors: dict[str, torch.Tensor]) -> dict:
     """The fitted feature map ``features_``, and whether ``fit`` trained it from an unfitted
     ``features`` (the composite model), so that both are restored."""
+    fitted = without_state(model.features_)  # the state is the parameter append_state
     return {
-        "features": dump_features(model.features_, tensors),
-        "features_trained": model.features_ is not getattr(model, "features", model.features_),
+        "features": dump_features(fitted, tensors),
+        "features_trained": fitted is not getattr(model, "features", fitted),
     }
 
 

@@ -35,7 +35,9 @@ Tensors = dict[str, torch.Tensor]
 def _operator_cfg(cfg: dict) -> dict:
     """The plain ``TransferOperator`` part of a DMD/EDMD config."""
     params = {
-        k: cfg["params"][k] for k in ("ridge", "rtol", "constant", "dt") if k in cfg["params"]
+        k: cfg["params"][k]
+        for k in ("ridge", "rtol", "constant", "dt", "stabilize")
+        if k in cfg["params"]
     }
     return {**cfg, "params": params}
 
@@ -136,7 +138,7 @@ def _dump_kernel_model(model: Any, tensors: Tensors) -> dict:
         tensors[f"{prefix}.weights"] = torch.from_numpy(np.ascontiguousarray(fm.weights))
     params = {
         k: getattr(model, k)
-        for k in ("rank", "estimator", "ridge", "length_scale", "degree", "coef0", "rtol")
+        for k in ("rank", "estimator", "ridge", "length_scale", "degree", "coef0", "rtol", "dt")
     }
     if isinstance(model, NystromKernelDMD):
         params.update(n_centers=model.n_centers, seed=model.seed)

@@ -32,7 +32,7 @@ import torch
 from torch import Tensor, nn
 
 from dpnets import diagnostics
-from dpnets.base import fit_lag
+from dpnets.base import fit_data
 from dpnets.data import is_streaming, pairs, resolve_lag, training_source
 from dpnets.exceptions import check_is_fitted
 from dpnets.io import jsonable, restore_module, sub_state
@@ -162,8 +162,10 @@ class _KoopmanAutoencoder(DiscreteTimeModel):
         ----------
         X : array, list of arrays or tuple (X, Y)
             Trajectories (windows never cross a boundary) or one-step pairs (``n_steps=1``).
-        y : None
-            Ignored.
+        y : array, optional
+            The time-lagged partner of each row of ``X``: ``fit(X, Y)`` is ``fit((X, Y))``
+            (same checks; :func:`dpnets.base.fit_data`). A 1-D vector of one value per row
+            of multi-dimensional states (scikit-learn's target) is ignored with a warning.
         lag : int, optional
             Deprecated: the lag is the constructor parameter ``lag``.
         callback : callable, optional
@@ -178,7 +180,7 @@ class _KoopmanAutoencoder(DiscreteTimeModel):
         An interrupted or failed fit leaves the estimator as it was before ``fit``.
         """
         self._check_params()
-        data, lag = X, fit_lag(self, lag, y)
+        data, lag = fit_data(self, X, y, lag)
         if is_streaming(data):
             raise TypeError("autoencoders need in-memory trajectories (array, list or (X, Y))")
         ckpt = fit_checkpoint(self, checkpoint, checkpoint_every, resume)
@@ -308,13 +310,17 @@ class _KoopmanAutoencoder(DiscreteTimeModel):
             )
         return super()._observable_coef(observable)
 
-    def predict(self, X: Any, t: Any = 1, observable: Any = None) -> np.ndarray:
+    def predict(
+        self, X: Any, t: Any = 1, observable: Any = None, unit: str = "steps"
+    ) -> np.ndarray:
         """Forecast ``t`` lag steps ahead: the state ``dec(K^t enc(x))``, or an observable.
 
         Parameters
         ----------
         X : array (m, *state_shape)
-        t : int or sequence of int (>= 1)
+        t : int or sequence of int (>= 0)
+            Horizon(s) in ``unit`` (see :meth:`dpnets.TransferOperator.predict`); ``t=0``
+            returns the input states.
         observable : array (n_samples_, ...), optional
             Values of an observable at the lagged states of the one-step training pairs
             ``(x_s, x_{s+lag})`` (as for :meth:`dpnets.TransferOperator.predict`); it is
@@ -327,16 +333,19 @@ class _KoopmanAutoencoder(DiscreteTimeModel):
             ``(m, *shape)`` for a scalar ``t``; ``(len(t), m, *shape)`` otherwise.
         """
         if observable is not None:
-            return super().predict(X, t, observable)
+            return super().predict(X, t, observable, unit)
         check_is_fitted(self, "encoder_")
         scalar = np.ndim(t) == 0
-        ts = [self._check_time(s) for s in ([t] if scalar else list(t))]
+        ts = [self._check_time(s, unit) for s in ([t] if scalar else list(t))]
         x = self._check_X(X)
         dtype = module_dtype(self.encoder_)
         z = encode(self.encoder_, x)
         k64 = self.latent_.weight.detach().double().cpu()
         outs = []
         for s in ts:
+            if s == 0:
+                outs.append(np.asarray(x, dtype=np.float64).reshape(x.shape[0], *self.state_shape_))
+                continue
             kt = torch.linalg.matrix_power(k64, s).T.to(dtype)
             out = encode(self.decoder_, (z @ kt).numpy(), dtype=dtype)
             outs.append(out.reshape(out.shape[0], *self.state_shape_).double().numpy())

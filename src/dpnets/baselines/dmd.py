@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 import numpy as np
 import scipy.linalg
 
-from dpnets.base import fit_lag
+from dpnets.base import fit_data
 from dpnets.data import chunks, is_streaming, pair_segments, resolve_lag
 from dpnets.moments import FIT_CHUNK
 from dpnets.operators import TransferOperator
@@ -54,6 +54,9 @@ class DMD(TransferOperator):
     lag : int, optional
         Lag in frames between paired states of trajectories (default 1); for pre-paired
         data, the lag they were paired at (see :class:`dpnets.TransferOperator`).
+    stabilize : bool, default False
+        Project eigenvalues of modulus above 1 onto the unit circle (the stabilised
+        estimate; see :class:`dpnets.TransferOperator`).
 
     Attributes
     ----------
@@ -87,6 +90,7 @@ class DMD(TransferOperator):
         constant: str | bool = False,
         dt: float = 1.0,
         lag: int | None = None,
+        stabilize: bool = False,
     ):
         self.rank = rank
         self.ridge = ridge
@@ -94,13 +98,15 @@ class DMD(TransferOperator):
         self.constant = constant
         self.dt = dt
         self.lag = lag
+        self.stabilize = stabilize
 
     def _fit_features(self, data: Any, lag: int | None) -> ProjectionFeatures | None:
         """The fitted POD projection, or ``None`` (identity on the full state)."""
         return self.projection_
 
     def fit(self, X: Any, y: Any = None, *, lag: int | None = None) -> DMD:
-        """Fit on ``X`` (same forms as :meth:`dpnets.TransferOperator.fit`; ``y`` ignored).
+        """Fit on ``X`` (same forms as :meth:`dpnets.TransferOperator.fit`; ``fit(X, Y)`` is
+        ``fit((X, Y))``).
 
         Raises
         ------
@@ -109,7 +115,7 @@ class DMD(TransferOperator):
         TypeError
             For streamed data (a Dataset/DataLoader) with ``rank`` given.
         """
-        data, lag = X, fit_lag(self, lag, y)
+        data, lag = fit_data(self, X, y, lag)
         self._check_params()
         self.projection_ = None
         self.singular_values_ = None
@@ -179,6 +185,9 @@ class EDMD(TransferOperator):
     lag : int, optional
         Lag in frames between paired states of trajectories (default 1); for pre-paired
         data, the lag they were paired at (see :class:`dpnets.TransferOperator`).
+    stabilize : bool, default False
+        Project eigenvalues of modulus above 1 onto the unit circle (the stabilised
+        estimate; see :class:`dpnets.TransferOperator`).
 
     Attributes
     ----------
@@ -201,6 +210,7 @@ class EDMD(TransferOperator):
         constant: str | bool = "auto",
         dt: float = 1.0,
         lag: int | None = None,
+        stabilize: bool = False,
     ):
         self.dictionary = dictionary
         self.degree = degree
@@ -210,6 +220,7 @@ class EDMD(TransferOperator):
         self.constant = constant
         self.dt = dt
         self.lag = lag
+        self.stabilize = stabilize
 
     def _fit_features(self, data: Any, lag: int | None) -> Any:
         """The fitted dictionary (``dictionary_``)."""
@@ -235,11 +246,11 @@ class EDMD(TransferOperator):
         return ChebyshevFeatures(self.degree, domain)
 
     def fit(self, X: Any, y: Any = None, *, lag: int | None = None) -> EDMD:
-        """Build the dictionary (and its domain) and fit the operator (Eq. 15); ``y`` is
-        ignored."""
-        lag = fit_lag(self, lag, y)
-        self.dictionary_ = self._build_dictionary(X, lag)
-        self._fit_operator(X, lag)
+        """Build the dictionary (and its domain) and fit the operator (Eq. 15); ``fit(X, Y)`` is
+        ``fit((X, Y))``."""
+        data, lag = fit_data(self, X, y, lag)
+        self.dictionary_ = self._build_dictionary(data, lag)
+        self._fit_operator(data, lag)
         return self
 
     def _partial_features(self) -> Any:

@@ -48,7 +48,7 @@ import numpy as np
 import scipy.linalg
 
 from dpnets import diagnostics
-from dpnets.base import fit_lag
+from dpnets.base import fit_data
 from dpnets.data import check_states, chunks, is_streaming, pairs, resolve_lag
 from dpnets.exceptions import check_is_fitted
 from dpnets.linalg import default_rtol
@@ -276,6 +276,7 @@ class _KernelRegression(DiscreteTimeModel):
 
     def _check_params(self) -> None:
         super()._check_params()
+        self.check_regression_params()  # ridge, rtol, dt
         if self.estimator == "krr" and self.rank is not None:
             raise ValueError("estimator='krr' is full rank: use rank=None, or 'pcr'/'rrr'")
         if not (np.isfinite(self.ridge) and self.ridge >= 0):
@@ -324,7 +325,7 @@ class _KernelRegression(DiscreteTimeModel):
 
     def fit(self, X: Any, y: Any = None, *, lag: int | None = None) -> _KernelRegression:
         """Fit the estimator on ``X`` (array, list of trajectories or ``(X, Y)``), paired at
-        the parameter ``lag`` (``y`` is ignored; ``fit(X, lag=k)`` is deprecated).
+        the parameter ``lag`` (``fit(X, Y)`` is ``fit((X, Y))``; ``fit(X, lag=k)`` is deprecated).
 
         Returns
         -------
@@ -339,7 +340,7 @@ class _KernelRegression(DiscreteTimeModel):
             For a torch Dataset/DataLoader (kernel methods need the data in memory).
         """
         self._check_params()
-        data, lag = X, fit_lag(self, lag, y)
+        data, lag = fit_data(self, X, y, lag)
         if is_streaming(data):
             raise TypeError("kernel estimators need in-memory data (array, list or (X, Y))")
         p = pairs(data, resolve_lag(data, lag)[0])
@@ -417,6 +418,8 @@ class KernelDMD(_KernelRegression):
     lag : int, optional
         Lag in frames between paired states of trajectories (default 1); for pre-paired
         data, the lag they were paired at (see :class:`dpnets.TransferOperator`).
+    dt : float, default 1.0
+        Time between frames: timescales and ``predict(..., unit="time")`` in its units.
 
     Attributes
     ----------
@@ -451,6 +454,7 @@ class KernelDMD(_KernelRegression):
         coef0: float = 1.0,
         rtol: float | None = None,
         lag: int | None = None,
+        dt: float = 1.0,
     ) -> None:
         self.kernel = kernel
         self.rank = rank
@@ -461,6 +465,7 @@ class KernelDMD(_KernelRegression):
         self.coef0 = coef0
         self.rtol = rtol
         self.lag = lag
+        self.dt = dt
 
     def _solve(self, p: Any, x: np.ndarray, y: np.ndarray, kernel: Callable) -> dict:
         n = x.shape[0]
@@ -512,7 +517,7 @@ class NystromKernelDMD(_KernelRegression):
 
     Parameters
     ----------
-    kernel, rank, estimator, ridge, length_scale, degree, coef0, rtol, lag
+    kernel, rank, estimator, ridge, length_scale, degree, coef0, rtol, lag, dt
         As :class:`KernelDMD` (``rtol`` also cuts the eigenvalues of ``K_cc``).
     n_centers : int or None, default 1000
         Number of Nyström centres ``m``.
@@ -539,6 +544,7 @@ class NystromKernelDMD(_KernelRegression):
         rtol: float | None = None,
         seed: int | None = None,
         lag: int | None = None,
+        dt: float = 1.0,
     ) -> None:
         self.kernel = kernel
         self.n_centers = n_centers
@@ -551,6 +557,7 @@ class NystromKernelDMD(_KernelRegression):
         self.rtol = rtol
         self.seed = seed
         self.lag = lag
+        self.dt = dt
 
     _parameter_constraints: ClassVar[dict[str, Constraint]] = {
         **_KernelRegression._parameter_constraints,
