@@ -589,7 +589,7 @@ def dump_operator(model: Any, tensors: dict[str, torch.Tensor]) -> dict:
         "dt": float(model.dt),
     }
     own = model.get_params(deep=False)
-    for name in ("reversible", "append_state", "stabilize"):  # not DMD/EDMD, which lack them
+    for name in ("lag", "reversible", "append_state", "stabilize"):  # as the model has them
         if name in own:
             params[name] = own[name]
     return {

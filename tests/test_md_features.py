@@ -1,0 +1,160 @@
+"""The features a computational chemist expects from MD files (issue 41), against mdtraj on
+the same frames: torsions by kind restricted by the selection, Cartesians after
+superposition, distances within a contact cut-off; every column named; and the command
+line around them (names in the fit folder and the report, --time-unit, transform
+--topology, analyze's figures)."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import numpy as np
+import pytest
+
+md = pytest.importorskip("mdtraj")
+files = pytest.importorskip("MDAnalysisTests.datafiles")
+
+from dpnets.cli import main  # noqa: E402
+from dpnets.datasets import DataFileError, read_trajectories  # noqa: E402
+
+ADK = [files.DCD, files.DCD2]
+
+
+def _read(**kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # the DCD header, short by 402
+        return read_trajectories(ADK, topology=files.PSF, **kw)
+
+
+@pytest.fixture(scope="module")
+def adk():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return md.load(files.DCD, top=files.PSF)
+
+
+def test_torsions_by_kind_of_the_selected_residues_equal_mdtraj(adk):
+    t = _read(features="dihedrals", selection="resid 5 to 10", torsions=["phi", "psi", "chi1"])
+    top = adk.topology
+    expect, names = [], []
+    for kind, sym in (("phi", "φ"), ("psi", "ψ"), ("chi1", "χ1")):
+        idx, ang = getattr(md, f"compute_{kind}")(adk)
+        keep = [i for i, q in enumerate(idx) if 5 <= top.atom(int(q[1])).residue.index <= 10]
+        expect += [np.sin(ang[:, keep]), np.cos(ang[:, keep])]
+        res = [str(top.atom(int(idx[i][1])).residue) for i in keep]
+        names += [f"{f} {sym} {r}" for f in ("sin", "cos") for r in res]
+    np.testing.assert_allclose(t.data[0], np.concatenate(expect, axis=1), atol=1e-6)
+    assert t.names == names and t.state_shape == (28,)  # 6 phi, 6 psi, 2 chi1 (LEU6, PRO9)
+    assert t.md_features.blocks == (("phi", 6), ("psi", 6), ("chi1", 2))
+    # the default is every backbone phi/psi: 214 residues, 213 of each
+    assert _read(features="dihedrals").state_shape == (852,)
+    with pytest.raises(DataFileError, match="no chi4 torsion in the selected residues"):
+        _read(features="dihedrals", selection="resid 7", torsions=["chi4"])  # ALA8
+    with pytest.raises(ValueError, match="torsion kinds must be among"):
+        _read(features="dihedrals", torsions=["chi9"])
+
+
+def test_cartesians_superposed_equal_mdtraj(adk, tmp_path):
+    t = _read(features="cartesian", selection="name CA")
+    ca = adk.topology.select("name CA")
+    moved = adk.superpose(adk[0], 0, atom_indices=ca)
+    np.testing.assert_allclose(t.data[0], moved.xyz[:, ca].reshape(98, -1), atol=1e-5)
+    assert t.names[:4] == ["x MET1-CA", "y MET1-CA", "z MET1-CA", "x ARG2-CA"]
+    # on a given reference: the second trajectory's last frame
+    ref = tmp_path / "ref.pdb"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        last = md.load(files.DCD2, top=files.PSF)[-1]
+    last.save_pdb(str(ref))
+    r = _read(features="cartesian", selection="name CA", reference=ref)
+    moved = adk.superpose(md.load(str(ref)), 0, atom_indices=ca)
+    np.testing.assert_allclose(r.data[0], moved.xyz[:, ca].reshape(98, -1), atol=2e-4)  # pdb: 1e-4
+
+
+def test_contacts_keep_the_pairs_that_come_closer_than_the_cutoff(adk):
+    every = _read(features="distances", selection="name CA")
+    t = _read(features="distances", selection="name CA", cutoff=0.8)
+    assert every.state_shape == (214 * 213 // 2,) and t.state_shape == (1295,)
+    closest = np.minimum(every.data[0].min(0), every.data[1].min(0))
+    assert np.sum(closest < 0.8) == 1295
+    pairs = t.md_features.atoms
+    np.testing.assert_allclose(t.data[0], md.compute_distances(adk, pairs), atol=1e-6)
+    assert t.names == [n for n, c in zip(every.names, closest, strict=True) if c < 0.8]
+
+
+def test_the_command_line_names_its_features_and_draws_the_figures(tmp_path):
+    """A fit on the chi1 and phi/psi torsions of ten residues, in ns: the names in
+    features.json and the report, the time unit converted, the fit's lag kept by load, and
+    analyze's free-energy and time-trace figures."""
+    import dpnets
+
+    out = tmp_path / "fit"
+    args = ["fit", *ADK, "--topology", files.PSF, "--features", "dihedrals"]
+    args += ["--torsions", "phi,psi,chi1", "--selection", "resid 0 to 9", "--lag", "2"]
+    args += ["--time-unit", "ns", "--epochs", "3", "--seed", "0", "--quiet", "--out", str(out)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        assert main(args) == 0
+    described = json.loads((out / "features.json").read_text())
+    assert described["kind"] == "dihedrals" and described["names"][0] == "sin φ ARG2"
+    assert [k for k, _ in described["blocks"]] == ["phi", "psi", "chi1"]
+    report = (out / "report.md").read_text()
+    assert "lag 2 frames = 0.002 ns" in report and "(ns)" in report
+    assert "Inputs: features `dihedrals` (phi,psi,chi1), selection `resid 0 to 9`" in report
+    assert "[data]" in (out / "config.toml").read_text()
+    assert 'time_unit = "ns"' in (out / "config.toml").read_text()
+    model = dpnets.load(out / "model.pt")
+    assert model.get_params()["lag"] == 2 and model.lag_ == 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        assert main(["analyze", str(out), "--reversible", "--quiet"]) == 0
+    for name in ("free_energy.png", "eigenfunctions_time.png", "eigenfunctions.png"):
+        assert (out / "analysis" / name).stat().st_size > 5000
+    text = (out / "analysis" / "report.md").read_text()
+    assert "most correlated with the slowest" in text and "(ns)" in text
+    # the same molecule's heavy atoms, with their own topology: the same features
+    heavy = tmp_path / "heavy"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        traj = md.load(files.DCD, top=files.PSF)
+    traj.atom_slice(traj.topology.select("element != H")).save_dcd(str(heavy) + ".dcd")
+    traj[0].atom_slice(traj.topology.select("element != H")).save_pdb(str(heavy) + ".pdb")
+    feats = tmp_path / "f.npy"
+    cmd = ["transform", str(out), str(heavy) + ".dcd", "--topology", str(heavy) + ".pdb"]
+    assert main([*cmd, "--out", str(feats)]) == 0
+    np.testing.assert_allclose(
+        np.load(feats), model.transform(_read_one(files.DCD, files.PSF, described)), atol=1e-4
+    )
+    # a topology that gives other features is refused by name
+    ca = tmp_path / "ca"
+    traj.atom_slice(traj.topology.select("name CA")).save_dcd(str(ca) + ".dcd")
+    traj[0].atom_slice(traj.topology.select("name CA")).save_pdb(str(ca) + ".pdb")
+    cmd = ["transform", str(out), str(ca) + ".dcd", "--topology", str(ca) + ".pdb"]
+    assert main([*cmd, "--out", str(feats)]) == 2
+
+
+def _read_one(path, top, described):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        t = read_trajectories(
+            path,
+            topology=top,
+            features="dihedrals",
+            selection="resid 0 to 9",
+            torsions=[k for k, _ in described["blocks"]],
+        )
+    return t.data[0]
+
+
+def test_debug_after_the_subcommand_and_one_line_warnings(tmp_path):
+    """Global options anywhere on the line (--debug shows the traceback: the error itself);
+    a warning on the command line is one line, without the source line."""
+    from dpnets.cli import _one_line_warning
+
+    missing = ["fit", str(tmp_path / "none.npy"), "--out", str(tmp_path / "o")]
+    assert main(missing) == 2
+    with pytest.raises(DataFileError, match="no such file"):
+        main([*missing, "--debug"])
+    line = _one_line_warning("a long\n   message", RuntimeWarning, "file.py", 3, "src")
+    assert line == "dpnets: warning: a long message\n"
