@@ -514,6 +514,10 @@ def timescale_cell(lam: complex, ts: float, k: int, lag_time: float, noise: floa
     return cell + (f" ({', '.join(notes)})" if notes else "")
 
 
+def _plural(n: int, one: str, many: str) -> str:
+    return one if n == 1 else many
+
+
 def _fit_report(op: Any, data: dict, f: _Fitted) -> str:
     ts = op.implied_timescales()
     lam = op.eig()
@@ -540,8 +544,8 @@ def _fit_report(op: Any, data: dict, f: _Fitted) -> str:
     else:
         diag = "None: no eigenvalue above 1, the slow modes real and resolved, enough pairs."
     return (
-        f"# dpnets fit\n\n{len(f.usable)} trajectories ({sum(len(t) for t in f.usable)} "
-        f"frames, state shape {tuple(f.usable[0].shape[1:])}) from "
+        f"# dpnets fit\n\n{len(f.usable)} {_plural(len(f.usable), 'trajectory', 'trajectories')} "
+        f"({sum(len(t) for t in f.usable)} frames, state shape {tuple(f.usable[0].shape[1:])}) from "
         f"{len(set(f.trajs.sources))} source(s); lag {f.lag} frames = {lag_time:g} {f.units}; "
         f"{op.n_features_ - 1} learned features and the constant; {f.seconds:.0f} s.\n\n"
         f"{_files_lines(f.trajs, f.lag)}\n\n"
@@ -660,7 +664,7 @@ class _AnalysisSettings:
 CK_AGREEMENT = 0.05
 
 #: what a step of the analysis may fail with and still leave the others to run
-_STEP_ERRORS = (ValueError, ArithmeticError, np.linalg.LinAlgError)
+_STEP_ERRORS = (ValueError, ArithmeticError, RuntimeError, np.linalg.LinAlgError)
 
 
 def _auto_blocks(data: list, lags: Sequence[int]) -> int:
@@ -683,10 +687,13 @@ def _analysis_sets(op: Any, frames: np.ndarray, n_sets: int | None) -> tuple[Any
                 lam, max_sets=min(6, lam.size), edge=False, n_samples=op.n_samples_
             )
         except ValueError as err:
-            raise ValueError(
-                f"{err}: PCCA+ needs real, resolved slow modes; re-estimate with --reversible "
-                "true (real eigenvalues), or refit at a shorter --lag"
-            ) from None
+            v = complex(lam[1]) if lam.size > 1 else 0j
+            fix = (
+                "re-estimate with --reversible true (real eigenvalues in [-1, 1])"
+                if abs(v.imag) > 1e-8 * max(1.0, abs(v)) or abs(v) > 1.0 + ABOVE_ONE_TOL
+                else "refit at a shorter --lag"
+            )
+            raise ValueError(f"{err}: PCCA+ needs real, resolved slow modes; {fix}") from None
     else:
         n, why = int(n_sets), "as asked (--sets)"
         if not 2 <= n <= lam.size:
