@@ -545,7 +545,8 @@ def _fit_report(op: Any, data: dict, f: _Fitted) -> str:
         diag = "None: no eigenvalue above 1, the slow modes real and resolved, enough pairs."
     return (
         f"# dpnets fit\n\n{len(f.usable)} {_plural(len(f.usable), 'trajectory', 'trajectories')} "
-        f"({sum(len(t) for t in f.usable)} frames, state shape {tuple(f.usable[0].shape[1:])}) from "
+        f"({sum(len(t) for t in f.usable)} frames, state shape "
+        f"{tuple(f.usable[0].shape[1:])}) from "
         f"{len(set(f.trajs.sources))} source(s); lag {f.lag} frames = {lag_time:g} {f.units}; "
         f"{op.n_features_ - 1} learned features and the constant; {f.seconds:.0f} s.\n\n"
         f"{_files_lines(f.trajs, f.lag)}\n\n"
