@@ -528,8 +528,9 @@ class SpectralModel(TransformerMixin, BaseEstimator):
         X : array (m, *state_shape)
             Initial states.
         t : scalar or sequence
-            Forecast horizon(s), in ``unit``; ``t=0`` returns the input states (the state
-            observable only).
+            Forecast horizon(s), in ``unit``; ``t=0`` returns the input states (a
+            transfer operator refuses ``t=0`` with an ``observable``, whose values it holds
+            one lag ahead; a generator gives the observable's least-squares value).
         observable : array (n_samples_, ...), optional
             Observable values on the training samples (see the class docstring). Default:
             the state itself.
@@ -551,18 +552,21 @@ class SpectralModel(TransformerMixin, BaseEstimator):
         ts = [self._check_time(s, unit) for s in ([t] if scalar else list(t))]
         if not ts:
             raise ValueError("t is empty: give a horizon or a non-empty sequence of horizons")
-        if observable is not None and any(s == 0 for s in ts):
+        # a generator's observable coefficients are equal-time (App. E): at t = 0 the
+        # model's least-squares value of the observable; a transfer operator's hold one lag
+        equal_time = observable is not None and self._generator_spectrum
+        if observable is not None and not equal_time and any(s == 0 for s in ts):
             raise ValueError(
                 "t=0 with an observable: its values at the input states are not the model's; "
                 "forecast from t=1 step on (t=0 returns the input states themselves)"
             )
         coef, obs_shape = self._observable_coef(observable)
-        ahead = [s for s in ts if s != 0]
+        ahead = [s for s in ts if s != 0 or equal_time]
         out = iter(self.modal_forecast(self.transform(X), coef, ahead) if ahead else [])
         x = None if len(ahead) == len(ts) else self._check_X(X).astype(np.float64)
         shaped = [
             x.reshape(x.shape[0], *obs_shape)
-            if s == 0
+            if s == 0 and not equal_time
             else (o := next(out)).reshape(o.shape[0], *obs_shape)
             for s in ts
         ]
