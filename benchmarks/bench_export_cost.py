@@ -43,6 +43,7 @@ import numpy as np
 import torch
 
 warnings.filterwarnings("ignore", category=DeprecationWarning)
+warnings.filterwarnings("ignore", message=".*implied timescale")  # short synthetic fits
 
 
 def fit_model(dim_in: int, widths: tuple[int, ...], r: int, double: bool, epochs: int):

@@ -6,8 +6,9 @@ script, a tabulated OpenMM force for CPU-only OpenMM).
 take what the engine computes:
 
 * ``inputs="positions"``: the engine's positions ``(n_atoms, 3)`` in nm, all its atoms in its
-  topology's order (hydrogens and solvent included); the fit's features (backbone torsions
-  as sin/cos, distances, an atom selection) are computed inside, with periodic images when
+  topology's order (hydrogens and solvent included); the fit's features (torsions of any
+  kind as sin/cos, distances, Cartesian coordinates superposed on the fit's reference, an
+  atom selection) are computed inside, with periodic images when
   the engine passes the box vectors (OpenMM-Torch with
   ``setUsesPeriodicBoundaryConditions(True)``); an OpenMM-Torch recipe is written;
 * ``inputs="features"``: the torsions (radians) or distances (nm) that PLUMED's
@@ -236,16 +237,23 @@ def export_fit(
       positions of *all* the atoms of the engine topology in nm, ``(n_atoms, 3)`` or
       ``(B, n_atoms, 3)``, in its atom order, and optionally the periodic box vectors
       ``(3, 3)`` as a second argument (OpenMM-Torch's ``boxvectors``); the fit's features
-      are computed inside: backbone torsions as ``sin``/``cos`` (mdtraj's sign convention,
+      are computed inside: torsions as ``sin``/``cos`` (mdtraj's sign convention,
       :class:`dpnets.export.PositionTorsions`), distances
-      (:class:`dpnets.export.PositionDistances`) or the atom selection
-      (:class:`dpnets.export.AtomSelection`). An OpenMM-Torch recipe
-      (``openmm_torch_recipe.py``) is written.
+      (:class:`dpnets.export.PositionDistances`), Cartesian coordinates superposed on the
+      fit's reference (:class:`dpnets.export.PositionCartesian`; the default for
+      ``cartesian`` fits) or the atom selection (:class:`dpnets.export.AtomSelection`). An
+      OpenMM-Torch recipe (``openmm_torch_recipe.py``) is written.
     * ``inputs="features"`` (the default for dihedral and distance fits): the raw torsions
-      ``[phi.., psi..]`` in radians or the distances in nm that PLUMED computes;
+      in radians (in the fit's order of kinds) or the distances in nm that PLUMED computes;
       ``plumed.dat`` defines them (``TORSION``/``DISTANCE`` with the engine topology's
       1-based indices), loads the file by its absolute path with ``PYTORCH_MODEL`` and
       sketches ``OPES_METAD``/``METAD`` on the slowest mode with ``TEMP`` and ``SIGMA``.
+
+    The features are those of the fit folder's ``features.json`` (kinds, atoms, names, the
+    Cartesian reference); a folder written before it exists exports backbone phi/psi or all
+    the selection's pairs, as ``dpnets fit`` then computed them, and a Cartesian fit without
+    it is refused. Cartesian fits do not export to PLUMED (``--input features`` is refused
+    in one line naming ``--input positions``).
 
     The engine topology (``topology``, default: the fit's) decides the indices: the fit's
     atoms are matched to it by chain, residue and atom name (:func:`match_atoms`), so a
