@@ -1,5 +1,7 @@
 """Shared test set-ups (imported by test modules; pytest puts this folder on sys.path)."""
 
+from pathlib import Path
+
 import numpy as np
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -66,3 +68,19 @@ def top_level_aten_ops(fn) -> int:
             parent = parent.cpu_parent
         count += parent is None
     return count
+
+
+#: the project's alanine dipeptide (22 atoms), the engine topology of the MD export tests
+ALANINE_PDB = Path(__file__).resolve().parents[1] / "src/dpnets/systems/data/alanine-dipeptide.pdb"
+
+
+def alanine_walk(n: int = 240, step: float = 0.02) -> np.ndarray:
+    """A correlated random walk of the alanine dipeptide pdb's positions (nm, float32)."""
+    import mdtraj as md
+
+    top = md.load(str(ALANINE_PDB))
+    rng = np.random.default_rng(0)
+    noise = np.zeros((n, top.n_atoms, 3))
+    for t in range(1, n):
+        noise[t] = 0.95 * noise[t - 1] + step * rng.normal(size=(top.n_atoms, 3))
+    return (top.xyz + noise).astype(np.float32)

@@ -6,27 +6,16 @@ folder."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
+from helpers import ALANINE_PDB, alanine_walk
 
 from dpnets.cli import main
 
 md = pytest.importorskip("mdtraj")
 
-PDB = Path(__file__).resolve().parents[1] / "src/dpnets/systems/data/alanine-dipeptide.pdb"
-
-
-def _walk(n: int = 240, step: float = 0.02) -> np.ndarray:
-    """A correlated random walk of the all-atom pdb's positions (nm)."""
-    top = md.load(str(PDB))
-    rng = np.random.default_rng(0)
-    noise = np.zeros((n, top.n_atoms, 3))
-    for t in range(1, n):
-        noise[t] = 0.95 * noise[t - 1] + step * rng.normal(size=(top.n_atoms, 3))
-    return (top.xyz + noise).astype(np.float32)
+PDB = ALANINE_PDB
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +24,7 @@ def heavy_fit(tmp_path_factory):
     relative paths from its own folder."""
     tmp = tmp_path_factory.mktemp("heavy")
     full = md.load(str(PDB))
-    xyz = _walk()
+    xyz = alanine_walk()
     traj = md.Trajectory(xyz, full.topology)
     heavy = traj.atom_slice(full.topology.select("not element H"))
     heavy[0].save_pdb(str(tmp / "heavy.pdb"))
@@ -177,7 +166,7 @@ def test_distances_with_positions_in_and_a_box(tmp_path):
     full = md.load(str(PDB))
     pairs = np.array([[4, 14], [6, 16], [8, 18]])
     box = np.diag([1.5, 1.7, 1.9]).astype(np.float32)
-    xyz = _walk(5)
+    xyz = alanine_walk(5)
     rng = np.random.default_rng(2)
     wrapped = xyz + (rng.integers(-1, 2, size=xyz.shape[:2] + (3,)) @ box).astype(np.float32)
     traj = md.Trajectory(wrapped, full.topology)

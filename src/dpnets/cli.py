@@ -287,7 +287,8 @@ def _parser() -> argparse.ArgumentParser:
         default="auto",
         help="what the file takes: positions (all the engine topology's atoms, nm; "
         "OpenMM-Torch), features (torsions/distances as PLUMED computes them, + plumed.dat); "
-        "default auto: features for dihedral/distance fits, positions for position fits",
+        "default auto: features for dihedral/distance fits, positions for cartesian and "
+        "position fits",
     )
     p_ex.add_argument(
         "--topology",

@@ -6,8 +6,9 @@ script, a tabulated OpenMM force for CPU-only OpenMM).
 take what the engine computes:
 
 * ``inputs="positions"``: the engine's positions ``(n_atoms, 3)`` in nm, all its atoms in its
-  topology's order (hydrogens and solvent included); the fit's features (backbone torsions
-  as sin/cos, distances, an atom selection) are computed inside, with periodic images when
+  topology's order (hydrogens and solvent included); the fit's features (torsions of any
+  kind as sin/cos, distances, Cartesian coordinates superposed on the fit's reference, an
+  atom selection) are computed inside, with periodic images when
   the engine passes the box vectors (OpenMM-Torch with
   ``setUsesPeriodicBoundaryConditions(True)``); an OpenMM-Torch recipe is written;
 * ``inputs="features"``: the torsions (radians) or distances (nm) that PLUMED's
@@ -35,6 +36,7 @@ from dpnets.export import (
     CLI_REMEDIES,
     AtomSelection,
     ExportError,
+    PositionCartesian,
     PositionDistances,
     PositionTorsions,
     TorsionInputs,
@@ -235,16 +237,23 @@ def export_fit(
       positions of *all* the atoms of the engine topology in nm, ``(n_atoms, 3)`` or
       ``(B, n_atoms, 3)``, in its atom order, and optionally the periodic box vectors
       ``(3, 3)`` as a second argument (OpenMM-Torch's ``boxvectors``); the fit's features
-      are computed inside: backbone torsions as ``sin``/``cos`` (mdtraj's sign convention,
+      are computed inside: torsions as ``sin``/``cos`` (mdtraj's sign convention,
       :class:`dpnets.export.PositionTorsions`), distances
-      (:class:`dpnets.export.PositionDistances`) or the atom selection
-      (:class:`dpnets.export.AtomSelection`). An OpenMM-Torch recipe
-      (``openmm_torch_recipe.py``) is written.
+      (:class:`dpnets.export.PositionDistances`), Cartesian coordinates superposed on the
+      fit's reference (:class:`dpnets.export.PositionCartesian`; the default for
+      ``cartesian`` fits) or the atom selection (:class:`dpnets.export.AtomSelection`). An
+      OpenMM-Torch recipe (``openmm_torch_recipe.py``) is written.
     * ``inputs="features"`` (the default for dihedral and distance fits): the raw torsions
-      ``[phi.., psi..]`` in radians or the distances in nm that PLUMED computes;
+      in radians (in the fit's order of kinds) or the distances in nm that PLUMED computes;
       ``plumed.dat`` defines them (``TORSION``/``DISTANCE`` with the engine topology's
       1-based indices), loads the file by its absolute path with ``PYTORCH_MODEL`` and
       sketches ``OPES_METAD``/``METAD`` on the slowest mode with ``TEMP`` and ``SIGMA``.
+
+    The features are those of the fit folder's ``features.json`` (kinds, atoms, names, the
+    Cartesian reference); a folder written before it exists exports backbone phi/psi or all
+    the selection's pairs, as ``dpnets fit`` then computed them, and a Cartesian fit without
+    it is refused. Cartesian fits do not export to PLUMED (``--input features`` is refused
+    in one line naming ``--input positions``).
 
     The engine topology (``topology``, default: the fit's) decides the indices: the fit's
     atoms are matched to it by chain, residue and atom name (:func:`match_atoms`), so a
@@ -317,7 +326,7 @@ def export_fit(
     shape = tuple(getattr(model, "state_shape_", ()))
     if kind == "raw" and data.get("topology") and len(shape) == 2 and shape[1] == 3:
         kind = "positions"  # MD files read with features="raw" are atom positions
-    md_fit = bool(data.get("topology")) and kind in ("dihedrals", "distances", "positions")
+    md_fit = bool(data.get("topology")) and kind in _MD_KINDS
     source = str(fit.resolve())
     if not md_fit:
         if inputs == "positions" or topology is not None:
@@ -333,14 +342,28 @@ def export_fit(
             f"{fit}: a fit on positions takes positions; --input features is for dihedral "
             "and distance fits (PLUMED's TORSION and DISTANCE)"
         )
-    positions_in = kind == "positions" or inputs == "positions"
+    if kind == "cartesian" and inputs == "features":
+        raise ExportError(
+            f"{fit}: PLUMED has no action giving Cartesian coordinates superposed on a "
+            "reference as dpnets fit computed them; export with --input positions (the file "
+            "superposes inside; OpenMM-Torch)"
+        )
+    positions_in = kind in ("positions", "cartesian") or inputs == "positions"
+    spec = _features_json(fit) if fit.is_dir() else None
+    if kind == "cartesian" and spec is None:
+        raise ExportError(
+            f"{fit}: a Cartesian fit without features.json (the reference it superposes on); "
+            "refit it with dpnets fit --features cartesian"
+        )
     md, fit_top, fit_path = _load_topology(str(data["topology"]), "the fit's topology file")
     if topology is None:
         eng_top, eng_path = fit_top, fit_path
     else:
         _, eng_top, eng_path = _load_topology(str(topology), "the engine topology file")
     names_ = {"source_name": f"the fit's topology {fit_path}", "target_name": eng_path}
-    meta_base = {"source": source, "topology": eng_path, "fit_topology": fit_path}
+    meta_base: dict[str, Any] = {"source": source, "topology": eng_path, "fit_topology": fit_path}
+    if spec is not None:
+        meta_base["features"] = {"kind": spec["kind"], "names": list(spec.get("names") or [])}
 
     def positions_file(
         features: torch.nn.Module, fit_atoms: np.ndarray, eng_atoms: np.ndarray, **extra: Any
@@ -362,24 +385,38 @@ def export_fit(
         )
         return [str(out), _write_openmm_recipe(out, meta, eng_top.n_atoms, eng_path)]
 
-    if kind == "dihedrals":
-        probe = md.Trajectory(np.zeros((1, fit_top.n_atoms, 3), dtype=np.float32), fit_top)
-        phi = np.asarray(md.compute_phi(probe)[0], dtype=np.int64).reshape(-1, 4)
-        psi = np.asarray(md.compute_psi(probe)[0], dtype=np.int64).reshape(-1, 4)
-        quads = np.concatenate([phi, psi])
-        expected = 2 * len(quads)
-        if shape != (expected,):
+    def check_shape(n: int, what: str) -> None:
+        if shape != (n,):
             raise ExportError(
-                f"{fit_path}: the topology has {len(phi)} phi and {len(psi)} psi torsions "
-                f"({expected} sin/cos features), but the model takes states of shape {shape}"
+                f"{fit_path}: {what} give {n} features, but the model takes states of shape {shape}"
             )
+
+    if kind == "dihedrals":
+        if spec is not None:
+            quads = np.asarray(spec["atoms"], dtype=np.int64).reshape(-1, 4)
+            blocks = [(str(k), int(c)) for k, c in spec["blocks"]]
+            spec_names = list(spec["names"])
+        else:  # a fit folder from before features.json: backbone phi and psi
+            probe = md.Trajectory(np.zeros((1, fit_top.n_atoms, 3), dtype=np.float32), fit_top)
+            phi = np.asarray(md.compute_phi(probe)[0], dtype=np.int64).reshape(-1, 4)
+            psi = np.asarray(md.compute_psi(probe)[0], dtype=np.int64).reshape(-1, 4)
+            quads, blocks, spec_names = (
+                np.concatenate([phi, psi]),
+                [("phi", len(phi)), ("psi", len(psi))],
+                [],
+            )
+        check_shape(2 * len(quads), f"the {len(quads)} torsions (sin and cos)")
         eng = match_atoms(fit_top, eng_top, quads.ravel(), **names_).reshape(-1, 4)
-        names = [f"phi{k + 1}" for k in range(len(phi))] + [f"psi{k + 1}" for k in range(len(psi))]
-        labels = [" ".join(_atom_label(eng_top, i) for i in q) for q in eng]
+        names, what = _torsion_labels(blocks, spec_names)
+        labels = [
+            f"{w}: {' '.join(_atom_label(eng_top, i) for i in q)}"
+            for w, q in zip(what, eng, strict=True)
+        ]
+        counts = [c for _, c in blocks]
         if positions_in:
             fit_atoms = np.unique(quads.ravel())
             return positions_file(
-                PositionTorsions(eng, len(phi)),
+                PositionTorsions(eng, blocks=counts),
                 fit_atoms,
                 match_atoms(fit_top, eng_top, fit_atoms, **names_),
                 torsions={n: [int(i) for i in q] for n, q in zip(names, eng, strict=True)},
@@ -392,7 +429,7 @@ def export_fit(
         meta = export_model(
             out,
             example=angles,
-            inputs=TorsionInputs(len(phi), len(psi)),
+            inputs=TorsionInputs(blocks=counts),
             input_shape=(len(quads),),
             input_names=names,
             metadata={**meta_base, "engine_inputs": "torsions (radians)"},
@@ -405,28 +442,43 @@ def export_fit(
 
     from dpnets.datasets import DataFileError, select_atoms
 
-    try:
-        sel = select_atoms(fit_top, str(data.get("selection") or "heavy"), source=fit_path)
-    except DataFileError as err:
-        raise ExportError(str(err)) from None
-    eng_sel = match_atoms(fit_top, eng_top, sel, **names_)
+    if kind == "cartesian":
+        assert spec is not None
+        atoms = np.asarray(spec["atoms"], dtype=np.int64).reshape(-1)
+        check_shape(3 * len(atoms), f"the {len(atoms)} atoms' coordinates")
+        eng_atoms = match_atoms(fit_top, eng_top, atoms, **names_)
+        return positions_file(
+            PositionCartesian(eng_atoms, spec["reference"]),
+            atoms,
+            eng_atoms,
+            selection=[int(a) for a in eng_atoms],
+        )
     if kind == "distances":
-        i, j = np.triu_indices(len(sel), k=1)
-        pairs = np.stack([eng_sel[i], eng_sel[j]], axis=1)
-        if shape != (len(pairs),):
-            raise ExportError(
-                f"{fit_path}: the selection gives {len(pairs)} distances, but the model takes "
-                f"states of shape {shape}"
-            )
+        if spec is not None:
+            fit_pairs = np.asarray(spec["atoms"], dtype=np.int64).reshape(-1, 2)
+        else:  # a fit folder from before features.json: every pair of the selection
+            try:
+                sel = select_atoms(fit_top, str(data.get("selection") or "heavy"), source=fit_path)
+            except DataFileError as err:
+                raise ExportError(str(err)) from None
+            i, j = np.triu_indices(len(sel), k=1)
+            fit_pairs = np.stack([sel[i], sel[j]], axis=1)
+        check_shape(len(fit_pairs), f"the {len(fit_pairs)} atom pairs")
+        pairs = match_atoms(fit_top, eng_top, fit_pairs.ravel(), **names_).reshape(-1, 2)
         names = [f"d{k + 1}" for k in range(len(pairs))]
         if positions_in:
-            return positions_file(PositionDistances(pairs), sel, eng_sel, pairs=pairs.tolist())
-        xyz = _fit_frames(md, data, fit_path, sel)
+            fit_atoms = np.unique(fit_pairs)
+            return positions_file(
+                PositionDistances(pairs),
+                fit_atoms,
+                match_atoms(fit_top, eng_top, fit_atoms, **names_),
+                pairs=pairs.tolist(),
+            )
+        xyz = _fit_frames(md, data, fit_path, np.unique(fit_pairs))
         dist = None
         if xyz is not None:
-            traj = md.Trajectory(_in_topology(xyz, sel, fit_top.n_atoms), fit_top)
-            fit_pairs = np.stack([sel[i], sel[j]], axis=1)
-            dist = md.compute_distances(traj, fit_pairs, periodic=False)
+            full = _in_topology(xyz, np.unique(fit_pairs), fit_top.n_atoms)
+            dist = md.compute_distances(md.Trajectory(full, fit_top), fit_pairs, periodic=False)
         meta = export_model(
             out,
             example=dist,
@@ -439,12 +491,55 @@ def export_fit(
         labels = [f"{_atom_label(eng_top, a)} {_atom_label(eng_top, b)}" for a, b in pairs]
         return [str(out), _write_plumed(out, meta, names, lines, labels, eng_path, temperature)]
 
+    try:
+        sel = select_atoms(fit_top, str(data.get("selection") or "heavy"), source=fit_path)
+    except DataFileError as err:
+        raise ExportError(str(err)) from None
+    eng_sel = match_atoms(fit_top, eng_top, sel, **names_)
     if shape != (len(sel), 3):
         raise ExportError(
             f"{fit_path}: the selection has {len(sel)} atoms, but the model takes states of "
             f"shape {shape}"
         )
     return positions_file(AtomSelection(eng_sel), sel, eng_sel, selection=[int(a) for a in eng_sel])
+
+
+#: the fit kinds with atoms (``dpnets fit --features``; raw MD files read as positions)
+_MD_KINDS = ("dihedrals", "distances", "cartesian", "positions")
+
+
+def _features_json(folder: Path) -> dict[str, Any] | None:
+    """A fit folder's ``features.json`` (what each input column is, with its atoms), or None
+    for folders written before it existed; ExportError (one line) when it cannot be read."""
+    import json
+
+    path = folder / "features.json"
+    if not path.is_file():
+        return None
+    try:
+        spec = json.loads(path.read_text())
+        spec["atoms"], spec["names"]  # noqa: B018 - the keys every kind has
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise ExportError(f"{path}: cannot read the fit's features ({err})") from None
+    return spec
+
+
+def _torsion_labels(
+    blocks: Sequence[tuple[str, int]], names: Sequence[str]
+) -> tuple[list[str], list[str]]:
+    """``(labels, descriptions)`` of the torsions of ``blocks``: PLUMED labels ``phi1``,
+    ``psi1``, ``omega1``, ``chi1_1``... (numbered within their kind) and what each is (the
+    fit's feature name without ``sin``, e.g. ``φ ALA2``; the label where the fit named
+    none)."""
+    labels, what, col = [], [], 0
+    for kind, count in blocks:
+        sep = "_" if kind[-1].isdigit() else ""
+        for k in range(count):
+            labels.append(f"{kind}{sep}{k + 1}")
+            name = names[col + k] if col + k < len(names) else labels[-1]
+            what.append(name[4:] if name.startswith("sin ") else name)
+        col += 2 * count
+    return labels, what
 
 
 # ------------------------------------------------------------------------------ recipes
@@ -586,7 +681,12 @@ def _write_openmm_recipe(out: Path, meta: dict, n_atoms: int, top: str) -> str:
 # ------------------------------------------------------------------------------ OpenMM-Torch
 #: the exported files' input maps that take the engine's positions (``dpnets export
 #: --input positions``)
-_POSITION_MAPS = (PositionTorsions.__name__, PositionDistances.__name__, AtomSelection.__name__)
+_POSITION_MAPS = (
+    PositionTorsions.__name__,
+    PositionDistances.__name__,
+    PositionCartesian.__name__,
+    AtomSelection.__name__,
+)
 
 
 class _ScalarCV(torch.nn.Module):

@@ -18,9 +18,11 @@ happens here, at export time: the file's ``forward`` is the bare computation.
 
 Input maps put the engine's quantities in front of the model: :class:`TorsionInputs`
 (torsions in radians, PLUMED's ``TORSION``), :class:`PositionTorsions`,
-:class:`PositionDistances` and :class:`AtomSelection` (the engine's positions, with periodic
-images when a box is passed). :mod:`dpnets.engines` exports ``dpnets fit`` folders for an
-engine's topology and writes the engine recipes.
+:class:`PositionDistances`, :class:`PositionCartesian` (superposed on a reference) and
+:class:`AtomSelection` (the engine's positions, with periodic images when a box is passed;
+the geometry's gradient attached in closed form, so an engine's backward pass stays short).
+:mod:`dpnets.engines` exports ``dpnets fit`` folders for an engine's topology and writes the
+engine recipes.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ __all__ = [
     "PositionTorsions",
     "PositionDistances",
     "AtomSelection",
+    "PositionCartesian",
     "METADATA_FILE",
     "Remedies",
     "PYTHON_REMEDIES",
@@ -89,61 +92,172 @@ def minimum_image(d: torch.Tensor, box: torch.Tensor) -> torch.Tensor:
     return d
 
 
-class TorsionInputs(nn.Module):
-    """Raw backbone torsions ``[phi_1..phi_m, psi_1..psi_k]`` (radians, as PLUMED's
-    ``TORSION`` and mdtraj compute them; ``m = n_phi``, ``k = n_psi``, default ``m``) to the
-    dihedral features of :func:`dpnets.datasets.read_trajectories`: ``[sin phi, cos phi,
-    sin psi, cos psi]`` blocks."""
+def _block_counts(
+    n_phi: int | None, n_psi: int | None, blocks: Any, n: int | None, what: str
+) -> list[int]:
+    """The torsion count of each ``[sin, cos]`` block: ``blocks`` (counts, or ``(kind,
+    count)`` pairs as ``features.json`` stores them), else ``[n_phi, n_psi]``."""
+    if blocks is not None:
+        if n_phi is not None or n_psi is not None:
+            raise ExportError(f"{what}: give blocks= or n_phi/n_psi, not both")
+        counts = [int(b[1]) if isinstance(b, (list, tuple)) else int(b) for b in blocks]
+    elif n_phi is None:
+        raise ExportError(f"{what}: give n_phi (and n_psi) or blocks=")
+    else:
+        k = int(n_phi)
+        counts = [k, k if n_psi is None else int(n_psi)] if n is None else [k, n - k]
+    if not counts or min(counts) < 0 or sum(counts) == 0:
+        raise ExportError(f"{what}: blocks must be torsion counts >= 0, got {counts}")
+    if n is not None and sum(counts) != n:
+        raise ExportError(f"{what}: blocks count {sum(counts)} torsions for {n} quadruplets")
+    return counts
 
-    def __init__(self, n_phi: int, n_psi: int | None = None) -> None:
+
+def _block_columns(counts: Sequence[int]) -> tuple[list[int], list[int]]:
+    """``(torsion, part)`` of each feature column of the ``[sin, cos]`` blocks layout
+    (``part`` 0 for sin, 1 for cos): ``[sin k1.., cos k1.., sin k2.., cos k2..]``."""
+    torsion, part, start = [], [], 0
+    for c in counts:
+        block = list(range(start, start + c))
+        torsion += block + block
+        part += [0] * c + [1] * c
+        start += c
+    return torsion, part
+
+
+class TorsionInputs(nn.Module):
+    """Raw torsions (radians, as PLUMED's ``TORSION`` and mdtraj compute them) to the
+    dihedral features of :func:`dpnets.datasets.read_trajectories`: ``[sin, cos]`` blocks.
+
+    Parameters
+    ----------
+    n_phi, n_psi : int, optional
+        The backbone layout: torsions ``[phi_1..phi_m, psi_1..psi_k]`` (``k = n_psi``,
+        default ``m``) to ``[sin phi, cos phi, sin psi, cos psi]``.
+    blocks : sequence, optional
+        Instead of ``n_phi``/``n_psi``: the torsion count of each kind in input order
+        (ints, or the ``(kind, count)`` pairs of a fit folder's ``features.json``), each
+        block giving its sines then its cosines (``dpnets fit --torsions``' layout).
+    """
+
+    def __init__(
+        self, n_phi: int | None = None, n_psi: int | None = None, *, blocks: Any = None
+    ) -> None:
         super().__init__()
-        self.n_phi = int(n_phi)
-        n_psi = self.n_phi if n_psi is None else int(n_psi)
-        phi, psi = list(range(self.n_phi)), list(range(self.n_phi, self.n_phi + n_psi))
+        counts = _block_counts(n_phi, n_psi, blocks, None, "TorsionInputs")
+        self.n_phi = int(counts[0])
+        torsion, part = _block_columns(counts)
         # feature j = sin(angle[which[j]] + offset[j]), cos a = sin(a + pi/2): three ops
-        self.register_buffer("which", torch.tensor(phi + phi + psi + psi, dtype=torch.long))
-        half = [0.0] * self.n_phi + [np.pi / 2] * self.n_phi + [0.0] * n_psi + [np.pi / 2] * n_psi
+        self.register_buffer("which", torch.tensor(torsion, dtype=torch.long))
+        half = [np.pi / 2 * p for p in part]
         self.register_buffer("offset", torch.tensor(half, dtype=torch.float64))
 
     def forward(self, angles: torch.Tensor, box: torch.Tensor | None = None) -> torch.Tensor:
         return torch.sin(angles.index_select(1, self.which) + self.offset.to(angles.dtype))
 
 
+def _torsion_monomials() -> tuple[np.ndarray, np.ndarray]:
+    """``(P, M)`` of :class:`PositionTorsions`: with the dot products ``d = [n1.n1, n2.n2,
+    b1.n2, b2.b2, n1.n2, b1.b2, b3.b2]`` of a torsion (bonds ``b``, normals ``n1 = b1 x b2``,
+    ``n2 = b2 x b3``), ``e = prod(d ** P)`` gives ``sin``, ``cos`` and the eight
+    coefficients of the closed-form gradient, and ``M @ e`` the coefficients of ``n1`` and
+    ``n2`` in the gradient of ``(sin, cos)`` with respect to each of the four atoms (Blondel
+    and Karplus 1996: ``dθ/dx1 = -u``, ``dθ/dx4 = v``, ``dθ/dx2 = (1 + a) u + b v``,
+    ``dθ/dx3 = -a u - (1 + b) v``, ``u = |b2| n1 / n1.n1``, ``v = |b2| n2 / n2.n2``,
+    ``a = b1.b2 / b2.b2``, ``b = b3.b2 / b2.b2``; ``d sin = cos dθ``, ``d cos = -sin dθ``)."""
+    rows = [  # exponents of d0..d6
+        {2: 1, 3: 0.5, 0: -0.5, 1: -0.5},  # sin = |b2| b1.n2 / (|n1| |n2|)
+        {4: 1, 0: -0.5, 1: -0.5},  # cos = n1.n2 / (|n1| |n2|)
+    ]
+    for mult in ({4: 1, 0: -0.5, 1: -0.5}, {2: 1, 3: 0.5, 0: -0.5, 1: -0.5}):  # cos, sin
+        for term in (
+            {3: 0.5, 0: -1},
+            {5: 1, 3: -0.5, 0: -1},
+            {3: 0.5, 1: -1},
+            {6: 1, 3: -0.5, 1: -1},
+        ):
+            row = dict(mult)
+            for k, v in term.items():
+                row[k] = row.get(k, 0) + v
+            rows.append(row)  # u, a u, v, b v times cos (sin column) or sin (cos column)
+    P = np.zeros((len(rows), 7))
+    for r, row in enumerate(rows):
+        for k, v in row.items():
+            P[r, k] = v
+    M = np.zeros((2, 4, 2, len(rows)))  # (column sin/cos, atom, n1/n2) x monomial
+    for col, first, sign in ((0, 2, 1.0), (1, 6, -1.0)):
+        u, au, v, bv = first, first + 1, first + 2, first + 3
+        M[col, 0, 0, u] = -sign
+        M[col, 1, 0, u] = M[col, 1, 0, au] = M[col, 1, 1, bv] = sign
+        M[col, 2, 0, au] = M[col, 2, 1, v] = M[col, 2, 1, bv] = -sign
+        M[col, 3, 1, v] = sign
+    return P, M.reshape(16, len(rows))
+
+
 class PositionTorsions(nn.Module):
     """The engine's positions ``(B, n_atoms, 3)`` (nm) to the dihedral features of
-    :func:`dpnets.datasets.read_trajectories` (``[sin phi, cos phi, sin psi, cos psi]``
-    blocks) of the torsions ``quads`` (``(m, 4)`` 0-based atom indices, the ``n_phi`` phi
-    torsions first), with mdtraj's (and PLUMED's ``TORSION``) sign convention; bond vectors
-    are taken to their nearest periodic image when a box is given."""
+    :func:`dpnets.datasets.read_trajectories` (``[sin, cos]`` blocks) of the torsions
+    ``quads``, with mdtraj's (and PLUMED's ``TORSION``) sign convention; bond vectors are
+    taken to their nearest periodic image when a box is given.
 
-    def __init__(self, quads: Any, n_phi: int) -> None:
+    The gradient is attached in closed form: the values and the Jacobian ``J`` are computed
+    without autograd and joined by ``f0 + J (x - x0)`` (``x0`` a copy of the positions made
+    without autograd, not ``detach()``, which freezing folds away), so an engine's backward
+    pass is a few small operations instead of the geometry's two dozen.
+
+    Parameters
+    ----------
+    quads : array of int, shape (m, 4)
+        0-based atom indices of the torsions, in the order of the blocks.
+    n_phi : int, optional
+        The backbone layout: the first ``n_phi`` torsions are phi, the rest psi
+        (``[sin phi, cos phi, sin psi, cos psi]``).
+    blocks : sequence, optional
+        Instead of ``n_phi``: the torsion count of each block (ints, or ``features.json``'s
+        ``(kind, count)`` pairs); each block gives its sines, then its cosines.
+    """
+
+    def __init__(self, quads: Any, n_phi: int | None = None, *, blocks: Any = None) -> None:
         super().__init__()
         q = torch.as_tensor(np.asarray(quads, dtype=np.int64).reshape(-1, 4))
-        self.register_buffer("flat", q.reshape(-1).clone())
         self.n = int(q.shape[0])
-        self.n_phi = int(n_phi)
-        k, m = self.n_phi, self.n  # [sin phi, cos phi, sin psi, cos psi] from [sin.., cos..]
-        order = [*range(k), *range(m, m + k), *range(k, m), *range(m + k, 2 * m)]
+        counts = _block_counts(n_phi, None, blocks, self.n, "PositionTorsions")
+        self.n_phi = int(counts[0])
+        self.register_buffer("flat", q.reshape(-1).clone())
+        torsion, part = _block_columns(counts)  # from [sin 1, cos 1, sin 2, ...]
+        order = [2 * t + p for t, p in zip(torsion, part, strict=True)]
         self.register_buffer("order", torch.tensor(order, dtype=torch.long))
+        P, M = _torsion_monomials()
+        self.register_buffer("powers", torch.tensor(P, dtype=torch.float64))
+        self.register_buffer("coef", torch.tensor(M.T.copy(), dtype=torch.float64))
+        # the dot products d = v[left] . v[right] of v = [n1, n2, b1, b2, b3]
+        self.register_buffer("left", torch.tensor([0, 1, 2, 3, 0, 2, 4], dtype=torch.long))
+        self.register_buffer("right", torch.tensor([0, 1, 1, 3, 1, 3, 3], dtype=torch.long))
 
     def forward(self, x: torch.Tensor, box: torch.Tensor | None = None) -> torch.Tensor:
-        p = x.index_select(1, self.flat).reshape(x.shape[0], self.n, 4, 3)
-        b = p[:, :, 1:] - p[:, :, :-1]  # the three bond vectors
-        if box is not None:
-            b = minimum_image(b, box)
-        b1, b2, b3 = b[:, :, 0], b[:, :, 1], b[:, :, 2]
-        c1 = torch.linalg.cross(b2, b3, dim=-1)
-        c2 = torch.linalg.cross(b1, b2, dim=-1)
-        y = (b1 * c1).sum(-1) * torch.linalg.vector_norm(b2, dim=-1)
-        c = (c1 * c2).sum(-1)  # the angle is atan2(y, c) (mdtraj)
-        r = torch.sqrt(y * y + c * c)
-        return torch.cat([y / r, c / r], 1).index_select(1, self.order)
+        B = x.shape[0]
+        xs = x.index_select(1, self.flat).view(B, self.n, 4, 3)
+        with torch.no_grad():
+            p = xs.clone()  # not detach(): freezing folds x - x.detach() to 0
+            b = p[:, :, 1:] - p[:, :, :3]  # the three bond vectors
+            if box is not None:
+                b = minimum_image(b, box)
+            n = torch.linalg.cross(b[:, :, :2], b[:, :, 1:], dim=-1)  # b1 x b2, b2 x b3
+            v = torch.cat([n, b], 2)
+            d = (v.index_select(2, self.left) * v.index_select(2, self.right)).sum(-1)
+            e = d.unsqueeze(2).pow(self.powers.to(x.dtype)).prod(-1)  # (B, m, 10)
+            g = torch.matmul(e, self.coef.to(x.dtype)).view(B, self.n, 8, 2)
+            jac = torch.matmul(g, n).view(B, self.n, 2, 12)  # d(sin, cos)/d(4 atoms)
+        f = (jac * (xs - p).view(B, self.n, 1, 12)).sum(-1) + e[:, :, :2]
+        return f.view(B, 2 * self.n).index_select(1, self.order)
 
 
 class PositionDistances(nn.Module):
     """The engine's positions ``(B, n_atoms, 3)`` (nm) to the distances of atom ``pairs``
     (``(m, 2)`` 0-based; nearest periodic image when a box is given), as
-    ``mdtraj.compute_distances`` and PLUMED's ``DISTANCE`` give them."""
+    ``mdtraj.compute_distances`` and PLUMED's ``DISTANCE`` give them. Computed as
+    ``d . d0 / |d0|`` with ``d0`` the displacement without autograd: the value is ``|d|`` and
+    the gradient the unit vector, without the norm's backward."""
 
     def __init__(self, pairs: Any) -> None:
         super().__init__()
@@ -155,7 +269,9 @@ class PositionDistances(nn.Module):
         d = x.index_select(1, self.j) - x.index_select(1, self.i)
         if box is not None:
             d = minimum_image(d, box)
-        return torch.linalg.vector_norm(d, dim=-1)
+        with torch.no_grad():
+            u = d / torch.linalg.vector_norm(d, dim=-1, keepdim=True)
+        return (d * u).sum(-1)
 
 
 class AtomSelection(nn.Module):
@@ -173,6 +289,144 @@ class AtomSelection(nn.Module):
         if box is not None:
             p = p[:, :1] + minimum_image(p - p[:, :1], box)
         return p
+
+
+def _horn_matrices() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Constant maps of :class:`PositionCartesian`: ``H`` (9, 16) from the correlation
+    ``S[a, b] = sum_i q_ia r_ib`` to Horn's symmetric 4x4 matrix (whose top eigenvector is
+    the unit quaternion of the optimal rotation; Horn 1987), ``Q`` (16, 9) from the
+    quaternion's outer product to the rotation matrix, and ``E`` (3, 9) with
+    ``(R @ E)[a, 3 c + l] = sum_d R[a, d] eps[l, c, d]`` (the rotation's first-order
+    response)."""
+    xx, xy, xz, yx, yy, yz, zx, zy, zz = range(9)
+    N = [  # Horn's N as (row, col, [(sign, S entry)])
+        [
+            [(1, xx), (1, yy), (1, zz)],
+            [(1, yz), (-1, zy)],
+            [(1, zx), (-1, xz)],
+            [(1, xy), (-1, yx)],
+        ],
+        [
+            [(1, yz), (-1, zy)],
+            [(1, xx), (-1, yy), (-1, zz)],
+            [(1, xy), (1, yx)],
+            [(1, zx), (1, xz)],
+        ],
+        [
+            [(1, zx), (-1, xz)],
+            [(1, xy), (1, yx)],
+            [(-1, xx), (1, yy), (-1, zz)],
+            [(1, yz), (1, zy)],
+        ],
+        [
+            [(1, xy), (-1, yx)],
+            [(1, zx), (1, xz)],
+            [(1, yz), (1, zy)],
+            [(-1, xx), (-1, yy), (1, zz)],
+        ],
+    ]
+    H = np.zeros((9, 16))
+    for r in range(4):
+        for c in range(4):
+            for sign, s in N[r][c]:
+                H[s, 4 * r + c] += sign
+    R = [  # the rotation of unit quaternion (q0, q1, q2, q3): (sign, i, j) of q_i q_j terms
+        [
+            [(1, 0, 0), (1, 1, 1), (-1, 2, 2), (-1, 3, 3)],
+            [(2, 1, 2), (-2, 0, 3)],
+            [(2, 1, 3), (2, 0, 2)],
+        ],
+        [
+            [(2, 1, 2), (2, 0, 3)],
+            [(1, 0, 0), (-1, 1, 1), (1, 2, 2), (-1, 3, 3)],
+            [(2, 2, 3), (-2, 0, 1)],
+        ],
+        [
+            [(2, 1, 3), (-2, 0, 2)],
+            [(2, 2, 3), (2, 0, 1)],
+            [(1, 0, 0), (-1, 1, 1), (-1, 2, 2), (1, 3, 3)],
+        ],
+    ]
+    Q = np.zeros((16, 9))
+    for a in range(3):
+        for b in range(3):
+            for sign, i, j in R[a][b]:
+                Q[4 * i + j, 3 * a + b] += sign
+    eps = np.zeros((3, 3, 3))
+    for i, j, k in ((0, 1, 2), (1, 2, 0), (2, 0, 1)):
+        eps[i, j, k], eps[i, k, j] = 1.0, -1.0
+    E = np.einsum("lcd->dcl", eps).reshape(3, 9)
+    return H, Q, E
+
+
+class PositionCartesian(nn.Module):
+    """The engine's positions ``(B, n_atoms, 3)`` (nm) to the Cartesian features of
+    ``dpnets fit --features cartesian``: the ``atoms``' coordinates after optimal
+    superposition on ``reference``, flattened ``[x1, y1, z1, x2, ...]``, as mdtraj's
+    ``superpose`` gives them (centred on the selection's centroid, rotated by the
+    least-squares rotation, moved to the reference's centroid).
+
+    The rotation is Horn's quaternion (the top eigenvector of a symmetric 4x4 matrix,
+    ``torch.linalg.eigh``), computed without autograd; its first-order response to the atoms
+    (``dR = R [w]x``, ``(tr S - S) w = axial(R^T dM - dM^T R)`` with ``M`` the correlation and
+    ``S = R^T M``) is attached in closed form, so the gradient is exact and finite without
+    an eigendecomposition's backward. With a box, each atom is first moved to its periodic
+    image nearest the first selected one (:class:`AtomSelection`).
+
+    Parameters
+    ----------
+    atoms : sequence of int
+        0-based indices of the selected atoms in the engine's topology (at least 3).
+    reference : array, shape (len(atoms), 3)
+        The reference positions of those atoms (nm): ``features.json``'s ``reference``.
+    """
+
+    def __init__(self, atoms: Sequence[int], reference: Any) -> None:
+        super().__init__()
+        idx = torch.as_tensor(np.asarray(atoms, dtype=np.int64).reshape(-1))
+        ref = np.asarray(reference, dtype=np.float64)
+        if ref.shape != (len(idx), 3) or len(idx) < 3:
+            raise ExportError(
+                f"PositionCartesian: reference has shape {ref.shape}; expected ({len(idx)}, 3) "
+                "positions of the selected atoms (at least 3)"
+            )
+        self.n = int(len(idx))
+        self.register_buffer("indices", idx.clone())
+        centre = ref.mean(0)
+        self.register_buffer("centre", torch.tensor(centre))
+        self.register_buffer("ref", torch.tensor(ref - centre))
+        H, Q, E = _horn_matrices()
+        self.register_buffer("horn", torch.tensor(H))
+        self.register_buffer("quat", torch.tensor(Q))
+        self.register_buffer("levi", torch.tensor(E))
+        self.register_buffer("eye", torch.eye(3, dtype=torch.float64))
+
+    def forward(self, x: torch.Tensor, box: torch.Tensor | None = None) -> torch.Tensor:
+        B = x.shape[0]
+        p = x.index_select(1, self.indices)
+        if box is not None:
+            p = p[:, :1] + minimum_image(p - p[:, :1], box)
+        q = p - p.mean(1, keepdim=True)
+        dt = x.dtype
+        ref = self.ref.to(dt)
+        with torch.no_grad():
+            qd = q.clone()  # not detach(): freezing folds x - x.detach() to 0
+            s = torch.matmul(qd.transpose(1, 2), ref)  # S[a, b] = sum_i q_ia r_ib
+            _, vec = torch.linalg.eigh(torch.matmul(s.view(B, 9), self.horn.to(dt)).view(B, 4, 4))
+            top = vec[:, :, 3]
+            rot = torch.matmul(
+                (top.unsqueeze(2) * top.unsqueeze(1)).view(B, 16), self.quat.to(dt)
+            ).view(B, 3, 3)  # moving -> reference
+            sym = torch.matmul(rot.transpose(1, 2), s.transpose(1, 2))  # R^T M, M = S^T
+            trace = sym.diagonal(dim1=1, dim2=2).sum(-1)
+            a_inv = torch.linalg.inv(trace.view(B, 1, 1) * self.eye.to(dt) - sym)
+            w = torch.matmul(
+                torch.matmul(rot, self.levi.to(dt)).view(B, 9, 3), a_inv.transpose(1, 2)
+            )
+            g = torch.matmul(ref, w.view(B, 3, 9)).view(B, 3 * self.n, 3)  # d w / d q
+        omega = torch.matmul((q - qd).view(B, 1, 3 * self.n), g)  # zero-valued: first order
+        moved = q + torch.linalg.cross(omega.expand(B, self.n, 3), qd, dim=-1)
+        return (torch.matmul(moved, rot.transpose(1, 2)) + self.centre.to(dt)).view(B, 3 * self.n)
 
 
 class _NoInputs(nn.Module):
@@ -193,7 +447,14 @@ class _OneArgument(nn.Module):
         return self.module(x)
 
 
-_INPUT_MAPS = (TorsionInputs, PositionTorsions, PositionDistances, AtomSelection, _NoInputs)
+_INPUT_MAPS = (
+    TorsionInputs,
+    PositionTorsions,
+    PositionDistances,
+    AtomSelection,
+    PositionCartesian,
+    _NoInputs,
+)
 
 
 class _SlowModes(nn.Module):
@@ -688,8 +949,8 @@ def export(
     inputs : nn.Module, optional
         A map from what the engine gives to the model's states, applied first
         (:class:`TorsionInputs`, :class:`PositionTorsions`, :class:`PositionDistances`,
-        :class:`AtomSelection`, which also take the box; or any scriptable module with
-        ``forward(x)``); default: the model's states themselves.
+        :class:`PositionCartesian`, :class:`AtomSelection`, which also take the box; or any
+        scriptable module with ``forward(x)``); default: the model's states themselves.
     input_shape : sequence of int, optional
         Shape of one engine input when ``inputs`` is given (default: the model's state
         shape).
