@@ -227,3 +227,93 @@ def test_kernel_models_take_dt(make, tmp_path):
     assert dpnets.load(tmp_path / "k.pt").dt == 0.01
     with pytest.raises(ValueError, match="dt must be in"):
         make("rbf", rank=3, dt=0.0, **kw).fit(x)
+
+
+# ------------------------------------------------------------------------------ guardrails
+def test_dpnet_warns_on_a_saturated_score_and_on_few_gradient_steps():
+    """Lorenz-63 at dt = 0.01, lag 1: every smooth feature is almost perfectly correlated
+    one frame later, so the projection score reaches its ceiling r + 1 = 5 within two
+    epochs (the issue: 'saturated from epoch 3, and nothing says so'); 1349 pairs at batch
+    128 for 5 epochs are 55 gradient steps."""
+    from dpnets.diagnostics import DiagnosticWarning
+
+    x = lorenz63(1500)
+    with pytest.warns(DiagnosticWarning) as rec:
+        net = DPNet(seed=0, epochs=5, batch_size=128, progress=False).fit(x)
+    found = {d.kind: d for d in net.diagnostics()}
+    assert {"saturated", "few_steps"} <= set(found), found
+    sat, steps = found["saturated"], found["few_steps"]
+    assert "of 5" in sat.problem and "append_state=True" in sat.python and "r=" in sat.python
+    assert "--dim" in sat.cli
+    assert "training took 55 gradient steps (5 epoch(s)" in steps.problem
+    assert "epochs=10" in steps.python and "batch_size=" in steps.python
+    assert "--epochs 10" in steps.cli
+    assert any("at its ceiling" in str(w.message) for w in rec)
+    # the thresholds, on histories: 4.7 of 5 is 0.925 of the non-trivial part (not flagged)
+    from dpnets.diagnostics import saturation_diagnostics, steps_diagnostics
+
+    assert saturation_diagnostics({"val_score": [4.0, 4.7]}, r=4, trivial=1) == []
+    (d,) = saturation_diagnostics({"val_score": [4.0, 4.7, 4.81, 4.9]}, r=4, trivial=1)
+    assert "from epoch 3 of 4 on" in d.problem
+    assert steps_diagnostics(250, 1024, 30)[0].problem.startswith("training took 30 gradient")
+    assert steps_diagnostics(10_000, 1024, 10) == []  # 100 steps
+
+
+def test_predict_warns_on_inputs_outside_the_training_range(tmp_path):
+    """A rising series (weekly CO2's case: the test period above the training range) is
+    forecast from states the model never saw: predict says so, naming the remedy; inside
+    the range it is silent, and the range is saved with the model."""
+    from dpnets.diagnostics import DiagnosticWarning
+
+    rng = np.random.default_rng(0)
+    t = np.arange(600)
+    x = np.column_stack([0.01 * t + np.sin(t / 8), np.cos(t / 8)]) + 0.05 * rng.normal(
+        size=(600, 2)
+    )
+    model = DMD().fit(x[:400])
+    np.testing.assert_allclose(model.state_min_, x[:400].min(0))
+    np.testing.assert_allclose(model.state_max_, x[:400].max(0))
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DiagnosticWarning)
+        model.predict(x[:400:7], t=2)
+    with pytest.warns(
+        DiagnosticWarning, match=r"states lie outside the training data's range"
+    ) as rec:
+        model.predict(x[500:], t=1)
+    msg = str(rec[0].message)
+    assert "coordinate 0" in msg and "its differences" in msg
+    model.save(tmp_path / "dmd.pt")
+    loaded = dpnets.load(tmp_path / "dmd.pt")
+    np.testing.assert_array_equal(loaded.state_min_, model.state_min_)
+    with pytest.warns(DiagnosticWarning, match="outside the training data's range"):
+        loaded.predict(x[500:], t=1)
+    # partial_fit widens the range piece by piece; t=0 forecasts nothing and is silent
+    piece = TransferOperator().partial_fit(x[:200]).partial_fit(x[200:400])
+    np.testing.assert_allclose(piece.state_max_, x[:400].max(0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DiagnosticWarning)
+        piece.predict(x[500:], t=0)
+
+
+def test_standardisation_of_fields_is_said_truly():
+    """Snapshots (T, 2, 4, 5) fed to the default MLP (which flattens them into a Linear
+    layer): 'auto' leaves fields as given without the false 'first operation is not
+    affine' warning (near-constant pixels are normal in a field); a field of extreme
+    overall scale warns naming standardize='global'."""
+    import warnings
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(300, 2, 4, 5)).cumsum(0) * 0.1
+    x[:, 0, 0, :] = 1.0 + 1e-5 * rng.normal(size=(300, 5))  # near-constant pixels
+    net = DPNet(r=2, epochs=1, seed=0, progress=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        net.fit(x)
+    assert net.input_shift_ is None
+    with pytest.warns(RuntimeWarning, match=r"are fields.*standardize='global'") as rec:
+        DPNet(r=2, epochs=1, seed=0, progress=False).fit(x * 1e5)
+    assert not any("not affine" in str(w.message) for w in rec)
+    glob = DPNet(r=2, epochs=1, seed=0, progress=False, standardize="global").fit(x * 1e5)
+    assert np.ndim(glob.input_shift_) == 0 or np.size(glob.input_shift_) == 1

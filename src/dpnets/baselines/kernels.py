@@ -365,6 +365,8 @@ class _KernelRegression(DiscreteTimeModel):
         self.cx_rank_ = r
         self.n_samples_, self.n_features_ = n, r
         self.state_shape_ = tuple(p.state_shape)
+        self.state_min_ = np.minimum(x.min(0), y_states.min(0))
+        self.state_max_ = np.maximum(x.max(0), y_states.max(0))
         self.lag_ = resolve_lag(data, lag)[1]
         self._set_spectrum()
         diagnostics.warn(self._diagnostics())
