@@ -317,3 +317,61 @@ def test_standardisation_of_fields_is_said_truly():
     assert not any("not affine" in str(w.message) for w in rec)
     glob = DPNet(r=2, epochs=1, seed=0, progress=False, standardize="global").fit(x * 1e5)
     assert np.ndim(glob.input_shift_) == 0 or np.size(glob.input_shift_) == 1
+
+
+# ------------------------------------------------------------------------------------ plots
+def _damped_waves(n: int = 600, shape: tuple = (24,), seed: int = 0) -> np.ndarray:
+    """Two noise-driven damped oscillations (moduli 0.97 and 0.9) seen on a field: DMD
+    finds two complex pairs inside the unit disc."""
+    rng = np.random.default_rng(seed)
+
+    def rot(rho, th):
+        return rho * np.array([[np.cos(th), -np.sin(th)], [np.sin(th), np.cos(th)]])
+
+    a = np.zeros((4, 4))
+    a[:2, :2], a[2:, 2:] = rot(0.97, 0.3), rot(0.9, 0.05)
+    z = np.zeros((n, 4))
+    for t in range(1, n):
+        z[t] = a @ z[t - 1] + rng.normal(size=4)
+    field = z @ rng.normal(size=(4, int(np.prod(shape))))
+    return field.reshape(n, *shape)
+
+
+def test_plots_label_a_conjugate_pair_once_and_draw_modes(tmp_path):
+    pytest.importorskip("matplotlib")
+    from dpnets import plot
+    from dpnets.validation import ImpliedTimescales
+
+    x = _damped_waves()
+    model = DMD(rank=4, dt=0.1).fit(x)
+    lam = model.eig()
+    assert np.sum(np.abs(lam.imag) > 1e-8) == 4  # two complex pairs
+    fig = plot.eigenvalues(model)
+    labels = [t.get_text() for t in fig.axes[1].texts]
+    assert len(labels) == 2 and all(s.endswith("(pair)") for s in labels), labels
+    # one label between each pair's two points, not two on top of each other ("44.944.9")
+    assert [t.xy[0] for t in fig.axes[1].texts] == [0.5, 2.5]  # DMD: no constant
+    # the timescale plot: a pair's equal columns are one line
+    res = ImpliedTimescales(
+        lags=np.array([1, 2]),
+        lag_times=np.array([0.1, 0.2]),
+        timescales=np.array([[5.0, 5.0, 1.0], [5.1, 5.1, 1.1]]),
+    )
+    legend = [t.get_text() for t in plot.implied_timescales(res).axes[0].get_legend().texts]
+    assert legend == ["processes 1, 2 (pair)", "process 3", "timescale = lag"]
+    fig = plot.eigenfunctions(model, x, k=2)
+    titles = [ax.get_title() for ax in fig.axes if ax.get_title()]  # not the colour bars
+    assert [t[:2] for t in titles] == ["φ0", "φ2"] and all("±" in t for t in titles)
+    fig = plot.modes(model, k=2, units="s")
+    assert len(fig.axes) == 2 and all("±" in ax.get_title() for ax in fig.axes)
+    fig.savefig(tmp_path / "modes1d.png")
+    field = _damped_waves(600, (2, 4, 6))
+    op = TransferOperator().fit(field)
+    fig = plot.modes(op, k=3, channel=1)
+    assert len(fig.axes) == 6  # three images and their colour bars
+    fig.savefig(tmp_path / "modes2d.png")
+    assert (tmp_path / "modes2d.png").stat().st_size > 5000
+    with pytest.raises(ValueError, match="not one of the 2 channels"):
+        plot.modes(op, channel=2)
+    with pytest.raises(ValueError, match="does not hold the 48 values"):
+        plot.modes(op, shape=(5, 5))
