@@ -375,3 +375,21 @@ def test_plots_label_a_conjugate_pair_once_and_draw_modes(tmp_path):
         plot.modes(op, channel=2)
     with pytest.raises(ValueError, match="does not hold the 48 values"):
         plot.modes(op, shape=(5, 5))
+
+
+def test_exact_kernel_dmd_guards_its_size_and_shows_progress(monkeypatch, capsys):
+    """Exact KernelDMD is O(n^3) (35 s at n = 6000, issue 40): above EXACT_MAX_SAMPLES it
+    warns naming NystromKernelDMD; from PROGRESS_MIN_SAMPLES on its stages show on a bar."""
+    pytest.importorskip("tqdm")
+    from dpnets.baselines import kernels
+
+    x = linear_gaussian(2, seed=0).sample(120, seed=0)
+    monkeypatch.setattr(kernels, "EXACT_MAX_SAMPLES", 100)
+    monkeypatch.setattr(kernels, "PROGRESS_MIN_SAMPLES", 50)
+    with pytest.warns(UserWarning, match=r"exact KernelDMD on 119 pairs.*NystromKernelDMD"):
+        KernelDMD("rbf", rank=3).fit(x)
+    assert "KernelDMD" in capsys.readouterr().err
+    KernelDMD("rbf", rank=3, progress=False).fit(x[:60])
+    assert "KernelDMD" not in capsys.readouterr().err
+    with pytest.raises(TypeError, match="progress must be True or False, got 'yes'"):
+        KernelDMD(progress="yes").fit(x)
