@@ -99,7 +99,9 @@ def test_dpnet_warns_when_training_has_not_converged_and_pairs_are_few():
     x = np.random.default_rng(0).normal(size=(60, 30)).cumsum(axis=0)
     with pytest.warns(DiagnosticWarning, match="lagged pairs for 30 input coordinates"):
         net = dpnets.DPNet(r=2, epochs=2, batch_size=32, progress=False, seed=0).fit(x)
-    assert [d.kind for d in net.diagnostics()] == ["few_pairs"]
+    # 53 training pairs at batch 32, 2 epochs: 4 gradient steps
+    assert [d.kind for d in net.diagnostics()] == ["few_steps", "few_pairs"]
+    assert "training took 4 gradient steps" in net.diagnostics()[0].problem
 
 
 def test_validation_refits_do_not_repeat_the_diagnostics():

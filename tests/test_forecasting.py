@@ -227,3 +227,169 @@ def test_kernel_models_take_dt(make, tmp_path):
     assert dpnets.load(tmp_path / "k.pt").dt == 0.01
     with pytest.raises(ValueError, match="dt must be in"):
         make("rbf", rank=3, dt=0.0, **kw).fit(x)
+
+
+# ------------------------------------------------------------------------------ guardrails
+def test_dpnet_warns_on_a_saturated_score_and_on_few_gradient_steps():
+    """Lorenz-63 at dt = 0.01, lag 1: every smooth feature is almost perfectly correlated
+    one frame later, so the projection score reaches its ceiling r + 1 = 5 within two
+    epochs (the issue: 'saturated from epoch 3, and nothing says so'); 1349 pairs at batch
+    128 for 5 epochs are 55 gradient steps."""
+    from dpnets.diagnostics import DiagnosticWarning
+
+    x = lorenz63(1500)
+    with pytest.warns(DiagnosticWarning) as rec:
+        net = DPNet(seed=0, epochs=5, batch_size=128, progress=False).fit(x)
+    found = {d.kind: d for d in net.diagnostics()}
+    assert {"saturated", "few_steps"} <= set(found), found
+    sat, steps = found["saturated"], found["few_steps"]
+    assert "of 5" in sat.problem and "append_state=True" in sat.python and "r=" in sat.python
+    assert "--dim" in sat.cli
+    assert "training took 55 gradient steps (5 epoch(s)" in steps.problem
+    assert "epochs=10" in steps.python and "batch_size=" in steps.python
+    assert "--epochs 10" in steps.cli
+    assert any("at its ceiling" in str(w.message) for w in rec)
+    # the thresholds, on histories: 4.7 of 5 is 0.925 of the non-trivial part (not flagged)
+    from dpnets.diagnostics import saturation_diagnostics, steps_diagnostics
+
+    assert saturation_diagnostics({"val_score": [4.0, 4.7]}, r=4, trivial=1) == []
+    (d,) = saturation_diagnostics({"val_score": [4.0, 4.7, 4.81, 4.9]}, r=4, trivial=1)
+    assert "from epoch 3 of 4 on" in d.problem
+    assert steps_diagnostics(250, 1024, 30)[0].problem.startswith("training took 30 gradient")
+    assert steps_diagnostics(10_000, 1024, 10) == []  # 100 steps
+
+
+def test_predict_warns_on_inputs_outside_the_training_range(tmp_path):
+    """A rising series (weekly CO2's case: the test period above the training range) is
+    forecast from states the model never saw: predict says so, naming the remedy; inside
+    the range it is silent, and the range is saved with the model."""
+    from dpnets.diagnostics import DiagnosticWarning
+
+    rng = np.random.default_rng(0)
+    t = np.arange(600)
+    x = np.column_stack([0.01 * t + np.sin(t / 8), np.cos(t / 8)]) + 0.05 * rng.normal(
+        size=(600, 2)
+    )
+    model = DMD().fit(x[:400])
+    np.testing.assert_allclose(model.state_min_, x[:400].min(0))
+    np.testing.assert_allclose(model.state_max_, x[:400].max(0))
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DiagnosticWarning)
+        model.predict(x[:400:7], t=2)
+    with pytest.warns(
+        DiagnosticWarning, match=r"states lie outside the training data's range"
+    ) as rec:
+        model.predict(x[500:], t=1)
+    msg = str(rec[0].message)
+    assert "coordinate 0" in msg and "its differences" in msg
+    model.save(tmp_path / "dmd.pt")
+    loaded = dpnets.load(tmp_path / "dmd.pt")
+    np.testing.assert_array_equal(loaded.state_min_, model.state_min_)
+    with pytest.warns(DiagnosticWarning, match="outside the training data's range"):
+        loaded.predict(x[500:], t=1)
+    # partial_fit widens the range piece by piece; t=0 forecasts nothing and is silent
+    piece = TransferOperator().partial_fit(x[:200]).partial_fit(x[200:400])
+    np.testing.assert_allclose(piece.state_max_, x[:400].max(0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DiagnosticWarning)
+        piece.predict(x[500:], t=0)
+
+
+def test_standardisation_of_fields_is_said_truly():
+    """Snapshots (T, 2, 4, 5) fed to the default MLP (which flattens them into a Linear
+    layer): 'auto' leaves fields as given without the false 'first operation is not
+    affine' warning (near-constant pixels are normal in a field); a field of extreme
+    overall scale warns naming standardize='global'."""
+    import warnings
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(300, 2, 4, 5)).cumsum(0) * 0.1
+    x[:, 0, 0, :] = 1.0 + 1e-5 * rng.normal(size=(300, 5))  # near-constant pixels
+    net = DPNet(r=2, epochs=1, seed=0, progress=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        net.fit(x)
+    assert net.input_shift_ is None
+    with pytest.warns(RuntimeWarning, match=r"are fields.*standardize='global'") as rec:
+        DPNet(r=2, epochs=1, seed=0, progress=False).fit(x * 1e5)
+    assert not any("not affine" in str(w.message) for w in rec)
+    glob = DPNet(r=2, epochs=1, seed=0, progress=False, standardize="global").fit(x * 1e5)
+    assert np.ndim(glob.input_shift_) == 0 or np.size(glob.input_shift_) == 1
+
+
+# ------------------------------------------------------------------------------------ plots
+def _damped_waves(n: int = 600, shape: tuple = (24,), seed: int = 0) -> np.ndarray:
+    """Two noise-driven damped oscillations (moduli 0.97 and 0.9) seen on a field: DMD
+    finds two complex pairs inside the unit disc."""
+    rng = np.random.default_rng(seed)
+
+    def rot(rho, th):
+        return rho * np.array([[np.cos(th), -np.sin(th)], [np.sin(th), np.cos(th)]])
+
+    a = np.zeros((4, 4))
+    a[:2, :2], a[2:, 2:] = rot(0.97, 0.3), rot(0.9, 0.05)
+    z = np.zeros((n, 4))
+    for t in range(1, n):
+        z[t] = a @ z[t - 1] + rng.normal(size=4)
+    field = z @ rng.normal(size=(4, int(np.prod(shape))))
+    return field.reshape(n, *shape)
+
+
+def test_plots_label_a_conjugate_pair_once_and_draw_modes(tmp_path):
+    pytest.importorskip("matplotlib")
+    from dpnets import plot
+    from dpnets.validation import ImpliedTimescales
+
+    x = _damped_waves()
+    model = DMD(rank=4, dt=0.1).fit(x)
+    lam = model.eig()
+    assert np.sum(np.abs(lam.imag) > 1e-8) == 4  # two complex pairs
+    fig = plot.eigenvalues(model)
+    labels = [t.get_text() for t in fig.axes[1].texts]
+    assert len(labels) == 2 and all(s.endswith("(pair)") for s in labels), labels
+    # one label between each pair's two points, not two on top of each other ("44.944.9")
+    assert [t.xy[0] for t in fig.axes[1].texts] == [0.5, 2.5]  # DMD: no constant
+    # the timescale plot: a pair's equal columns are one line
+    res = ImpliedTimescales(
+        lags=np.array([1, 2]),
+        lag_times=np.array([0.1, 0.2]),
+        timescales=np.array([[5.0, 5.0, 1.0], [5.1, 5.1, 1.1]]),
+    )
+    legend = [t.get_text() for t in plot.implied_timescales(res).axes[0].get_legend().texts]
+    assert legend == ["processes 1, 2 (pair)", "process 3", "timescale = lag"]
+    fig = plot.eigenfunctions(model, x, k=2)
+    titles = [ax.get_title() for ax in fig.axes if ax.get_title()]  # not the colour bars
+    assert [t[:2] for t in titles] == ["φ0", "φ2"] and all("±" in t for t in titles)
+    fig = plot.modes(model, k=2, units="s")
+    assert len(fig.axes) == 2 and all("±" in ax.get_title() for ax in fig.axes)
+    fig.savefig(tmp_path / "modes1d.png")
+    field = _damped_waves(600, (2, 4, 6))
+    op = TransferOperator().fit(field)
+    fig = plot.modes(op, k=3, channel=1)
+    assert len(fig.axes) == 6  # three images and their colour bars
+    fig.savefig(tmp_path / "modes2d.png")
+    assert (tmp_path / "modes2d.png").stat().st_size > 5000
+    with pytest.raises(ValueError, match="not one of the 2 channels"):
+        plot.modes(op, channel=2)
+    with pytest.raises(ValueError, match="does not hold the 48 values"):
+        plot.modes(op, shape=(5, 5))
+
+
+def test_exact_kernel_dmd_guards_its_size_and_shows_progress(monkeypatch, capsys):
+    """Exact KernelDMD is O(n^3) (35 s at n = 6000, issue 40): above EXACT_MAX_SAMPLES it
+    warns naming NystromKernelDMD; from PROGRESS_MIN_SAMPLES on its stages show on a bar."""
+    pytest.importorskip("tqdm")
+    from dpnets.baselines import kernels
+
+    x = linear_gaussian(2, seed=0).sample(120, seed=0)
+    monkeypatch.setattr(kernels, "EXACT_MAX_SAMPLES", 100)
+    monkeypatch.setattr(kernels, "PROGRESS_MIN_SAMPLES", 50)
+    with pytest.warns(UserWarning, match=r"exact KernelDMD on 119 pairs.*NystromKernelDMD"):
+        KernelDMD("rbf", rank=3).fit(x)
+    assert "KernelDMD" in capsys.readouterr().err
+    KernelDMD("rbf", rank=3, progress=False).fit(x[:60])
+    assert "KernelDMD" not in capsys.readouterr().err
+    with pytest.raises(TypeError, match="progress must be True or False, got 'yes'"):
+        KernelDMD(progress="yes").fit(x)

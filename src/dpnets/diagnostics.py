@@ -31,6 +31,21 @@ The checks (documented choices, thresholds in the module constants):
 * **not converged**: the validation score still rising over the last epochs (at least
   ``CONVERGED_MIN_EPOCHS`` epochs; the rise over the last ``max(2, epochs // 5)`` epochs
   more than ``CONVERGED_RISE`` of the score's whole rise).
+* **saturated score**: a DPNet's best validation score within ``SATURATION_TOL`` of its
+  ceiling (``r + 1`` for the projection, relaxed and VAMP scores of ``[1, psi]``; the
+  ``r`` learned features' mean squared canonical correlation at least
+  ``1 - SATURATION_TOL``). At a lag short against the dynamics (Lorenz-63 at ``dt = 0.01``,
+  lag 1) nearly every smooth function of the state is almost perfectly correlated with
+  itself one lag later, so the score cannot tell features apart: it saturates within a
+  few epochs (4.69 of 5 at epoch 1, 4.99 at epoch 30) and the features need not span the
+  state, which a forecast needs (one-step RMSE 0.84 against persistence 0.65; with the
+  state appended 0.09, with ``r = 8`` 0.35).
+* **few gradient steps**: a DPNet trained for fewer than ``MIN_GRADIENT_STEPS`` optimiser
+  steps (``epochs * ceil(n_train / batch_size)``: 250 frames at the default batch of 1024
+  take one step an epoch, 30 in all).
+* **inputs outside the training range** (:func:`range_diagnostics`, at ``predict``): states
+  beyond the training data's range in some coordinate by more than ``RANGE_MARGIN`` of that
+  coordinate's range; a model regressed on the training states extrapolates there.
 """
 
 from __future__ import annotations
@@ -49,6 +64,9 @@ __all__ = [
     "spectrum_diagnostics",
     "sample_diagnostics",
     "training_diagnostics",
+    "saturation_diagnostics",
+    "steps_diagnostics",
+    "range_diagnostics",
     "warn",
     "ABOVE_ONE_TOL",
     "NOISE_FACTOR",
@@ -67,6 +85,13 @@ CONVERGED_MIN_EPOCHS = 4
 #: a rise of the validation score over the last epochs above this fraction of its whole
 #: rise counts as still improving
 CONVERGED_RISE = 0.05
+#: a DPNet's score whose learned features' mean squared canonical correlation is within
+#: this of 1 counts as saturated
+SATURATION_TOL = 0.05
+#: fewer optimiser steps than this are flagged
+MIN_GRADIENT_STEPS = 100
+#: prediction inputs further outside the training range than this fraction of it are flagged
+RANGE_MARGIN = 0.1
 
 
 class DiagnosticWarning(UserWarning):
@@ -82,7 +107,8 @@ class Diagnostic:
     ----------
     kind : str
         ``"above_one"``, ``"complex"``, ``"unresolved"``, ``"beyond_data"``,
-        ``"few_pairs"``, ``"not_converged"`` or ``"dropped"``.
+        ``"few_pairs"``, ``"not_converged"``, ``"saturated"``, ``"few_steps"``,
+        ``"out_of_range"`` or ``"dropped"``.
     problem : str
         What was found, with its numbers.
     python : str
@@ -281,5 +307,97 @@ def training_diagnostics(history: dict, objective: str = "score") -> list[Diagno
             f"{w} of {epochs} epochs ({100 * rise / whole:.0f}% of its whole rise)",
             "train longer (epochs=)",
             "train longer (--epochs)",
+        )
+    ]
+
+
+def saturation_diagnostics(
+    history: dict, r: int, trivial: int, objective: str = "score"
+) -> list[Diagnostic]:
+    """The finding of a validation score at its ceiling ``r + trivial`` (``trivial``: 1
+    when the score counts the constant function, as the VAMP scores and the DPNets scores
+    of ``[1, psi]`` do; else 0): the ``r`` learned features' mean squared canonical
+    correlation ``(score - trivial) / r`` at least ``1 - SATURATION_TOL`` at the best
+    epoch."""
+    s = np.asarray(history.get("val_score") or history.get("train_score") or [], np.float64)
+    s = s[np.isfinite(s)]
+    if s.size == 0 or r < 1:
+        return []
+    level = (s - trivial) / r
+    if level.max() < 1.0 - SATURATION_TOL:
+        return []
+    below = np.flatnonzero(level < 1.0 - SATURATION_TOL)
+    first = int(below[-1]) + 2 if below.size else 1  # 1-based epoch from which it stays up
+    if first <= s.size:
+        first_txt = f"from epoch {first} of {s.size} on"
+    else:
+        first_txt = f"at epoch {int(np.argmax(level)) + 1} of {s.size}"
+    return [
+        Diagnostic(
+            "saturated",
+            f"the {objective} is at its ceiling: {s.max():.4g} of {r + trivial} "
+            f"(the {r} features' mean squared correlation one lag later "
+            f"{level.max():.3f}) {first_txt}, so it cannot tell features apart: at a lag "
+            "short against the dynamics nearly any smooth function of the state is "
+            "predictable, and the features need not span the state",
+            "to forecast the state append it to the features "
+            "(TransferOperator(..., append_state=True)) or learn more features (r=); for "
+            "slow processes choose a longer lag (lag=)",
+            "learn more features (a larger --dim) or choose a longer --lag; to forecast the "
+            "state use TransferOperator(..., append_state=True) in Python",
+        )
+    ]
+
+
+def steps_diagnostics(n_train: int, batch_size: int, epochs: int) -> list[Diagnostic]:
+    """The finding of fewer than ``MIN_GRADIENT_STEPS`` optimiser steps:
+    ``epochs * ceil(n_train / batch_size)``."""
+    per_epoch = max(1, math.ceil(int(n_train) / int(batch_size)))
+    steps = int(epochs) * per_epoch
+    if steps >= MIN_GRADIENT_STEPS:
+        return []
+    need = math.ceil(MIN_GRADIENT_STEPS / per_epoch)
+    return [
+        Diagnostic(
+            "few_steps",
+            f"training took {steps} gradient step{'s' * (steps != 1)} ({epochs} epoch(s) of "
+            f"{per_epoch} batch(es): {n_train} training pairs at batch_size={batch_size}), "
+            f"fewer than {MIN_GRADIENT_STEPS}: the features are barely trained",
+            f"train for more steps: epochs={need} at this batch size, or a smaller "
+            "batch_size= (ceil(n_pairs / batch_size) steps an epoch; keep it well above r)",
+            f"train for more steps: --epochs {need} at this batch size, or a smaller --batch-size",
+        )
+    ]
+
+
+def range_diagnostics(
+    x: Any, low: Any, high: Any, margin: float = RANGE_MARGIN
+) -> list[Diagnostic]:
+    """The finding of states ``x`` (n, d) outside the training range ``[low, high]`` (per
+    coordinate) by more than ``margin`` of that coordinate's range."""
+    x = np.asarray(x, dtype=np.float64).reshape(len(x), -1)
+    lo = np.asarray(low, dtype=np.float64).ravel()
+    hi = np.asarray(high, dtype=np.float64).ravel()
+    if x.size == 0 or x.shape[1] != lo.size:
+        return []
+    width = hi - lo
+    pad = margin * np.where(width > 0, width, np.maximum(np.abs(hi), 1.0))
+    beyond = np.maximum(lo - x, x - hi) / np.where(width > 0, width, 1.0)
+    out = (x < lo - pad) | (x > hi + pad)
+    if not out.any():
+        return []
+    rows = int(out.any(axis=1).sum())
+    j = int(np.argmax(np.where(out, beyond, -np.inf).max(axis=0)))
+    worst = float(beyond[:, j].max())
+    return [
+        Diagnostic(
+            "out_of_range",
+            f"{rows} of {len(x)} states lie outside the training data's range (coordinate "
+            f"{j} up to {worst:.3g} times the width of its range [{lo[j]:.4g}, "
+            f"{hi[j]:.4g}] beyond it): the model extrapolates there",
+            "fit on data that covers these states, or model a stationary series (e.g. its "
+            "differences, or the deviations from a trend)",
+            "fit on data that covers these states, or model a stationary series (e.g. its "
+            "differences, or the deviations from a trend)",
         )
     ]

@@ -395,6 +395,7 @@ class TransferOperator(DiscreteTimeModel):
             self._check_products(self._stats)
         stats = Moments(self.moment_products()) if fresh else copy.deepcopy(self._stats)
         fmap = as_feature_map(features)
+        span = None if fresh else (self.state_min_, self.state_max_)
         if is_streaming(data):
             loader, shape = self._stream(data, fmap, stats)
             new_inputs: list = [loader]
@@ -405,9 +406,13 @@ class TransferOperator(DiscreteTimeModel):
             for seg in new_inputs:
                 for x, y in seg.chunks(FIT_CHUNK):
                     self.add_pairs(stats, fmap, x, y)
+                    span = state_range(span, x, y)
         self._check_piece_shape(shape, fresh)
         sources = new_inputs if fresh else [*self._train_inputs, *new_inputs]
         self.fit_from_moments(stats, sources, features, lag_, shape)
+        # the training range, for predict's out-of-range warning (not from streamed data)
+        known = not is_streaming(data) and (fresh or self.state_min_ is not None)
+        self.state_min_, self.state_max_ = span if known else (None, None)
 
     def fit_from_moments(
         self, stats: Moments, sources: list, features: Any, lag_: Any, shape: tuple
@@ -624,3 +629,14 @@ def restore_operator(cfg: dict, tensors: dict[str, torch.Tensor], **kw: Any) -> 
 
 
 register("TransferOperator", TransferOperator, dump_operator, restore_operator)
+
+
+def state_range(span: Any, *states: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(min, max)`` of each flattened coordinate over ``states`` and ``span`` (a previous
+    ``(min, max)``, or None)."""
+    flat = [np.reshape(s, (s.shape[0], -1)) for s in states if len(s)]
+    lo = np.min([f.min(axis=0) for f in flat], axis=0).astype(np.float64)
+    hi = np.max([f.max(axis=0) for f in flat], axis=0).astype(np.float64)
+    if span is not None and span[0] is not None:
+        lo, hi = np.minimum(lo, span[0]), np.maximum(hi, span[1])
+    return lo, hi

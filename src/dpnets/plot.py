@@ -15,8 +15,12 @@ headless (in CI, on a cluster node) and in notebooks alike.
 * :func:`ck_test`: the Chapman–Kolmogorov grid (:func:`dpnets.validation.ck_test`);
 * :func:`eigenfunctions`: eigenfunctions on one or two coordinates of the states;
 * :func:`eigenfunction_traces`: each slow eigenfunction against time, a line per trajectory;
+* :func:`modes`: the spatial (Koopman) modes of a field, each with its eigenvalue;
 * :func:`free_energy`: a free-energy surface ``-kT ln p`` of two coordinates from (reweighted)
   frames.
+
+A complex-conjugate pair of eigenvalues is one oscillating process: the plots draw and label
+it once (its implied timescale, eigenfunction and mode are those of either member).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import numpy as np
 
 __all__ = [
     "eigenvalues",
+    "modes",
     "implied_timescales",
     "ck_test",
     "eigenfunctions",
@@ -58,6 +63,30 @@ def _figure(ax: Any, figsize: tuple[float, float]) -> tuple[Any, Any]:
         fig, ax = pyplot().subplots(figsize=figsize, layout="constrained")
         return fig, ax
     return ax.figure, ax
+
+
+def _pair_members(lam: np.ndarray) -> np.ndarray:
+    """Whether each eigenvalue is the second member of a complex-conjugate pair (the
+    conjugate of an earlier one, within round-off), to be drawn and labelled once."""
+    lam = np.asarray(lam, dtype=np.complex128).ravel()
+    second = np.zeros(lam.size, dtype=bool)
+    for i in range(1, lam.size):
+        tol = 1e-8 * max(1.0, abs(lam[i]))
+        if (
+            abs(lam[i].imag) > tol
+            and not second[i - 1]
+            and abs(lam[i] - np.conj(lam[i - 1])) <= tol
+        ):
+            second[i] = True
+    return second
+
+
+def _eig_label(lam: complex) -> str:
+    """``λ = a`` or, for a complex pair, ``λ = a ± bi``."""
+    lam = complex(lam)
+    if lam.imag == 0:
+        return f"λ = {lam.real:.4g}"
+    return f"λ = {lam.real:.4g} ± {abs(lam.imag):.3g}i"
 
 
 def eigenvalues(
@@ -184,15 +213,25 @@ def _eig_gap(
     timescales = _timescales(model, dt)
     if timescales is not None:
         unit = f" {units}" if units else ""
-        for i in np.flatnonzero(lead & ~stationary)[:8]:
-            if np.isfinite(timescales[i]) and timescales[i] > 0:
-                ax.annotate(
-                    f"{timescales[i]:.3g}{unit}",
-                    (index[i], shown[i]),
-                    textcoords="offset points",
-                    xytext=(4, 4),
-                    fontsize="x-small",
-                )
+        second = _pair_members(vals)
+        last_y = None  # the previous label's height: close neighbours alternate above/below
+        below = False
+        for i in np.flatnonzero(lead & ~stationary & ~second)[:8]:
+            if not (np.isfinite(timescales[i]) and timescales[i] > 0):
+                continue
+            pair = i + 1 < vals.size and second[i + 1]
+            close = last_y is not None and abs(np.log10(shown[i] / last_y)) < 0.15
+            below = (not below) if close else False
+            ax.annotate(
+                f"{timescales[i]:.3g}{unit}" + (" (pair)" if pair else ""),
+                # a pair's one label sits between its two points
+                (index[i] + 0.5 * pair, shown[i]),
+                textcoords="offset points",
+                xytext=(4, -10 if below else 4),
+                fontsize="x-small",
+                ha="center" if pair else "left",
+            )
+            last_y = shown[i]
     if stationary.any():
         ax.legend(fontsize="small", loc="lower right")
     ax.set_title(
@@ -231,10 +270,18 @@ def implied_timescales(result: Any, ax: Any = None, units: str = "", log: bool =
     matplotlib figure
     """
     fig, ax = _figure(ax, (5.0, 3.6))
-    for i in range(result.timescales.shape[1]):
-        if np.all(np.isnan(result.timescales[:, i])):
-            continue  # fewer processes than asked for
-        (line,) = ax.plot(result.lag_times, result.timescales[:, i], "o-", label=f"process {i + 1}")
+    ts = np.asarray(result.timescales, dtype=np.float64)
+    # a complex pair gives two equal columns: one line, labelled with both processes
+    same = [
+        i > 0 and np.allclose(ts[:, i], ts[:, i - 1], rtol=1e-9, equal_nan=True)
+        for i in range(ts.shape[1])
+    ]
+    for i in range(ts.shape[1]):
+        if np.all(np.isnan(ts[:, i])) or same[i]:
+            continue  # fewer processes than asked for, or the second member of a pair
+        pair = i + 1 < ts.shape[1] and same[i + 1]
+        label = f"processes {i + 1}, {i + 2} (pair)" if pair else f"process {i + 1}"
+        (line,) = ax.plot(result.lag_times, ts[:, i], "o-", label=label)
         if result.lower is not None:
             ax.fill_between(
                 result.lag_times,
@@ -351,7 +398,8 @@ def eigenfunctions(
         flattened states): one coordinate gives a scatter of the values, two give maps of
         the mean value in ``bins x bins`` cells.
     k : int, default 3
-        How many eigenfunctions.
+        How many eigenfunctions (a complex pair counts once: the real parts of its two
+        eigenfunctions are equal).
     labels : sequence of str, optional
         Axis labels of the coordinates (with units).
     skip_stationary : bool, default True
@@ -370,7 +418,8 @@ def eigenfunctions(
     generator = type(model).__name__ == "Generator"
     stationary = abs(lam[0]) < 1e-8 if generator else abs(lam[0] - 1.0) < 1e-6
     start = 1 if skip_stationary and stationary else 0
-    idx = list(range(start, min(start + int(k), phi.shape[1])))
+    second = _pair_members(lam)  # a conjugate pair's real parts are equal: drawn once
+    idx = [i for i in range(start, phi.shape[1]) if not second[i]][: int(k)]
     flat = x.reshape(x.shape[0], -1)
     c = flat[:, : min(2, flat.shape[1])] if coords is None else np.asarray(coords)
     c = c.reshape(c.shape[0], -1)
@@ -381,7 +430,7 @@ def eigenfunctions(
         1, len(idx), figsize=(3.4 * len(idx) + 0.4, 3.2), layout="constrained", squeeze=False
     )
     for ax, i in zip(axes[0], idx, strict=True):
-        title = f"φ{i}, λ = {lam[i].real:.3g}" + (f"{lam[i].imag:+.2g}i" if lam[i].imag else "")
+        title = f"φ{i}, {_eig_label(lam[i])}"
         if c.shape[1] == 1:
             order = np.argsort(c[:, 0])
             ax.plot(c[order, 0], phi[order, i], ".", ms=2, alpha=0.5)
@@ -424,7 +473,7 @@ def eigenfunction_traces(
     model : fitted model with ``eig`` and ``eigenfunctions``
     trajectories : sequence of arrays (frames, ...)
     k : int, default 2
-        How many eigenfunctions after the constant one.
+        How many eigenfunctions after the constant one (a complex pair counts once).
     dt : float, default 1.0
         Time per frame.
     units : str
@@ -440,7 +489,8 @@ def eigenfunction_traces(
     """
     plt = pyplot()
     lam = np.asarray(model.eig())
-    idx = list(range(1, min(1 + int(k), lam.size)))
+    second = _pair_members(lam)  # a conjugate pair's real parts are equal: drawn once
+    idx = [i for i in range(1, lam.size) if not second[i]][: int(k)]
     if not idx:
         raise ValueError("the model has no eigenfunction besides the constant one")
     shown = list(trajectories)[: int(max_lines)]
@@ -456,7 +506,7 @@ def eigenfunction_traces(
             ax.plot(t, phi[:, i], lw=0.8, label=label)
     for ax, i in zip(axes[:, 0], idx, strict=True):
         ax.set_ylabel(f"φ{i}")
-        ax.set_title(f"eigenfunction {i}, λ = {lam[i].real:.4g}", fontsize="small")
+        ax.set_title(f"eigenfunction {i}, {_eig_label(lam[i])}", fontsize="small")
     axes[-1, 0].set_xlabel(f"time{_unit(units)}")
     if names is not None:
         axes[0, 0].legend(fontsize="x-small", ncol=2)
@@ -518,4 +568,95 @@ def free_energy(
     ax.set_title(
         "free energy" + (" (reweighted)" if weights is not None else ""), fontsize="medium"
     )
+    return fig
+
+
+def modes(
+    model: Any,
+    k: int = 4,
+    *,
+    observable: Any = None,
+    shape: Sequence[int] | None = None,
+    channel: int = 0,
+    skip_stationary: bool = True,
+    dt: float | None = None,
+    units: str = "",
+) -> Any:
+    """The spatial (Koopman) modes of a field, each titled with its eigenvalue and implied
+    timescale: ``E[x_t | x_0] ≈ Σ λ_iᵗ φ_i(x_0) m_i`` (:meth:`modes`, App. D.3).
+
+    Each panel draws the real part of one mode ``m_i`` (a complex pair once: its modes
+    are conjugate), as an image for 2-D fields, as a line for 1-D ones; the colour scale
+    is symmetric about 0 (a mode is a pattern of signs, its scale set by ``φ_i``).
+
+    Parameters
+    ----------
+    model : fitted model with ``modes()``, ``eig()``
+        A transfer operator (or DMD, EDMD, kernel model) of field snapshots.
+    k : int, default 4
+        How many modes (after the stationary one with ``skip_stationary``).
+    observable : array, optional
+        Passed to ``model.modes`` (default: the state).
+    shape : sequence of int, optional
+        The shape of one field when the states are flattened (default: the model's
+        ``state_shape_``).
+    channel : int, default 0
+        Which channel of fields of shape ``(channels, ny, nx)``.
+    skip_stationary : bool, default True
+        Leave out the mode of eigenvalue 1 (the mean field).
+    dt : float, optional
+        Time per frame for the timescales (default: the model's ``dt``).
+    units : str
+        Time units of the timescales.
+
+    Returns
+    -------
+    matplotlib figure
+    """
+    plt = pyplot()
+    m = np.asarray(model.modes(observable))
+    lam = np.asarray(model.eig(), dtype=np.complex128)
+    field_shape = tuple(shape) if shape is not None else tuple(m.shape[1:])
+    if int(np.prod(field_shape)) != int(np.prod(m.shape[1:])):
+        raise ValueError(
+            f"shape={tuple(field_shape)} does not hold the {int(np.prod(m.shape[1:]))} values "
+            "of a mode"
+        )
+    m = m.reshape(m.shape[0], *field_shape)
+    if m.ndim == 4:  # (r, channels, ny, nx)
+        if not 0 <= int(channel) < m.shape[1]:
+            raise ValueError(f"channel={channel} is not one of the {m.shape[1]} channels")
+        m = m[:, int(channel)]
+    if m.ndim not in (2, 3):
+        raise ValueError(
+            f"modes of shape {field_shape} are not a 1-D or 2-D field (or channels of one): "
+            "pass shape=(ny, nx)"
+        )
+    stationary = np.abs(lam - 1.0) < 1e-6
+    second = _pair_members(lam)
+    keep = ~second & ~(stationary if skip_stationary else np.zeros_like(stationary))
+    idx = np.flatnonzero(keep)[: int(k)]
+    if idx.size == 0:
+        raise ValueError("the model has no mode to draw besides the stationary one")
+    timescales = _timescales(model, dt)
+    unit = f" {units}" if units else ""
+    fig, axes = plt.subplots(
+        1, idx.size, figsize=(3.2 * idx.size + 0.4, 2.8), layout="constrained", squeeze=False
+    )
+    for ax, i in zip(axes[0], idx, strict=True):
+        re = np.real(m[i])
+        top = float(np.max(np.abs(re))) or 1.0
+        if re.ndim == 1:
+            ax.plot(np.arange(re.size), re)
+            ax.axhline(0, color="0.85", linewidth=0.8, zorder=0)
+            ax.set_xlabel("coordinate")
+        else:
+            img = ax.imshow(re, cmap="coolwarm", vmin=-top, vmax=top, origin="lower")
+            fig.colorbar(img, ax=ax, shrink=0.8)
+            ax.set_xticks([])
+            ax.set_yticks([])
+        title = f"mode {i}, {_eig_label(lam[i])}"
+        if timescales is not None and np.isfinite(timescales[i]) and timescales[i] > 0:
+            title += f"\ntimescale {timescales[i]:.3g}{unit}"
+        ax.set_title(title, fontsize="small")
     return fig

@@ -30,7 +30,13 @@ from dpnets.data import (
     check_states,
     to_numpy,
 )
-from dpnets.diagnostics import ABOVE_ONE_TOL, Diagnostic, spectrum_diagnostics
+from dpnets.diagnostics import (
+    ABOVE_ONE_TOL,
+    Diagnostic,
+    range_diagnostics,
+    spectrum_diagnostics,
+)
+from dpnets.diagnostics import warn as warn_diagnostics
 from dpnets.exceptions import check_is_fitted
 from dpnets.heldout import HELDOUT_KINDS, basis_score, heldout_pairs
 from dpnets.io import (
@@ -261,6 +267,9 @@ class SpectralModel(TransformerMixin, BaseEstimator):
     * ``eigvals_``, ``left_eigvecs_``, ``right_eigvecs_``: from :meth:`_set_spectrum`;
     * ``state_coef_`` (r, d): least-squares coefficients of the (flattened) state observable;
     * ``n_samples_``, ``n_features_``, ``state_shape_``, ``lag_`` (None where unknown);
+    * ``state_min_``, ``state_max_`` (d,): the range of each (flattened) state coordinate
+      over the training pairs, where the estimator records it (saved); :meth:`predict`
+      warns (:class:`dpnets.diagnostics.DiagnosticWarning`) on inputs outside it;
     * ``features_x_`` (n, r): the training inputs' features, for observables given on the
       training samples (not saved to files). :class:`TransferOperator` and
       :class:`dpnets.Generator` do not store it: they keep a reference to the training
@@ -295,6 +304,8 @@ class SpectralModel(TransformerMixin, BaseEstimator):
     state_shape_: tuple[int, ...]
     lag_: int | None
     constant_: bool
+    state_min_: np.ndarray | None = None
+    state_max_: np.ndarray | None = None
 
     # -- private state of the chunked fits (TransferOperator, Generator): the accumulated
     # statistics that partial_fit adds to, and references to the training inputs from which
@@ -562,6 +573,8 @@ class SpectralModel(TransformerMixin, BaseEstimator):
             )
         coef, obs_shape = self._observable_coef(observable)
         ahead = [s for s in ts if s != 0 or equal_time]
+        if ahead:
+            self._warn_out_of_range(X)
         out = iter(self.modal_forecast(self.transform(X), coef, ahead) if ahead else [])
         x = None if len(ahead) == len(ts) else self._check_X(X).astype(np.float64)
         shaped = [
@@ -571,6 +584,15 @@ class SpectralModel(TransformerMixin, BaseEstimator):
             for s in ts
         ]
         return shaped[0] if scalar else np.stack(shaped)
+
+    def _warn_out_of_range(self, X: Any) -> None:
+        """Warn (:class:`dpnets.diagnostics.DiagnosticWarning`) when forecasts start from
+        states outside the training data's range (``state_min_``, ``state_max_``; models
+        that do not record it are not checked)."""
+        low, high = getattr(self, "state_min_", None), getattr(self, "state_max_", None)
+        if low is None or high is None:
+            return
+        warn_diagnostics(range_diagnostics(self._check_X(X), low, high))
 
     def modal_forecast(self, phi: np.ndarray, coef: np.ndarray, ts: list) -> list[np.ndarray]:
         """:meth:`predict` from the basis values ``phi`` (m, r) and the coefficients ``coef``
@@ -914,6 +936,8 @@ OPTIONAL_ARRAYS = (
     "feature_scale_",
     "cy_",
     "features_mean_y_",
+    "state_min_",
+    "state_max_",
 )
 
 
@@ -980,6 +1004,7 @@ def check_fitted_arrays(model: Any) -> None:
     shapes = {"operator_": (r, r), "cx_": (r, r), "cx_pinv_": (r, r), "features_x_": (n, r)}
     shapes.update({"cy_": (r, r), "features_mean_": (r,), "features_mean_y_": (r,)})
     shapes["state_coef_"] = (r, d)
+    shapes.update({"state_min_": (d,), "state_max_": (d,)})
     for name, shape in shapes.items():
         value = vars(model).get(name)  # stored arrays only (no on-demand features_x_)
         if value is not None and tuple(np.shape(value)) != shape:

@@ -133,6 +133,8 @@ def _dump_kernel_model(model: Any, tensors: Tensors) -> dict:
 
     check_is_fitted(model, "operator_")
     io.arrays_to_tensors(model, _KERNEL_ARRAYS + ("features_mean_",), tensors)
+    if getattr(model, "state_min_", None) is not None:  # the training range (predict's check)
+        io.arrays_to_tensors(model, ("state_min_", "state_max_"), tensors)
     for prefix, fm in (("features", model.features_), ("left_features", model.left_features_)):
         tensors[f"{prefix}.centres"] = torch.from_numpy(np.ascontiguousarray(fm.centres))
         tensors[f"{prefix}.weights"] = torch.from_numpy(np.ascontiguousarray(fm.weights))

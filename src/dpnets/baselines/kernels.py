@@ -52,8 +52,9 @@ from dpnets.base import fit_data
 from dpnets.data import check_states, chunks, is_streaming, pairs, resolve_lag
 from dpnets.exceptions import check_is_fitted
 from dpnets.linalg import default_rtol
-from dpnets.params import Constraint, count
+from dpnets.params import Constraint, boolean, count
 from dpnets.spectral import DiscreteTimeModel
+from dpnets.training import progress_bar
 
 __all__ = ["Kernel", "KernelFeatures", "KernelDMD", "NystromKernelDMD", "KERNELS", "ESTIMATORS"]
 
@@ -365,6 +366,8 @@ class _KernelRegression(DiscreteTimeModel):
         self.cx_rank_ = r
         self.n_samples_, self.n_features_ = n, r
         self.state_shape_ = tuple(p.state_shape)
+        self.state_min_ = np.minimum(x.min(0), y_states.min(0))
+        self.state_max_ = np.maximum(x.max(0), y_states.max(0))
         self.lag_ = resolve_lag(data, lag)[1]
         self._set_spectrum()
         diagnostics.warn(self._diagnostics())
@@ -387,6 +390,31 @@ class _KernelRegression(DiscreteTimeModel):
         small = np.abs(lam) <= np.finfo(np.float64).eps * max(1.0, float(np.abs(lam).max()))
         scale = np.where(small, 0.0, 1.0 / np.where(small, 1.0, lam))
         return g @ (self.left_eigvecs_.conj() * scale[None, :])
+
+
+#: above this many pairs, exact :class:`KernelDMD` warns and names :class:`NystromKernelDMD`
+#: (its ``O(n^3)`` eigendecomposition of ``n x n`` Gram matrices: 35 s at n = 6000)
+EXACT_MAX_SAMPLES = 5000
+#: from this many pairs on, exact :class:`KernelDMD` shows its stages on a progress bar
+PROGRESS_MIN_SAMPLES = 2000
+
+
+class _Stages:
+    """A progress bar over the named stages of a long fit (no bar when disabled or
+    without tqdm)."""
+
+    def __init__(self, enabled: bool, total: int, desc: str) -> None:
+        bar = progress_bar(range(total), enabled, desc, total)
+        self.bar = bar if hasattr(bar, "update") else None
+
+    def __call__(self, stage: str) -> None:
+        if self.bar is not None:
+            self.bar.set_postfix_str(stage, refresh=False)
+            self.bar.update()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
 
 
 class KernelDMD(_KernelRegression):
@@ -420,6 +448,11 @@ class KernelDMD(_KernelRegression):
         data, the lag they were paired at (see :class:`dpnets.TransferOperator`).
     dt : float, default 1.0
         Time between frames: timescales and ``predict(..., unit="time")`` in its units.
+    progress : bool, default True
+        Show the stages of fits of at least ``PROGRESS_MIN_SAMPLES`` (2000) pairs on a
+        progress bar (needs tqdm). Above ``EXACT_MAX_SAMPLES`` (5000) pairs ``fit`` warns
+        and names :class:`NystromKernelDMD` (the exact fit is ``O(n^3)``: 35 s at
+        n = 6000).
 
     Attributes
     ----------
@@ -455,6 +488,7 @@ class KernelDMD(_KernelRegression):
         rtol: float | None = None,
         lag: int | None = None,
         dt: float = 1.0,
+        progress: bool = True,
     ) -> None:
         self.kernel = kernel
         self.rank = rank
@@ -466,10 +500,32 @@ class KernelDMD(_KernelRegression):
         self.rtol = rtol
         self.lag = lag
         self.dt = dt
+        self.progress = progress
+
+    _parameter_constraints: ClassVar[dict[str, Constraint]] = {
+        **_KernelRegression._parameter_constraints,
+        "progress": boolean(),
+    }
 
     def _solve(self, p: Any, x: np.ndarray, y: np.ndarray, kernel: Callable) -> dict:
         n = x.shape[0]
+        if n > EXACT_MAX_SAMPLES:
+            warnings.warn(
+                f"exact KernelDMD on {n} pairs (above {EXACT_MAX_SAMPLES}) builds {n} x {n} "
+                "Gram matrices and eigendecomposes them, O(n^3) (35 s at n = 6000): use "
+                "NystromKernelDMD(kernel, n_centers=...) for large data",
+                stacklevel=3,
+            )
+        stage = _Stages(bool(self.progress) and n >= PROGRESS_MIN_SAMPLES, 4, "KernelDMD")
+        try:
+            return self._solve_exact(x, y, kernel, stage)
+        finally:
+            stage.close()
+
+    def _solve_exact(self, x: np.ndarray, y: np.ndarray, kernel: Callable, stage: _Stages) -> dict:
+        n = x.shape[0]
         kx = _gram(kernel, x, x) / n  # K_X = S S^*
+        stage("K_X")
         kx = 0.5 * (kx + kx.T)
         rank = self.rank
         if self.estimator == "pcr" and rank is not None and rank < n:
@@ -477,6 +533,7 @@ class KernelDMD(_KernelRegression):
         else:
             s, q = scipy.linalg.eigh(kx)
         s, q = s[::-1], q[:, ::-1]
+        stage("eigh")
         keep = self._keep(s, float(s[0]), n)
         s, q = s[keep], q[:, keep]
         rank = self._effective_rank(s.shape[0])
@@ -489,10 +546,12 @@ class KernelDMD(_KernelRegression):
             return w[:, None] * g * w[None, :]
 
         a = _reduce(s, lam, rank, self.estimator, whitened_out)  # (m, r)
+        stage("regression")
         # phi(x) = psi_b(x) @ a with psi_b(x) = k(x, X) q s^{-1/2} / sqrt(n)
         weights = (q / np.sqrt(s)[None, :]) @ a / np.sqrt(n)
         phi_x = np.sqrt(n) * (q * np.sqrt(s)[None, :]) @ a  # exact: k(X, X) q = n q s
         phi_y = _gram(kernel, y, x) @ weights
+        stage("K_YX")
         return {
             "phi_x": phi_x,
             "phi_y": phi_y,
