@@ -49,6 +49,15 @@ def test_torsions_by_kind_of_the_selected_residues_equal_mdtraj(adk):
     assert t.md_features.blocks == (("phi", 6), ("psi", 6), ("chi1", 2))
     # the default is every backbone phi/psi: 214 residues, 213 of each
     assert _read(features="dihedrals").state_shape == (852,)
+    with pytest.warns(RuntimeWarning, match=r"no chi1 torsion: left out .*kept: phi"):
+        t = read_trajectories(
+            ADK,
+            topology=files.PSF,
+            features="dihedrals",
+            selection="resid 7",
+            torsions=["phi", "chi1"],
+        )  # ALA8 has no chi1
+    assert t.names == ["sin φ ALA8", "cos φ ALA8"]
     with pytest.raises(DataFileError, match="no chi4 torsion in the selected residues"):
         _read(features="dihedrals", selection="resid 7", torsions=["chi4"])  # ALA8
     with pytest.raises(ValueError, match="torsion kinds must be among"):

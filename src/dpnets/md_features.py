@@ -20,6 +20,7 @@ fit's topology) and one human-readable label per output column, as PyEMMA's feat
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -130,11 +131,12 @@ def torsion_features(top: Any, kinds: list[str] | tuple[str, ...], atoms: np.nda
         )
     probe = md.Trajectory(np.zeros((1, top.n_atoms, 3), dtype=np.float32), top)
     residues = {top.atom(int(a)).residue.index for a in atoms}
-    quads, names, blocks = [], [], []
+    quads, names, blocks, missing = [], [], [], []
     for kind in dict.fromkeys(kinds):  # each kind once, in the order asked
         idx = np.asarray(getattr(md, f"compute_{kind}")(probe)[0], dtype=np.int64).reshape(-1, 4)
         idx = idx[[top.atom(int(q[1])).residue.index in residues for q in idx]]
         if not len(idx):
+            missing.append(kind)
             continue
         sym = TORSION_KINDS[kind]
         res = [str(top.atom(int(q[1])).residue) for q in idx]
@@ -143,6 +145,13 @@ def torsion_features(top: Any, kinds: list[str] | tuple[str, ...], atoms: np.nda
         blocks.append((kind, len(idx)))
     if not quads:
         raise ValueError(f"the topology has no {', '.join(kinds)} torsion in the selected residues")
+    if missing:
+        warnings.warn(
+            f"the selected residues have no {', '.join(missing)} torsion: left out of the "
+            f"features (kept: {', '.join(k for k, _ in blocks)})",
+            RuntimeWarning,
+            stacklevel=4,
+        )
     return MDFeatures("dihedrals", np.concatenate(quads), names, tuple(blocks))
 
 
