@@ -31,6 +31,7 @@ __all__ = [
     "load_config",
     "write_config",
     "absolute_paths",
+    "bias_spec",
     "read_fit",
 ]
 
@@ -112,6 +113,34 @@ FIT_OPTIONS: tuple[FitOption, ...] = (
     FitOption("data", "stride", 1, "keep every k-th frame (default {default}: every frame)", low=1),
     # 0: from the files, else 1 frame
     FitOption("data", "dt", 0.0, "time per frame (default: from the files, else 1 frame)", low=0.0),
+    # a biased run (issue 44): the bias energy per frame -> pairs in rescaled time
+    FitOption(
+        "data",
+        "bias",
+        [],
+        "the bias energy of every frame of a biased run (metadynamics, OPES, umbrella): "
+        "FILE[:COLUMN] per trajectory, in order; PLUMED COLVAR files (the column by name, "
+        "default the one ending in .bias) or .npy arrays, read with --stride; pairs are then "
+        "formed at --lag frames of rescaled (unbiased) time, valid for a bias that changes "
+        "slowly against the lag and barely acts at the transition states (default: none, an "
+        "unbiased run)",
+        cli={"nargs": "+"},
+    ),
+    FitOption(
+        "data",
+        "temperature",
+        0.0,
+        "temperature of the biased run in kelvin, for beta = 1/(k_B T) of --bias (needed "
+        "unless --bias-units kT)",
+        low=0.0,
+    ),
+    FitOption(
+        "data",
+        "bias_units",
+        "kJ/mol",
+        "energy units of the --bias files (default {default}, PLUMED's)",
+        cli={"choices": ("kJ/mol", "kcal/mol", "kT")},
+    ),
     FitOption("model", "lag", 1, "lag between paired frames, in frames (default {default})", low=1),
     FitOption(
         "model",
@@ -316,9 +345,26 @@ def absolute_paths(data: dict[str, Any]) -> dict[str, Any]:
     current folder), as a fit folder stores them."""
     data = dict(data)
     data["paths"] = [os.path.abspath(os.path.expanduser(str(p))) for p in data["paths"]]
+    if data.get("bias"):
+        data["bias"] = [_absolute_bias(str(b)) for b in data["bias"]]
     if data.get("topology"):
         data["topology"] = os.path.abspath(os.path.expanduser(str(data["topology"])))
     return data
+
+
+def bias_spec(spec: str) -> tuple[str, str | int | None]:
+    """``(file, column)`` of a ``--bias FILE[:COLUMN]`` entry (the column by name, or a
+    0-based index; None: the file's bias column)."""
+    path, sep, column = str(spec).rpartition(":")
+    if not sep or not path or "/" in column or os.sep in column:
+        return str(spec), None
+    return path, int(column) if column.isdigit() else column
+
+
+def _absolute_bias(spec: str) -> str:
+    path, column = bias_spec(spec)
+    path = os.path.abspath(os.path.expanduser(path))
+    return path if column is None else f"{path}:{column}"
 
 
 def _resolved(path: str, folder: Path) -> str:
