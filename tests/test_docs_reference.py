@@ -31,6 +31,7 @@ MODULES = [
     "dpnets.nn",
     "dpnets.systems",
     "dpnets.datasets",
+    "dpnets.biased",
     "dpnets.export",
     "dpnets.engines",
 ]

@@ -130,8 +130,8 @@ FIT_OPTIONS: tuple[FitOption, ...] = (
         "data",
         "temperature",
         0.0,
-        "temperature of the biased run in kelvin, for beta = 1/(k_B T) of --bias (needed "
-        "unless --bias-units kT)",
+        "temperature of the biased run in kelvin, for beta = 1/(k_B T) of --bias (default: "
+        "none; needed with --bias unless --bias-units kT)",
         low=0.0,
     ),
     FitOption(

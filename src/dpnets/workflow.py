@@ -74,11 +74,15 @@ def _read_bias(data: dict[str, Any], trajs: Any) -> list[np.ndarray] | None:
     """The log-weights ``beta V`` of every trajectory of a biased run (``--bias``, one file
     per trajectory, read with ``--stride``), or None for an unbiased run; a bias file whose
     frames are not the trajectory's is refused, naming both."""
-    from dpnets.datasets import DataFileError, read_log_weights
+    from dpnets.datasets import BOLTZMANN, DataFileError, read_log_weights
 
     specs = list(data.get("bias") or [])
     if not specs:
         return None
+    if data["bias_units"] not in BOLTZMANN:
+        raise WorkflowError(
+            f"--bias-units {data['bias_units']!r}: expected one of {', '.join(BOLTZMANN)}"
+        )
     if len(specs) != len(trajs.data):
         raise WorkflowError(
             f"--bias: {len(specs)} bias file(s) for {len(trajs.data)} trajectories; give one "
