@@ -90,6 +90,26 @@ def test_bad_log_weights_are_refused_in_one_line(kwargs, match):
     assert "\n" not in str(err.value)
 
 
+def test_a_biased_fit_is_saved_as_such_and_refused_by_the_validation(tmp_path):
+    from dpnets import load
+    from dpnets.validation import ck_test, implied_timescales
+
+    x = np.cumsum(np.random.default_rng(5).normal(size=(300, 1)), axis=0)
+    op = TransferOperator(lag=2).fit(x, log_weights=np.full(300, 0.1))
+    assert op.rescaled_time_ and not TransferOperator(lag=2).fit(x).rescaled_time_
+    op.save(tmp_path / "op.pt")
+    loaded = load(tmp_path / "op.pt")
+    assert loaded.rescaled_time_
+    np.testing.assert_allclose(loaded.operator_, op.operator_)
+    for model in (op, loaded):
+        with pytest.raises(ValueError, match="fitted on a biased run in rescaled time"):
+            implied_timescales(model, x, lags=[1, 2])
+        with pytest.raises(ValueError, match="fitted on a biased run in rescaled time"):
+            ck_test(model, x, [1, 2], lambda s: np.ones((len(s), 1)))
+    with pytest.raises(ValueError, match="observable: a fit on a biased run"):
+        op.predict(x[:3], observable=np.ones(len(x)))
+
+
 def test_log_weights_need_trajectories_and_no_koopman_reweighting():
     x = np.random.default_rng(4).normal(size=(100, 2))
     with pytest.raises(ValueError, match="log_weights needs trajectories"):
@@ -251,6 +271,8 @@ def test_cli_fit_with_plumed_bias_files(tmp_path, capsys):
     config = load_config(out / "config.toml")["data"]
     assert config["bias"] == biases and config["temperature"] == 300.0
     capsys.readouterr()
+    assert main(["analyze", str(out), "--quiet"]) == 2  # no unweighted refits of a biased run
+    assert "fitted on a biased run (--bias)" in capsys.readouterr().err
     assert main(["fit", *paths, "--bias", *biases, *fit, "--out", str(tmp_path / "a")]) == 2
     assert "--bias needs --temperature" in capsys.readouterr().err
     one = ["--bias", biases[0], "--temperature", "300"]

@@ -168,6 +168,10 @@ class TransferOperator(DiscreteTimeModel):
         norm ``r_i^H Cx r_i = 1``.
     lag_ : int or None
         Lag in frames (from ``fit``; None for pre-paired data fitted without ``lag``).
+    rescaled_time_ : bool
+        Whether the pairs were formed in rescaled time (``fit(X, log_weights=...)``, a
+        biased run): the validation refits of :mod:`dpnets.validation` then refuse the
+        model (they would pair the biased frames without the bias).
     reweighting_coef_ : ndarray (r,) or None
         ``reversible="reweight"``: the Koopman weights ``w(x) = transform(x) @ u`` of the
         training inputs (mean 1 over them); None otherwise.
@@ -443,6 +447,7 @@ class TransferOperator(DiscreteTimeModel):
         self.check_regression_params()
         self.features_, self.lag_ = features, lag_
         self._stats, self._train_inputs = stats, sources
+        self.rescaled_time_ = any(isinstance(src, RescaledSegment) for src in sources)
         self.state_shape_ = tuple(shape)
         self._check_products(stats)
         fit = estimate_operator(
@@ -518,9 +523,7 @@ class TransferOperator(DiscreteTimeModel):
         )
 
     def _observable_coef(self, observable: Any) -> tuple[np.ndarray, tuple[int, ...]]:
-        if observable is not None and any(
-            isinstance(src, RescaledSegment) for src in self._train_inputs or ()
-        ):
+        if observable is not None and getattr(self, "rescaled_time_", False):
             raise ValueError(
                 "observable: a fit on a biased run (log_weights) pairs frames in rescaled time, "
                 "so there is no one training sample per frame to give values on; pass the "
@@ -620,11 +623,10 @@ def dump_operator(model: Any, tensors: dict[str, torch.Tensor]) -> dict:
     }
     if "reversible" in model.get_params(deep=False):  # not DMD/EDMD, which lack it
         params["reversible"] = model.reversible
-    return {
-        "params": params,
-        "fitted": dump_fitted_scalars(model),
-        **dump_feature_map(model, tensors),
-    }
+    fitted = dump_fitted_scalars(model)
+    if getattr(model, "rescaled_time_", False):  # (older files and DMD/EDMD: absent)
+        fitted["rescaled_time_"] = True
+    return {"params": params, "fitted": fitted, **dump_feature_map(model, tensors)}
 
 
 def restore_operator(cfg: dict, tensors: dict[str, torch.Tensor], **kw: Any) -> TransferOperator:
@@ -639,6 +641,7 @@ def restore_operator(cfg: dict, tensors: dict[str, torch.Tensor], **kw: Any) -> 
     except ValueError as err:
         raise InvalidModelFile(str(err)) from err
     restore_fitted_state(op, cfg["fitted"], tensors)
+    op.rescaled_time_ = cfg["fitted"].get("rescaled_time_") is True
     u = op.reweighting_coef_
     if u is not None and u.shape != (op.n_features_,):
         raise InvalidModelFile(

@@ -727,6 +727,12 @@ def _analyze(
     from dpnets.base import clone
     from dpnets.validation import bootstrap_spectrum, check_lags, ck_test, implied_timescales
 
+    if config["data"].get("bias"):
+        raise WorkflowError(
+            f"{folder}: fitted on a biased run (--bias), whose validation (timescales against "
+            "lag, bootstrap, CK test) would refit on unweighted pairs of the biased frames: "
+            "not supported yet; the fit's report holds its timescales"
+        )
     trajs, dt = _read(_data_like(config, paths))
     _check_like_fit(op, trajs, folder)
     lag = int(op.lag_)
