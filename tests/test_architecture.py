@@ -132,7 +132,7 @@ LAYERS = [
         "parallel",
         "diagnostics",
     ],
-    ["io", "data", "moments", "nn", "nn.*", "scores", "heldout", "ito"],
+    ["io", "data", "moments", "nn", "nn.*", "scores", "heldout", "ito", "biased"],
     ["training", "spectral", "estimation", "generator_learning"],
     ["representation", "operators", "generator", "baselines", "baselines.*"],
     [

@@ -32,6 +32,7 @@ MODULES = [
     "dpnets.nn",
     "dpnets.systems",
     "dpnets.datasets",
+    "dpnets.biased",
     "dpnets.export",
     "dpnets.engines",
 ]

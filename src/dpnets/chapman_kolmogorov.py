@@ -25,6 +25,7 @@ from dpnets.resampling import (
     fixed_feature_operator,
     interval_of,
     refit_at_lag,
+    refuse_rescaled,
     resample_trajectories,
     resample_units,
     resampling_units,
@@ -207,6 +208,7 @@ def ck_test(
     """
     if getattr(model, "operator_", None) is None or getattr(model, "lag_", None) is None:
         raise ValueError("ck_test needs a transfer-operator model fitted on trajectories")
+    refuse_rescaled(model)
     dt = time_step(model, dt)
     n_bootstrap, confidence, n_blocks, rng = bootstrap_settings(
         n_bootstrap, confidence, n_blocks, seed

@@ -341,12 +341,16 @@ class Pairs:
     """Lagged pairs ``(x_states[i[k]], y_states[j[k]])`` without copying the states.
 
     For trajectories ``x_states is y_states``; for an ``(X, Y)`` tuple they are ``X`` and ``Y``.
+    ``w``: weights of the pairs (None: uniform), which the batches then carry as a third
+    tensor (pairs of a biased trajectory in rescaled time, :func:`dpnets.biased.rescaled_pairs`;
+    importance weights of samples).
     """
 
     x_states: np.ndarray
     y_states: np.ndarray
     i: np.ndarray
     j: np.ndarray
+    w: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self.i.shape[0])
@@ -366,7 +370,8 @@ class Pairs:
         return _take(self.y_states, self.j)
 
     def subset(self, idx: np.ndarray) -> Pairs:
-        return Pairs(self.x_states, self.y_states, self.i[idx], self.j[idx])
+        w = None if self.w is None else self.w[idx]
+        return Pairs(self.x_states, self.y_states, self.i[idx], self.j[idx], w)
 
 
 def _take(states: np.ndarray, idx: np.ndarray) -> np.ndarray:
@@ -615,6 +620,8 @@ class IndexBatcher:
         index_device = torch.device("cpu") if self.out_of_core else device
         self.i = torch.as_tensor(p.i, device=index_device)
         self.j = torch.as_tensor(p.j, device=index_device)
+        # pair weights (float64, normalised per batch by the scores), batches' third tensor
+        self.w = None if p.w is None else torch.as_tensor(p.w, dtype=torch.float64).to(device)
         self.batch_size = int(batch_size)
         self.shuffle = shuffle
         self.generator = generator
@@ -629,7 +636,10 @@ class IndexBatcher:
             n, len(self), self.shuffle, self.generator, self.sharded, self.i.device
         )
         for b in batches:
-            yield self.x[self.i[b]], self.y[self.j[b]]
+            if self.w is None:
+                yield self.x[self.i[b]], self.y[self.j[b]]
+            else:
+                yield self.x[self.i[b]], self.y[self.j[b]], self.w[b.to(self.w.device)]
 
 
 def batch_indices(
@@ -1034,14 +1044,20 @@ class TrainingSource:
         self.state_shape = tuple(self.first().shape[1:])
 
     @classmethod
-    def of_samples(cls, x: np.ndarray) -> TrainingSource:
+    def of_samples(cls, x: np.ndarray, weights: np.ndarray | None = None) -> TrainingSource:
         """Samples ``x`` of a distribution (no pairs: the generator objectives), as a
-        source whose "pairs" are ``(x_k, x_k)``."""
-        source = cls.__new__(cls)
+        source whose "pairs" are ``(x_k, x_k)``, weighted by ``weights`` when given."""
         idx = np.arange(x.shape[0], dtype=np.int64)
+        return cls.of_pairs(Pairs(x, x, idx, idx, weights))
+
+    @classmethod
+    def of_pairs(cls, p: Pairs) -> TrainingSource:
+        """A source of pairs already indexed (weighted pairs in rescaled time,
+        :func:`dpnets.biased.rescaled_pairs`; samples, :meth:`of_samples`)."""
+        source = cls.__new__(cls)
         source.loader, source.batch_size, source._first, source.steps = None, None, None, 0
-        source.pairs = Pairs(x, x, idx, idx)
-        source.state_shape = tuple(x.shape[1:])
+        source.pairs = p
+        source.state_shape = tuple(p.x_states.shape[1:])
         return source
 
     def first(self) -> np.ndarray:

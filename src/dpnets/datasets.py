@@ -63,6 +63,8 @@ __all__ = [
     "Trajectories",
     "read_trajectories",
     "select_atoms",
+    "read_log_weights",
+    "BOLTZMANN",
     "FEATURES",
     "EXTENSIONS",
 ]
@@ -1091,3 +1093,177 @@ def _import_mdtraj() -> Any:
             "reading molecular-dynamics trajectories needs mdtraj: pip install mdtraj"
         ) from exc
     return mdtraj
+
+
+# --------------------------------------------------------------------------------------------
+# Bias energies of a biased simulation
+
+#: Boltzmann's constant per mole in the energy units of the engines (kJ/mol/K, PLUMED's and
+#: GROMACS' default; kcal/mol/K, Amber's and NAMD's); "kT": the energies are in units of kT.
+BOLTZMANN = {"kJ/mol": 0.0083144626181532, "kcal/mol": 0.0019872042586408316, "kT": None}
+
+
+def read_log_weights(
+    path: str | os.PathLike,
+    column: str | int | None = None,
+    temperature: float | None = None,
+    units: str = "kJ/mol",
+) -> np.ndarray:
+    """The log-weights ``beta V`` of every frame of a biased run, from the engine's file.
+
+    Parameters
+    ----------
+    path : path
+        A PLUMED ``COLVAR`` file (any other extension, or none: a header line
+        ``#! FIELDS time cv ... metad.bias`` names the columns; ``#! SET`` lines are skipped;
+        a restarted run's repeated ``#! FIELDS`` header must name the same columns), or a
+        ``.npy`` array of bias energies (1-D, one per frame; ``.npz``: its one array, or the
+        array named by ``column``), or a ``.txt``/``.csv`` table read like a trajectory.
+    column : str or int, optional
+        The bias column, by name (``"metad.bias"``, ``"opes.bias"``) or 0-based index.
+        Default: the one column whose name ends in ``.bias`` (refused when there are none
+        or several), or the array itself.
+    temperature : float, optional
+        In kelvin: ``beta = 1 / (k_B T)``. Needed unless ``units="kT"``.
+    units : {"kJ/mol", "kcal/mol", "kT"}, default "kJ/mol"
+        Energy units of the file (PLUMED's default is kJ/mol; ``UNITS ENERGY=kcal/mol``
+        changes it).
+
+    Returns
+    -------
+    ndarray (n_frames,)
+        ``beta V``, for ``log_weights=`` of :meth:`dpnets.TransferOperator.fit`,
+        :meth:`dpnets.DPNet.fit` and :meth:`dpnets.Generator.fit`. The frames must be those
+        of the trajectory (same stride); time rescaling also needs them equally spaced in
+        simulation time.
+
+    Raises
+    ------
+    DataFileError
+        One line naming the file: missing or special file, no such column (the columns
+        are listed), a row of the wrong width, non-numeric or non-finite values.
+    ValueError
+        For a bad ``temperature`` or ``units``.
+    """
+    from dpnets.params import check_choice, check_real
+
+    check_choice("units", units, tuple(BOLTZMANN))
+    kb = BOLTZMANN[units]
+    beta = 1.0
+    if kb is not None:
+        if temperature is None:
+            raise ValueError(
+                f"temperature is needed to turn bias energies in {units} into beta V (or pass "
+                "units='kT')"
+            )
+        beta = 1.0 / (kb * check_real("temperature", temperature, 0.0, low_open=True))
+    path = os.fspath(path)
+    _check_regular(path, "bias file")
+    ext = _ext(path)
+    if ext in _ARRAY_EXTS:
+        energy = _bias_array(path, column)
+    else:
+        energy = _colvar_column(path, column)
+    if energy.size == 0:
+        raise DataFileError(path, "holds no bias values")
+    bad = int(np.count_nonzero(~np.isfinite(energy)))
+    if bad:
+        raise DataFileError(path, f"the bias holds {bad} NaN or inf value(s)")
+    return beta * energy
+
+
+def _bias_array(path: str, column: str | int | None) -> np.ndarray:
+    """A 1-D array of bias energies from a ``.npy`` or ``.npz`` file."""
+    try:
+        loaded = np.load(path, allow_pickle=False)
+        if isinstance(loaded, np.ndarray):
+            data = loaded
+        else:
+            with loaded:
+                keys = sorted(loaded.files)
+                key = column if isinstance(column, str) else (keys[0] if len(keys) == 1 else None)
+                if key not in keys:
+                    raise DataFileError(path, f"name the bias array among {', '.join(keys)}")
+                data = loaded[key]
+    except (OSError, ValueError) as exc:
+        if isinstance(exc, DataFileError):
+            raise
+        raise DataFileError(path, f"cannot read: {_reason(exc)}") from exc
+    data = np.asarray(data)
+    if data.dtype.kind not in "iuf":
+        raise DataFileError(path, f"the bias must be numeric, got dtype {data.dtype}")
+    if data.ndim == 2 and isinstance(column, int):
+        data = data[:, column]
+    if data.ndim != 1:
+        raise DataFileError(
+            path, f"the bias must be one value per frame (1-D), got shape {data.shape}"
+        )
+    return data.astype(np.float64)
+
+
+def _colvar_column(path: str, column: str | int | None) -> np.ndarray:
+    """One column of a PLUMED ``COLVAR`` file (``#! FIELDS`` header), or of a plain table."""
+    fields: list[str] | None = None
+    rows: list[str] = []
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("#! FIELDS"):
+                    names = line.split()[2:]
+                    if fields is not None and names != fields:
+                        raise DataFileError(
+                            path,
+                            f"a later '#! FIELDS' header names other columns ({' '.join(names)}) "
+                            f"than the first ({' '.join(fields)})",
+                        )
+                    fields = names
+                elif line.strip() and not line.lstrip().startswith("#"):
+                    rows.append(line)
+    except OSError as exc:
+        raise DataFileError(path, f"cannot read: {_reason(exc)}") from exc
+    if fields is None and rows and "," in rows[0]:
+        fields = [c.strip() for c in rows[0].split(",")]
+        if all(_is_number(c) for c in fields):
+            fields = None
+        else:
+            rows = rows[1:]
+    index = _bias_index(path, fields, column)
+    values = np.empty(len(rows))
+    for k, row in enumerate(rows):
+        cells = row.replace(",", " ").split()
+        if fields is not None and len(cells) != len(fields):
+            raise DataFileError(
+                path, f"row {k + 1} has {len(cells)} values for {len(fields)} columns"
+            )
+        try:
+            values[k] = float(cells[index])
+        except (IndexError, ValueError):
+            raise DataFileError(
+                path, f"row {k + 1}: no number in column {index} ({row.strip()[:60]!r})"
+            ) from None
+    return values
+
+
+def _bias_index(path: str, fields: list[str] | None, column: str | int | None) -> int:
+    """The 0-based index of the bias column among ``fields`` (None: no header)."""
+    if isinstance(column, int) and not isinstance(column, bool):
+        if fields is not None and not 0 <= column < len(fields):
+            raise DataFileError(path, f"no column {column}: it has {len(fields)}")
+        return column
+    if fields is None:
+        raise DataFileError(
+            path,
+            "no '#! FIELDS' header names the columns: give the bias column's 0-based index",
+        )
+    if column is None:
+        biases = [k for k, f in enumerate(fields) if f.endswith(".bias")]
+        if len(biases) != 1:
+            raise DataFileError(
+                path,
+                f"name the bias column ({'none' if not biases else 'several'} ends in "
+                f"'.bias'); columns: {', '.join(fields)}",
+            )
+        return biases[0]
+    if str(column) not in fields:
+        raise DataFileError(path, f"no column {column!r}; columns: {', '.join(fields)}")
+    return fields.index(str(column))

@@ -31,6 +31,7 @@ __all__ = [
     "load_config",
     "write_config",
     "absolute_paths",
+    "bias_spec",
     "read_fit",
 ]
 
@@ -144,6 +145,34 @@ FIT_OPTIONS: tuple[FitOption, ...] = (
         "",
         "the unit of --dt and of the timescales, e.g. ns; the files' times (ps) are converted "
         "to fs, ps, ns, us, ms or s (default: the files' ps, else 'time units')",
+    ),
+    # a biased run (issue 44): the bias energy per frame -> pairs in rescaled time
+    FitOption(
+        "data",
+        "bias",
+        [],
+        "the bias energy of every frame of a biased run (metadynamics, OPES, umbrella): "
+        "FILE[:COLUMN] per trajectory, in order; PLUMED COLVAR files (the column by name, "
+        "default the one ending in .bias) or .npy arrays, read with --stride; pairs are then "
+        "formed at --lag frames of rescaled (unbiased) time, valid for a bias that changes "
+        "slowly against the lag and barely acts at the transition states (default: none, an "
+        "unbiased run)",
+        cli={"nargs": "+"},
+    ),
+    FitOption(
+        "data",
+        "temperature",
+        0.0,
+        "temperature of the biased run in kelvin, for beta = 1/(k_B T) of --bias (default: "
+        "none; needed with --bias unless --bias-units kT)",
+        low=0.0,
+    ),
+    FitOption(
+        "data",
+        "bias_units",
+        "kJ/mol",
+        "energy units of the --bias files (default {default}, PLUMED's)",
+        cli={"choices": ("kJ/mol", "kcal/mol", "kT")},
     ),
     FitOption("model", "lag", 1, "lag between paired frames, in frames (default {default})", low=1),
     FitOption(
@@ -349,10 +378,27 @@ def absolute_paths(data: dict[str, Any]) -> dict[str, Any]:
     current folder), as a fit folder stores them."""
     data = dict(data)
     data["paths"] = [os.path.abspath(os.path.expanduser(str(p))) for p in data["paths"]]
+    if data.get("bias"):
+        data["bias"] = [_absolute_bias(str(b)) for b in data["bias"]]
     for key in ("topology", "reference"):
         if data.get(key):
             data[key] = os.path.abspath(os.path.expanduser(str(data[key])))
     return data
+
+
+def bias_spec(spec: str) -> tuple[str, str | int | None]:
+    """``(file, column)`` of a ``--bias FILE[:COLUMN]`` entry (the column by name, or a
+    0-based index; None: the file's bias column)."""
+    path, sep, column = str(spec).rpartition(":")
+    if not sep or not path or "/" in column or os.sep in column:
+        return str(spec), None
+    return path, int(column) if column.isdigit() else column
+
+
+def _absolute_bias(spec: str) -> str:
+    path, column = bias_spec(spec)
+    path = os.path.abspath(os.path.expanduser(path))
+    return path if column is None else f"{path}:{column}"
 
 
 def _resolved(path: str, folder: Path) -> str:

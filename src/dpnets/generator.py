@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from dpnets import diagnostics
+from dpnets.biased import importance_weights
 from dpnets.data import (
     PairSegment,
     check_state_shape,
@@ -243,7 +244,7 @@ class Generator(SpectralModel):
         return arrays
 
     # ------------------------------------------------------------------ fitting
-    def fit(self, X: Any, sample_weight: Any = None) -> Generator:
+    def fit(self, X: Any, sample_weight: Any = None, *, log_weights: Any = None) -> Generator:
         """Estimate the generator from samples ``X`` of the invariant distribution.
 
         One pass over the samples in chunks of ``batch_size``: the features and their
@@ -259,8 +260,14 @@ class Generator(SpectralModel):
             trajectories observed at irregular times); their order does not matter.
         sample_weight : array (n,), optional
             Non-negative weights of the samples (e.g. quadrature weights, or importance
-            weights for samples of a biased law); all expectations, including the
-            observables' least-squares coefficients, are weighted. Default: uniform.
+            weights ``exp(beta V)`` for samples of a law biased by ``V``: the unbiased
+            generator, whatever the bias, Devergne et al., NeurIPS 2024); all expectations,
+            including the observables' least-squares coefficients, are weighted. Default:
+            uniform.
+        log_weights : array (n,) or list of arrays, optional
+            Instead of ``sample_weight``: ``beta V`` of each sample, the weights being
+            ``exp(log_weights)`` (:func:`dpnets.biased.importance_weights`; one array of all
+            samples or one per array of ``X``); both at once are refused.
 
         Returns
         -------
@@ -272,10 +279,12 @@ class Generator(SpectralModel):
         training samples are recomputed for observables given on them.
         """
         sde = self._check_fit_params()
-        self._accumulate(X, sample_weight, sde, fresh=True)
+        self._accumulate(X, (sample_weight, log_weights), sde, fresh=True)
         return self
 
-    def partial_fit(self, X: Any, sample_weight: Any = None) -> Generator:
+    def partial_fit(
+        self, X: Any, sample_weight: Any = None, *, log_weights: Any = None
+    ) -> Generator:
         """Add samples ``X`` to the statistics of the fit and update the generator.
 
         For samples that arrive in pieces: ``partial_fit`` over pieces equals :meth:`fit`
@@ -289,6 +298,8 @@ class Generator(SpectralModel):
         sample_weight : array (n,), optional
             Non-negative weights of this piece's samples, on the same scale for all pieces
             (a piece without weights weighs 1 per sample).
+        log_weights : array (n,) or list of arrays, optional
+            Instead of ``sample_weight``, ``beta V`` of each sample (as in :meth:`fit`).
 
         Returns
         -------
@@ -306,7 +317,8 @@ class Generator(SpectralModel):
                 "fit, or partial_fit on a new model"
             )
         sde = self._check_fit_params()
-        self._accumulate(X, sample_weight, sde, fresh=getattr(self, "_stats", None) is None)
+        fresh = getattr(self, "_stats", None) is None
+        self._accumulate(X, (sample_weight, log_weights), sde, fresh=fresh)
         return self
 
     def _check_fit_params(self) -> Any:
@@ -337,16 +349,17 @@ class Generator(SpectralModel):
             raise ValueError("all trajectories must have the same state shape")
         return parts
 
-    def _accumulate(self, X: Any, sample_weight: Any, sde: Any, fresh: bool) -> None:
-        """Add the moments of samples ``X`` (new statistics when ``fresh``), then refit; the
-        statistics change only once the whole piece has been read."""
+    def _accumulate(self, X: Any, weights: tuple[Any, Any], sde: Any, fresh: bool) -> None:
+        """Add the moments of samples ``X`` weighted by ``weights`` (``(sample_weight,
+        log_weights)``, :func:`dpnets.biased.importance_weights`; new statistics when
+        ``fresh``), then refit; the statistics change only once the whole piece has been
+        read."""
 
         parts = self._samples(X)
         shape = tuple(parts[0].shape[1:])
         if not fresh:
             check_state_shape(shape, self.state_shape_, type(self).__name__)
-        n = sum(int(p.shape[0]) for p in parts)
-        w = self._check_weights(sample_weight, n)
+        w = importance_weights(*weights, [int(p.shape[0]) for p in parts])
         if fresh:
             self.features_, self.lag_ = self.features, None  # continuous time: no lag
             if self.form == "ito" and isinstance(
@@ -414,25 +427,6 @@ class Generator(SpectralModel):
             ]
             self.sample_weight_ = np.concatenate(raw) * (fit.n_samples / self._stats.weight)
         diagnostics.warn(self._diagnostics())
-
-    @staticmethod
-    def _check_weights(sample_weight: Any, n: int) -> np.ndarray | None:
-        """Validated (raw) weights, or None for uniform weights."""
-        if sample_weight is None:
-            return None
-        w = np.asarray(to_numpy(sample_weight), dtype=np.float64)
-        if w.ndim > 1 and w.size != w.shape[0]:
-            raise ValueError(
-                f"sample_weight must hold one weight per sample, got shape {w.shape}: "
-                "Generator.fit(X, sample_weight) takes samples of the invariant law, not "
-                "lagged pairs (fit(X) on the states)"
-            )
-        w = w.reshape(-1)
-        if w.shape[0] != n:
-            raise ValueError(f"sample_weight has {w.shape[0]} entries for {n} samples")
-        if not np.all(np.isfinite(w)) or np.any(w < 0) or w.sum() <= 0:
-            raise ValueError("sample_weight must be finite, non-negative and not all zero")
-        return w
 
     def _weigh(self, f: np.ndarray) -> np.ndarray:
         """Observable values times the (normalised) sample weights of the fit."""

@@ -39,11 +39,17 @@ def generator_form(objective: str) -> str:
 
 
 def generator_samples(
-    data: Any, sde: Any, objective: str, lagged_encoder: nn.Module | None
+    data: Any,
+    sde: Any,
+    objective: str,
+    lagged_encoder: nn.Module | None,
+    weights: Callable[[list[int]], Any] | None = None,
 ) -> TrainingSource:
     """The samples of pi of a generator-objective fit as a training source (pairs
     ``(x_k, x_k)``: the generator objectives need no lag), after checking the settings:
-    ``sde`` an :class:`dpnets.ito.SDE` (reversible for ``"dirichlet"``), one feature map."""
+    ``sde`` an :class:`dpnets.ito.SDE` (reversible for ``"dirichlet"``), one feature map.
+    ``weights(lengths)``: the samples' importance weights given the lengths of the sample
+    arrays (samples of a biased law, :func:`dpnets.biased.importance_weights`), or None."""
     if not isinstance(sde, SDE):
         raise ValueError(
             f"objective={objective!r} needs sde=dpnets.ito.SDE(...) (e.g. "
@@ -53,7 +59,11 @@ def generator_samples(
         raise ValueError("generator scores use one feature map; lagged_encoder must be None")
     if objective == "dirichlet" and not sde.reversible:
         raise ValueError("objective='dirichlet' needs a reversible SDE; use objective='generator'")
-    return TrainingSource.of_samples(check_samples(data))
+    samples = check_samples(data)
+    if weights is None:
+        return TrainingSource.of_samples(samples)
+    lengths = [len(t) for t in data] if isinstance(data, list) else [samples.shape[0]]
+    return TrainingSource.of_samples(samples, weights(lengths))
 
 
 def generator_objective(

@@ -11,6 +11,7 @@ covariances instead, whose spectrum is real (TICA on the same features).
 from __future__ import annotations
 
 import copy
+import inspect
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -21,6 +22,7 @@ from torch.utils.data import DataLoader
 
 from dpnets import diagnostics
 from dpnets.base import BaseEstimator, clone, fit_data, is_fitted
+from dpnets.biased import RescaledSegment, rescaled_segments, weighted_chunks
 from dpnets.data import (
     PairSegment,
     check_lag,
@@ -185,6 +187,10 @@ class TransferOperator(DiscreteTimeModel):
         norm ``r_i^H Cx r_i = 1``.
     lag_ : int or None
         Lag in frames (from ``fit``; None for pre-paired data fitted without ``lag``).
+    rescaled_time_ : bool
+        Whether the pairs were formed in rescaled time (``fit(X, log_weights=...)``, a
+        biased run): the validation refits of :mod:`dpnets.validation` then refuse the
+        model (they would pair the biased frames without the bias).
     reweighting_coef_ : ndarray (r,) or None
         ``reversible="reweight"``: the Koopman weights ``w(x) = transform(x) @ u`` of the
         training inputs (mean 1 over them); None otherwise.
@@ -238,9 +244,10 @@ class TransferOperator(DiscreteTimeModel):
         return features
 
     # ------------------------------------------------------------------ fitting
-    def _fit_features(self, data: Any, lag: int | None) -> Any:
+    def _fit_features(self, data: Any, lag: int | None, log_weights: Any = None) -> Any:
         """The feature map to regress on: ``features``, or a trained copy of an unfitted
-        dpnets estimator (the composite model)."""
+        dpnets estimator (the composite model), trained on the same pairs (in rescaled time
+        with ``log_weights``)."""
         f = self.features
         if isinstance(f, BaseEstimator) and hasattr(f, "transform") and not is_fitted(f):
             f = clone(f)
@@ -253,7 +260,14 @@ class TransferOperator(DiscreteTimeModel):
                 )
             if lag is not None and "lag" in f.get_params(deep=False):
                 f.set_params(lag=lag)
-            return self._with_state(f.fit(data))
+            if log_weights is None:
+                return self._with_state(f.fit(data))
+            if "log_weights" not in inspect.signature(f.fit).parameters:
+                raise ValueError(
+                    f"log_weights: the unfitted {type(f).__name__} of features cannot train on "
+                    "a biased run (its fit takes no log_weights); fit it first, or use a DPNet"
+                )
+            return self._with_state(f.fit(data, log_weights=log_weights))
         return self._with_state(f)
 
     def _fit_lag(self, features: Any, data: Any, lag: Any) -> tuple[int, int | None]:
@@ -270,7 +284,9 @@ class TransferOperator(DiscreteTimeModel):
             )
         return resolve_lag(data, lag)
 
-    def fit(self, X: Any, y: Any = None, *, lag: int | None = None) -> TransferOperator:
+    def fit(
+        self, X: Any, y: Any = None, *, lag: int | None = None, log_weights: Any = None
+    ) -> TransferOperator:
         """Estimate the operator from ``X`` (same forms as :meth:`dpnets.DPNet.fit`).
 
         One pass over the pairs in chunks of :data:`dpnets.moments.FIT_CHUNK`: the features
@@ -291,6 +307,24 @@ class TransferOperator(DiscreteTimeModel):
         lag : int, optional
             Deprecated: the lag is the constructor parameter ``lag``; given here it
             overrides it for this fit, with a ``FutureWarning``.
+        log_weights : array (n_frames,) or list of arrays, optional
+            Trajectories of a biased simulation: ``beta V`` of every frame (``V`` the bias
+            energy as the engine writes it, ``beta = 1 / kT``; one array of all frames in
+            order, or one per trajectory; :func:`dpnets.read_log_weights` reads PLUMED's
+            files). The pairs are then formed at ``lag`` frames of *rescaled* time, frame
+            ``k`` lasting ``exp(log_weights[k])`` frames, each weighted by the rescaled
+            time it spans (:func:`dpnets.biased.rescaled_pair_indices`; the practice of
+            mlcolvar's ``create_timelagged_dataset`` with ``logweights``): the operator and
+            timescales (``lag * dt`` of unbiased time) of the *unbiased* dynamics, as long
+            as the bias changes slowly compared with the lag (static, or quasi-static
+            well-tempered metadynamics) and barely acts at the transition states (Tiwary and
+            Parrinello, PRL 111, 230602, 2013). A bias that lowers the barrier itself breaks
+            this; learn the generator from the biased samples instead
+            (:class:`dpnets.Generator` with ``sample_weight``). The composite model trains
+            its DPNet on the same weighted pairs. Refused, each in one line: non-finite
+            values, a length other than the frames', a rescaled trajectory not longer than
+            ``lag``, pre-paired or streamed data, and ``reversible="reweight"`` (the rescaled
+            pairs are already reweighted).
 
         Returns
         -------
@@ -303,17 +337,28 @@ class TransferOperator(DiscreteTimeModel):
         them (:meth:`predict`, :meth:`modes`) or for :meth:`stationary_weights`: change
         those arrays after ``fit`` and these use the changed values.
         """
-        self._fit_operator(*fit_data(self, X, y, lag))
+        self._fit_operator(*fit_data(self, X, y, lag), log_weights)
         return self
 
-    def _fit_operator(self, data: Any, lag: int | None) -> None:
+    def _fit_operator(self, data: Any, lag: int | None, log_weights: Any = None) -> None:
         """:meth:`fit` at a resolved ``lag`` (subclasses build their features first)."""
         self.check_regression_params()
-        features = self._fit_features(data, lag)
+        self._check_log_weights(log_weights)
+        features = self._fit_features(data, lag, log_weights)
         pair_lag, lag_ = self._fit_lag(features, data, lag)
-        self._accumulate(data, pair_lag, features, lag_, fresh=True)
+        self._accumulate(data, pair_lag, features, lag_, fresh=True, log_weights=log_weights)
 
-    def partial_fit(self, X: Any, y: Any = None, *, lag: int | None = None) -> TransferOperator:
+    def _check_log_weights(self, log_weights: Any) -> None:
+        """Refuse ``log_weights`` with ``reversible="reweight"``."""
+        if log_weights is not None and self._reversible() == "reweight":
+            raise ValueError(
+                "log_weights with reversible='reweight': the pairs in rescaled time already "
+                "sample the unbiased law; use reversible=True or False"
+            )
+
+    def partial_fit(
+        self, X: Any, y: Any = None, *, lag: int | None = None, log_weights: Any = None
+    ) -> TransferOperator:
         """Add ``data`` to the statistics of the fit and update the operator.
 
         For data that arrive in pieces: each call accumulates the pairs of one piece (a
@@ -334,6 +379,8 @@ class TransferOperator(DiscreteTimeModel):
         lag : int, optional
             Deprecated, as in :meth:`fit`; every piece is paired at the lag of the first
             (``lag_``).
+        log_weights : array or list of arrays, optional
+            This piece's ``beta V`` per frame: pairs in rescaled time (as in :meth:`fit`).
 
         Returns
         -------
@@ -349,6 +396,7 @@ class TransferOperator(DiscreteTimeModel):
             next pieces add to it) and a ``ValueError`` asks for more data.
         """
         self.check_regression_params()
+        self._check_log_weights(log_weights)
         data, lag = fit_data(self, X, y, lag)
         if getattr(self, "_stats", None) is None:
             if "operator_" in vars(self):
@@ -358,7 +406,7 @@ class TransferOperator(DiscreteTimeModel):
                 )
             features = self._partial_features()
             pair_lag, lag_ = self._fit_lag(features, data, lag)
-            self._accumulate(data, pair_lag, features, lag_, fresh=True)
+            self._accumulate(data, pair_lag, features, lag_, True, log_weights)
             return self
         pair_lag, lag_ = resolve_lag(data, self.lag_ if lag is None else lag)
         if lag_ != self.lag_:
@@ -366,7 +414,7 @@ class TransferOperator(DiscreteTimeModel):
                 f"lag={lag_} differs from the lag of the pieces already fitted (lag_="
                 f"{self.lag_}): pair every piece at the same lag"
             )
-        self._accumulate(data, pair_lag, self.features_, lag_, fresh=False)
+        self._accumulate(data, pair_lag, self.features_, lag_, False, log_weights)
         return self
 
     def _partial_features(self) -> Any:
@@ -385,8 +433,18 @@ class TransferOperator(DiscreteTimeModel):
         accumulates (:func:`dpnets.estimation.operator_products`)."""
         return operator_products(self._reversible())
 
-    def _accumulate(self, data: Any, pair_lag: int, features: Any, lag_: Any, fresh: bool) -> None:
-        """Add the pairs of ``data`` to the statistics (new ones when ``fresh``), then refit.
+    def _accumulate(
+        self,
+        data: Any,
+        pair_lag: int,
+        features: Any,
+        lag_: Any,
+        fresh: bool,
+        log_weights: Any = None,
+    ) -> None:
+        """Add the pairs of ``data`` to the statistics (new ones when ``fresh``), then refit;
+        with ``log_weights``, the weighted pairs in rescaled time
+        (:func:`dpnets.biased.rescaled_segments`).
 
         The statistics change only once the whole piece has been read, so a piece that
         fails (bad values, a feature map error) leaves the model as it was.
@@ -396,16 +454,19 @@ class TransferOperator(DiscreteTimeModel):
         stats = Moments(self.moment_products()) if fresh else copy.deepcopy(self._stats)
         fmap = as_feature_map(features)
         span = None if fresh else (self.state_min_, self.state_max_)
-        if is_streaming(data):
+        if log_weights is not None:
+            new_inputs: list = rescaled_segments(data, pair_lag, log_weights)
+        elif is_streaming(data):
             loader, shape = self._stream(data, fmap, stats)
-            new_inputs: list = [loader]
+            new_inputs = [loader]
         else:
             new_inputs = pair_segments(data, pair_lag)
+        if log_weights is not None or not is_streaming(data):
             shape = new_inputs[0].state_shape
             self._check_piece_shape(shape, fresh)
             for seg in new_inputs:
-                for x, y in seg.chunks(FIT_CHUNK):
-                    self.add_pairs(stats, fmap, x, y)
+                for x, y, w in weighted_chunks(seg, FIT_CHUNK):
+                    self.add_pairs(stats, fmap, x, y, w)
                     span = state_range(span, x, y)
         self._check_piece_shape(shape, fresh)
         sources = new_inputs if fresh else [*self._train_inputs, *new_inputs]
@@ -427,6 +488,7 @@ class TransferOperator(DiscreteTimeModel):
         self.check_regression_params()
         self.features_, self.lag_ = features, lag_
         self._stats, self._train_inputs = stats, sources
+        self.rescaled_time_ = any(isinstance(src, RescaledSegment) for src in sources)
         self.state_shape_ = tuple(shape)
         self._check_products(stats)
         fit = estimate_operator(
@@ -502,6 +564,15 @@ class TransferOperator(DiscreteTimeModel):
             self._basis_mean(),
             bool(getattr(self, "stabilize", False)),
         )
+
+    def _observable_coef(self, observable: Any) -> tuple[np.ndarray, tuple[int, ...]]:
+        if observable is not None and getattr(self, "rescaled_time_", False):
+            raise ValueError(
+                "observable: a fit on a biased run (log_weights) pairs frames in rescaled time, "
+                "so there is no one training sample per frame to give values on; pass the "
+                "observable's values at states you give (or forecast the state itself)"
+            )
+        return super()._observable_coef(observable)
 
     def _weigh(self, f: np.ndarray) -> np.ndarray:
         """Observable values on the training samples times the Koopman weights of a
@@ -597,11 +668,10 @@ def dump_operator(model: Any, tensors: dict[str, torch.Tensor]) -> dict:
     for name in ("lag", "reversible", "append_state", "stabilize"):  # as the model has them
         if name in own:
             params[name] = own[name]
-    return {
-        "params": params,
-        "fitted": dump_fitted_scalars(model),
-        **dump_feature_map(model, tensors),
-    }
+    fitted = dump_fitted_scalars(model)
+    if getattr(model, "rescaled_time_", False):  # (older files and DMD/EDMD: absent)
+        fitted["rescaled_time_"] = True
+    return {"params": params, "fitted": fitted, **dump_feature_map(model, tensors)}
 
 
 def restore_operator(cfg: dict, tensors: dict[str, torch.Tensor], **kw: Any) -> TransferOperator:
@@ -620,6 +690,7 @@ def restore_operator(cfg: dict, tensors: dict[str, torch.Tensor], **kw: Any) -> 
     except ValueError as err:
         raise InvalidModelFile(str(err)) from err
     restore_fitted_state(op, cfg["fitted"], tensors)
+    op.rescaled_time_ = cfg["fitted"].get("rescaled_time_") is True
     u = op.reweighting_coef_
     if u is not None and u.shape != (op.n_features_,):
         raise InvalidModelFile(

@@ -16,6 +16,7 @@ from torch.utils.data import DataLoader
 
 from dpnets import diagnostics
 from dpnets.base import BaseEstimator, TransformerMixin, fit_data
+from dpnets.biased import importance_weights, rescaled_pairs
 from dpnets.data import (
     Prepared,
     TrainingSource,
@@ -463,6 +464,8 @@ class DPNet(TransformerMixin, BaseEstimator):
         checkpoint: str | os.PathLike | None = None,
         checkpoint_every: int = 1,
         resume: bool = False,
+        log_weights: Any = None,
+        sample_weight: Any = None,
     ) -> DPNet:
         """Train the feature map on ``data``.
 
@@ -500,6 +503,21 @@ class DPNet(TransformerMixin, BaseEstimator):
             Continue from ``checkpoint`` if it exists (needs ``seed``, so that the data
             split is the same); the result equals an uninterrupted fit (bit for bit on CPU).
             A checkpoint of other data or settings is refused.
+        log_weights : array (n_frames,) or list of arrays, optional
+            Data from a biased simulation: ``beta V`` of every frame, ``V`` the bias energy
+            (the engine's, e.g. PLUMED's ``metad.bias``; :func:`dpnets.read_log_weights`),
+            ``beta = 1 / kT``; one array of all frames in order, or one per trajectory.
+            Lagged pairs (``X`` trajectories) are then formed at ``lag`` frames of
+            *rescaled* time, frame ``k`` lasting ``exp(log_weights[k])`` frames, and weighted
+            by the rescaled time they span (:mod:`dpnets.biased`): the unbiased dynamics'
+            slow modes, valid for a bias that changes slowly compared with the lag and barely
+            acts at the transition states (Tiwary and Parrinello 2013; mlcolvar's
+            DeepTICA). Generator objectives: importance weights ``exp(log_weights)`` of the
+            samples instead, valid for any bias (Devergne et al., NeurIPS 2024).
+        sample_weight : array (n,), optional
+            Generator objectives only: importance weights of the samples (``exp(beta V)``
+            for samples of a biased law, as :meth:`dpnets.Generator.fit` takes them); the
+            covariances of every batch are weighted averages.
 
         Returns
         -------
@@ -517,6 +535,7 @@ class DPNet(TransformerMixin, BaseEstimator):
         """
         self._check_params()
         data, lag = fit_data(self, X, y, lag)
+        self._check_weights_args(log_weights, sample_weight)
         ckpt = fit_checkpoint(self, checkpoint, checkpoint_every, resume)
         with restore_on_failure(self):
             if self._sharded():
@@ -524,8 +543,17 @@ class DPNet(TransformerMixin, BaseEstimator):
             device = resolve_device(self.device)
             with local_seed(self.seed, device):  # (a shuffling DataLoader draws from it)
                 if self.objective in GENERATOR_SCORES:  # continuous time: samples of pi
-                    source = generator_samples(data, self.sde, self.objective, self.lagged_encoder)
+                    source = generator_samples(
+                        data,
+                        self.sde,
+                        self.objective,
+                        self.lagged_encoder,
+                        lambda n: importance_weights(sample_weight, log_weights, n),
+                    )
                     model_lag = None
+                elif log_weights is not None:  # a biased run: weighted pairs in rescaled time
+                    pair_lag, model_lag = resolve_lag(data, lag)
+                    source = TrainingSource.of_pairs(rescaled_pairs(data, pair_lag, log_weights))
                 else:  # the one entry from any input to batches (pairs, or windows)
                     steps = self._windows_steps(data)
                     pair_lag, model_lag = resolve_lag(data, lag)
@@ -543,6 +571,27 @@ class DPNet(TransformerMixin, BaseEstimator):
                 if self.objective in GENERATOR_SCORES:
                     return self._fit_samples(prepared, sizes, enc, run, device)
                 return self._fit_pairs(prepared, sizes, model_lag, enc, run, device)
+
+    def _check_weights_args(self, log_weights: Any, sample_weight: Any) -> None:
+        """Refuse weights the objective cannot use, each in one line naming the argument."""
+        if self.objective in GENERATOR_SCORES:
+            if log_weights is not None and sample_weight is not None:
+                raise ValueError(
+                    "pass either sample_weight (importance weights exp(beta V)) or "
+                    "log_weights (beta V), not both"
+                )
+            return
+        if sample_weight is not None:
+            raise ValueError(
+                f"sample_weight weighs the samples of the generator objectives, not lagged "
+                f"pairs (objective={self.objective!r}): for trajectories of a biased run pass "
+                "log_weights (beta V per frame), which pairs them in rescaled time"
+            )
+        if log_weights is not None and self.consistency:
+            raise ValueError(
+                "log_weights pairs frames in rescaled time, which has no multi-step windows: "
+                "set consistency=0"
+            )
 
     def _fit_samples(
         self,
@@ -564,10 +613,11 @@ class DPNet(TransformerMixin, BaseEstimator):
         sample = torch.as_tensor(prepared.first).to(device=device, dtype=dtype)
         r = self._feature_dim(fmap, sample, prepared.n_train)
 
-        def batch_loss(batch: tuple[Tensor, Tensor]) -> Tensor:
-            return loss_fn(*derivatives(batch[0]))
+        # batches of weighted samples carry the weights third (importance weights)
+        def batch_loss(batch: tuple[Tensor, ...]) -> Tensor:
+            return loss_fn(*derivatives(batch[0]), *batch[2:])
 
-        val_score = full_batch_score(prepared.val, lambda b: derivatives(b[0]), loss_fn)
+        val_score = full_batch_score(prepared.val, lambda b: (*derivatives(b[0]), *b[2:]), loss_fn)
         self.lag_ = None
         return self._train(
             (enc, None), batch_loss, prepared.train, val_score, run, (prepared.n_train, sizes[0], r)
@@ -633,11 +683,12 @@ class DPNet(TransformerMixin, BaseEstimator):
                 return fx, fy
             return psi(xb), psi_lag(yb)
 
-        def batch_loss(batch: tuple[Tensor, Tensor]) -> Tensor:
-            return loss_fn(*features(to_dev(batch[0]), to_dev(batch[1])))
+        # batches of weighted pairs (a biased run in rescaled time) carry the weights third
+        def batch_loss(batch: tuple[Tensor, ...]) -> Tensor:
+            return loss_fn(*features(to_dev(batch[0]), to_dev(batch[1])), *batch[2:])
 
         val_score = full_batch_score(
-            val_batches, lambda b: features(to_dev(b[0]), to_dev(b[1])), loss_fn
+            val_batches, lambda b: (*features(to_dev(b[0]), to_dev(b[1])), *b[2:]), loss_fn
         )
         return self._train(
             (enc, lag_enc),

@@ -464,14 +464,26 @@ def split_blocks(traj: np.ndarray, n_blocks: int) -> list[np.ndarray]:
     return list(np.array_split(traj, n_blocks))
 
 
+def refuse_rescaled(model: Any) -> None:
+    """Refuse a model fitted on a biased run in rescaled time (``rescaled_time_``): a refit
+    on the trajectories alone would pair the biased frames without the bias."""
+    if getattr(model, "rescaled_time_", False):
+        raise ValueError(
+            "the model was fitted on a biased run in rescaled time (log_weights): its refits "
+            "here would pair the biased frames without the bias; validation of biased fits "
+            "is not supported yet"
+        )
+
+
 def refit_factory(estimator: Any, refit_features: bool) -> Callable[[int, list], Any]:
     """``build(lag, trajectories)`` -> an estimator to fit at ``lag``.
 
     A dpnets feature estimator that is not fitted (``TransferOperator(DPNet(...))``, or
     every clone when ``refit_features``) is trained by the operator's own ``fit`` (the
     composite model); otherwise the fitted feature map is kept and only the operator is
-    refitted.
+    refitted. A model fitted on a biased run is refused (:func:`refuse_rescaled`).
     """
+    refuse_rescaled(estimator)
     if isinstance(estimator, BaseEstimator):
         if not hasattr(estimator, "implied_timescales") or not hasattr(estimator, "fit"):
             raise TypeError(f"{type(estimator).__name__} has no implied timescales")

@@ -714,8 +714,10 @@ class ProjectionLoss(nn.Module):
         self.rtol = rtol
         self.constant = bool(constant)
 
-    def forward(self, x: Tensor, y: Tensor) -> Tensor:
-        return -projection_score(x, y, self.gamma, rtol=self.rtol, constant=self.constant)
+    def forward(self, x: Tensor, y: Tensor, weights: Tensor | None = None) -> Tensor:
+        return -projection_score(
+            x, y, self.gamma, weights=weights, rtol=self.rtol, constant=self.constant
+        )
 
 
 class RelaxedLoss(nn.Module):
@@ -726,8 +728,8 @@ class RelaxedLoss(nn.Module):
         self.gamma = float(gamma)
         self.constant = bool(constant)
 
-    def forward(self, x: Tensor, y: Tensor) -> Tensor:
-        return -relaxed_score(x, y, self.gamma, constant=self.constant)
+    def forward(self, x: Tensor, y: Tensor, weights: Tensor | None = None) -> Tensor:
+        return -relaxed_score(x, y, self.gamma, weights=weights, constant=self.constant)
 
 
 class VAMPLoss(nn.Module):
@@ -744,8 +746,10 @@ class VAMPLoss(nn.Module):
         self.rtol = rtol
         self.constant = bool(constant)
 
-    def forward(self, x: Tensor, y: Tensor) -> Tensor:
-        return -vamp_score(x, y, self.p, self.gamma, rtol=self.rtol, constant=self.constant)
+    def forward(self, x: Tensor, y: Tensor, weights: Tensor | None = None) -> Tensor:
+        return -vamp_score(
+            x, y, self.p, self.gamma, weights=weights, rtol=self.rtol, constant=self.constant
+        )
 
 
 def multistep_penalty(
@@ -1004,13 +1008,13 @@ class GeneratorLoss(nn.Module):
         self.rtol = rtol
         self.constant = bool(constant)
 
-    def forward(self, x: Tensor, d: Tensor) -> Tensor:
+    def forward(self, x: Tensor, d: Tensor, weights: Tensor | None = None) -> Tensor:
         if self.constant:  # [1, psi]: the constant's derivatives vanish
             x = with_constant(x)
             d = torch.cat([torch.zeros_like(d[:, :1]), d], dim=1)
         if self.form == "ito":
-            return -generator_score(x, d, self.gamma, rtol=self.rtol)
-        return -dirichlet_score(x, d, self.gamma, rtol=self.rtol)
+            return -generator_score(x, d, self.gamma, rtol=self.rtol, weights=weights)
+        return -dirichlet_score(x, d, self.gamma, rtol=self.rtol, weights=weights)
 
 
 __all__ += [

@@ -869,11 +869,12 @@ def constant_cosines(right: np.ndarray, cx: np.ndarray, mean: np.ndarray | None)
     return np.abs(mean @ right) / np.where(norms > 0, norms, np.inf) / np.sqrt(explained)
 
 
-def _total_frames(sources: list | None) -> int | None:
+def _total_frames(sources: list | None) -> float | None:
     """The frames of all training trajectories together (pairs of one trajectory: the
-    states they index), None where the inputs are pre-paired or unknown."""
+    states they index; a biased one's rescaled length, ``span``), None where the inputs are
+    pre-paired or unknown."""
     lengths = [
-        int(seg.x_states.shape[0])
+        getattr(seg, "span", int(seg.x_states.shape[0]))
         for seg in sources or ()
         if getattr(seg, "x_states", None) is not None and seg.x_states is seg.y_states
     ]

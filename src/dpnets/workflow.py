@@ -31,6 +31,7 @@ from dpnets.fitfolder import (
     DEFAULT_CONFIG,
     WorkflowError,
     absolute_paths,
+    bias_spec,
     estimator_params,
     load_config,
     read_fit,
@@ -99,6 +100,47 @@ def _time(data: dict, trajs: Any) -> tuple[float, str]:
             f"--time-unit {unit}: the files store no time per frame; give --dt in {unit} too"
         )
     return 1.0, "frames"
+
+
+def _read_bias(data: dict[str, Any], trajs: Any) -> list[np.ndarray] | None:
+    """The log-weights ``beta V`` of every trajectory of a biased run (``--bias``, one file
+    per trajectory, read with ``--stride``), or None for an unbiased run; a bias file whose
+    frames are not the trajectory's is refused, naming both."""
+    from dpnets.datasets import BOLTZMANN, DataFileError, read_log_weights
+
+    specs = list(data.get("bias") or [])
+    if not specs:
+        return None
+    if data["bias_units"] not in BOLTZMANN:
+        raise WorkflowError(
+            f"--bias-units {data['bias_units']!r}: expected one of {', '.join(BOLTZMANN)}"
+        )
+    if len(specs) != len(trajs.data):
+        raise WorkflowError(
+            f"--bias: {len(specs)} bias file(s) for {len(trajs.data)} trajectories; give one "
+            "FILE[:COLUMN] per trajectory, in the order of the data files"
+        )
+    temperature = float(data["temperature"]) or None
+    if temperature is None and data["bias_units"] != "kT":
+        raise WorkflowError(
+            f"--bias needs --temperature (kelvin) to turn the bias energies in "
+            f"{data['bias_units']} into beta V, or --bias-units kT for energies in kT"
+        )
+    stride = int(data["stride"])
+    out = []
+    for spec, source, t in zip(specs, trajs.sources, trajs.data, strict=True):
+        path, column = bias_spec(spec)
+        try:
+            lw = read_log_weights(path, column, temperature, data["bias_units"])[::stride]
+        except DataFileError as err:
+            raise WorkflowError(str(err)) from None
+        if lw.shape[0] != t.shape[0]:
+            raise WorkflowError(
+                f"{path}: {lw.shape[0]} bias values (every {stride}. row) for the "
+                f"{t.shape[0]} frames of {source}: the bias file must hold one row per frame"
+            )
+        out.append(lw)
+    return out
 
 
 def _encoder(spec: str, state_shape: tuple[int, ...], dim: int, atomic_numbers: Any):
@@ -312,6 +354,7 @@ def _fit(config: dict[str, dict[str, Any]], out: Path, progress: bool) -> str:
     data, model = config["data"], config["model"]
     t0 = time.perf_counter()
     trajs, dt = _read(data)
+    log_weights = _read_bias(data, trajs)
     lag = int(model["lag"])
     longest = max(t.shape[0] for t in trajs.data)
     if lag < 1 or lag >= longest:
@@ -320,6 +363,8 @@ def _fit(config: dict[str, dict[str, Any]], out: Path, progress: bool) -> str:
             f"({longest} frames)"
         )
     usable = [t for t in trajs.data if t.shape[0] > lag]
+    if log_weights is not None:
+        log_weights = [w for w, t in zip(log_weights, trajs.data, strict=True) if t.shape[0] > lag]
     found = _dropped(trajs, lag)
     state_shape = tuple(usable[0].shape[1:])
     # the DPNet re-draws the encoder's initial weights from its seed inside fit
@@ -334,10 +379,15 @@ def _fit(config: dict[str, dict[str, Any]], out: Path, progress: bool) -> str:
     op = TransferOperator(net, lag=lag, dt=dt, **estimator_params(model, "TransferOperator"))
     with warnings.catch_warnings():  # the report states them, with the options to use
         warnings.simplefilter("ignore", DiagnosticWarning)
-        op.fit(usable)
+        try:
+            op.fit(usable, log_weights=log_weights)
+        except ValueError as err:
+            if log_weights is None or "rescaled" not in str(err):
+                raise
+            raise WorkflowError(f"--bias: {err}") from None
     units = _units(data, trajs)
     found += op.features_.diagnostics() + op.diagnostics(units)
-    fitted = _Fitted(trajs, usable, lag, dt, units, time.perf_counter() - t0, found)
+    fitted = _Fitted(trajs, usable, lag, dt, units, time.perf_counter() - t0, found, log_weights)
     report = _fit_report(op, data, fitted)
     if distributed.is_main_process():  # one writer under a multi-process launch
         op.save(out / "model.pt")
@@ -458,6 +508,7 @@ class _Fitted:
     units: str
     seconds: float
     diagnostics: list
+    log_weights: list | None = None
 
 
 #: the number of feature names the report lists
@@ -552,12 +603,30 @@ def _fit_report(op: Any, data: dict, f: _Fitted) -> str:
         f"{_files_lines(f.trajs, f.lag)}\n\n"
         f"{_inputs_line(data, f.trajs)}\n\n"
         f"{training}\n\n"
-        f"VAMP-2 on the training data: {op.score(f.usable):.4f}\n\n"
+        f"{_bias_line(data, f)}"
+        f"VAMP-2 on the training data: {op.score(f.usable):.4f}"
+        f"{' (the biased frames, unweighted)' if f.log_weights else ''}\n\n"
         f"Transfer operator: {_ESTIMATOR[getattr(op, 'reversible', False)]}.\n\n"
         f"| k | eigenvalue | implied timescale ({f.units}) |\n|---|---|---|\n{rows}\n\n"
         f"## Diagnostics\n\n{diag}\n\n"
         "Validate before trusting the timescales: `dpnets analyze` (timescales against "
         "lag, Chapman–Kolmogorov test, metastable sets).\n"
+    )
+
+
+def _bias_line(data: dict, f: _Fitted) -> str:
+    """The report's paragraph on the bias of a biased run (``--bias``), or nothing."""
+    if not f.log_weights:
+        return ""
+    frames = sum(len(w) for w in f.log_weights)
+    rescaled = sum(float(np.exp(w).sum()) for w in f.log_weights)
+    where = f"{data['temperature']:g} K" if data["bias_units"] != "kT" else "energies in kT"
+    return (
+        f"Bias: {', '.join(map(str, data['bias']))} ({data['bias_units']}, {where}); pairs "
+        f"formed at {f.lag} frames of rescaled time (frame k lasting exp(beta V_k) frames): "
+        f"the {frames} biased frames span {rescaled:.6g} frames of unbiased time (mean "
+        f"acceleration {rescaled / frames:.3g}); timescales are the unbiased dynamics' where "
+        "the bias changes slowly against the lag and barely acts at the transition states.\n\n"
     )
 
 
@@ -739,6 +808,12 @@ def _analyze(
     from dpnets.base import clone
     from dpnets.validation import bootstrap_spectrum, check_lags, ck_test, implied_timescales
 
+    if config["data"].get("bias"):
+        raise WorkflowError(
+            f"{folder}: fitted on a biased run (--bias), whose validation (timescales against "
+            "lag, bootstrap, CK test) would refit on unweighted pairs of the biased frames: "
+            "not supported yet; the fit's report holds its timescales"
+        )
     trajs, dt = _read(_data_like(config, paths))
     _check_like_fit(op, trajs, folder)
     lag = int(op.lag_)

@@ -53,6 +53,10 @@ EXPERIMENTS: dict[str, tuple[str, str]] = {
         "dpnets.experiments.enhanced_sampling_alanine",
         "Alanine dipeptide: learned slow mode tabulated in OpenMM, well-tempered metadynamics",
     ),
+    "biased-double-well": (
+        "dpnets.experiments.biased_double_well",
+        "Slow modes from biased runs against the exact timescale: both routes, both biases",
+    ),
     "alanine-r-lag": (
         "dpnets.experiments.alanine_sweep",
         "Alanine dipeptide: slowest timescale vs lag and r, equal gradient steps (issue 18)",
