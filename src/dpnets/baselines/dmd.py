@@ -100,7 +100,9 @@ class DMD(TransferOperator):
         self.lag = lag
         self.stabilize = stabilize
 
-    def _fit_features(self, data: Any, lag: int | None) -> ProjectionFeatures | None:
+    def _fit_features(
+        self, data: Any, lag: int | None, log_weights: Any = None
+    ) -> ProjectionFeatures | None:
         """The fitted POD projection, or ``None`` (identity on the full state)."""
         return self.projection_
 
@@ -222,7 +224,7 @@ class EDMD(TransferOperator):
         self.lag = lag
         self.stabilize = stabilize
 
-    def _fit_features(self, data: Any, lag: int | None) -> Any:
+    def _fit_features(self, data: Any, lag: int | None, log_weights: Any = None) -> Any:
         """The fitted dictionary (``dictionary_``)."""
         return self.dictionary_
 
