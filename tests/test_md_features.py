@@ -167,3 +167,50 @@ def test_debug_after_the_subcommand_and_one_line_warnings(tmp_path):
         main([*missing, "--debug"])
     line = _one_line_warning("a long\n   message", RuntimeWarning, "file.py", 3, "src")
     assert line == "dpnets: warning: a long message\n"
+
+
+def test_a_tica_pre_projection_before_the_network(tmp_path):
+    """--preproject tica:5 on the 852 dihedral features: the network sees 5 coordinates
+    that are TICA's on the data (uncorrelated, unit variance, their symmetrised lagged
+    correlations the TICA eigenvalues), saved with the model, kept by the seeded fit, and
+    in the positions-in export, which equals the model's eigenfunctions."""
+    import dpnets
+    from dpnets.nn import ProjectedMLP
+
+    out = tmp_path / "fit"
+    args = ["fit", *ADK, "--topology", files.PSF, "--features", "dihedrals", "--lag", "2"]
+    args += ["--preproject", "tica:5", "--reversible", "--epochs", "3", "--seed", "0"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        assert main([*args, "--quiet", "--out", str(out)]) == 0
+    report = (out / "report.md").read_text()
+    assert "pre-projected onto their 5 slowest TICA components" in report
+    assert "852 input coordinates" not in report  # the network sees 5
+    model = dpnets.load(out / "model.pt")
+    enc = model.features_.encoder_
+    assert isinstance(enc, ProjectedMLP) and tuple(enc.weight.shape) == (5, 852)
+    x = _read(features="dihedrals").data
+    z = [
+        np.asarray(t, np.float64) @ enc.weight.double().numpy().T + enc.bias.double().numpy()
+        for t in x
+    ]
+    both = np.concatenate([np.concatenate([t[:-2], t[2:]]) for t in z])
+    np.testing.assert_allclose(both.mean(0), 0.0, atol=1e-4)
+    np.testing.assert_allclose(both.T @ both / len(both), np.eye(5), atol=1e-3)
+    ct = sum(t[:-2].T @ t[2:] for t in z) / sum(len(t) - 2 for t in z)
+    lam = np.linalg.eigvalsh(0.5 * (ct + ct.T))[::-1]
+    np.testing.assert_allclose(np.diag(0.5 * (ct + ct.T)), lam, atol=1e-3)  # diagonal
+    assert np.all(np.diff(lam) <= 1e-9) and lam[0] > 0.9  # slowest first
+    cv = tmp_path / "cv.pt"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        cmd = ["export", str(out), "--input", "positions", "--topology", files.PSF]
+        assert main([*cmd, "--out", str(cv)]) == 0
+    import torch
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        frames = md.load(files.DCD, top=files.PSF)[:5]
+    got = torch.jit.load(str(cv))(torch.tensor(frames.xyz, dtype=torch.float64)).numpy()
+    expect = np.real(model.eigenfunctions(x[0][:5]))[:, 1]
+    np.testing.assert_allclose(got[:, 0], expect, atol=1e-3 * np.ptp(expect) + 1e-6)

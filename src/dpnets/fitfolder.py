@@ -186,6 +186,14 @@ FIT_OPTIONS: tuple[FitOption, ...] = (
     ),
     FitOption(
         "model",
+        "preproject",
+        "",
+        "a fixed linear pre-projection of the input features before the network: tica:N, "
+        "their N slowest TICA components at the lag (thousands of torsions or contacts "
+        "become tens; saved with the model and exported with it; default: none)",
+    ),
+    FitOption(
+        "model",
         "objective",
         DEFAULTS["objective"],
         "the DPNet training objective (default {default})",

@@ -761,9 +761,11 @@ class DPNet(TransformerMixin, BaseEstimator):
                 self.history_, int(self.n_features_), trivial, name
             )
         if self.objective not in GENERATOR_SCORES and n_train is not None:
+            # a fixed pre-projection (nn.ProjectedMLP) is what the network sees
+            n_inputs = getattr(self.encoder_, "n_components", None)
             found += diagnostics.sample_diagnostics(
                 n_train,
-                int(np.prod(self.state_shape_)),
+                int(n_inputs or np.prod(self.state_shape_)),
                 "input coordinates",
                 "fewer input coordinates",
             )

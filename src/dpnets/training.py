@@ -93,7 +93,8 @@ def initial_module(
     fresh initial weights drawn from torch's RNG: a module of :mod:`dpnets.nn` (any module
     the registry describes) is rebuilt from its configuration, so its own initialisation
     runs again; any other module is copied and its layers' ``reset_parameters()`` are
-    called (:func:`dpnets.nn.utils.reset_parameters`). Floating-point parameters keep the
+    called (:func:`dpnets.nn.utils.reset_parameters`); the buffers a module names in
+    ``fixed_buffers`` (a fixed pre-projection) are kept. Floating-point parameters keep the
     dtype of ``module``. ``module=None`` gives ``default()``. Call it inside
     :func:`local_seed`, so that every draw is the seed's and the fit is reproducible bit for
     bit whatever the global RNG did before.
@@ -106,7 +107,11 @@ def initial_module(
         return copy.deepcopy(module)
     spec = describe(module)
     if spec is not None:
-        return build(spec).to(dtype=module_dtype(module))
+        rebuilt = build(spec).to(dtype=module_dtype(module))
+        # state that is not drawn at initialisation (a fixed pre-projection) is kept
+        for name in getattr(module, "fixed_buffers", ()):
+            getattr(rebuilt, name).copy_(getattr(module, name))
+        return rebuilt
     module = copy.deepcopy(module)
     reset_parameters(module)
     return module

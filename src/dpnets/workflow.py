@@ -171,6 +171,64 @@ def _encoder(spec: str, state_shape: tuple[int, ...], dim: int, atomic_numbers: 
     raise WorkflowError(f"--encoder {spec!r}: expected mlp:W1,W2,... or schnet")
 
 
+def _preprojected(enc: Any, spec: str, trajs: list, lag: int, log_weights: Any) -> Any:
+    """The encoder ``enc`` (an MLP) behind a fixed linear pre-projection of its inputs
+    (``--preproject tica:N``): the ``N`` slowest TICA components of the input features at
+    the fit's lag, from dpnets' own reversible least squares on the raw features
+    (``TransferOperator(None, reversible=True)``: deeptime's TICA, to 1e-8), each of unit
+    variance; a :class:`dpnets.nn.ProjectedMLP` whose projection is saved with the model
+    and exported with it."""
+    import warnings as _warnings
+
+    from dpnets import TransferOperator
+    from dpnets.diagnostics import DiagnosticWarning as _Diag
+    from dpnets.nn import MLP, ProjectedMLP
+
+    kind, _, count = spec.partition(":")
+    try:
+        n = int(count)
+    except ValueError:
+        n = 0
+    if kind != "tica" or n < 1:
+        raise WorkflowError(f"--preproject {spec!r}: expected tica:N with N >= 1 (e.g. tica:20)")
+    if not isinstance(enc, MLP):
+        raise WorkflowError("--preproject needs --encoder mlp (vector input features)")
+    d = enc.in_dim
+    if n > d:
+        raise WorkflowError(f"--preproject tica:{n}: the inputs have only {d} features")
+    # more features than pairs (a protein's short runs): TICA in the span of the data's
+    # leading principal components, at most half as many as there are pairs (PyEMMA's and
+    # deeptime's practice of a variance cut-off before TICA)
+    flat = [np.asarray(t, dtype=np.float64).reshape(t.shape[0], -1) for t in trajs]
+    mean = np.concatenate(flat).mean(0)
+    pairs = sum(max(t.shape[0] - lag, 0) for t in flat)
+    _, sv, vt = np.linalg.svd(np.concatenate(flat) - mean, full_matrices=False)
+    rank = int(np.sum(sv > sv[0] * max(flat[0].shape) * np.finfo(np.float64).eps))
+    pcs = vt[: max(1, min(rank, pairs // 2))].T  # (d, k)
+    scores = [(t - mean) @ pcs for t in flat]
+    with _warnings.catch_warnings():
+        _warnings.simplefilter("ignore", _Diag)
+        tica = TransferOperator(None, lag=lag, reversible=True).fit(scores, log_weights=log_weights)
+    if tica.eig().size < n + 1:
+        raise WorkflowError(
+            f"--preproject tica:{n}: the data hold only {tica.eig().size - 1} components "
+            f"({pairs} pairs); choose fewer"
+        )
+    right = np.real(tica.right_eigvecs_[:, 1 : n + 1])  # [1, (z - shift) / scale] basis
+    weight = pcs @ (right[1:] / tica.feature_scale_[:, None])  # (d, n), on x - mean
+    bias = right[0] - (tica.feature_shift_ / tica.feature_scale_) @ right[1:] - mean @ weight
+    weight = weight.T
+    cfg = enc.config
+    out = ProjectedMLP(d, n, cfg["hidden"], cfg["out_dim"], activation=cfg["activation"])
+    return out.set_projection(_as_tensor(weight), _as_tensor(bias))
+
+
+def _as_tensor(a: np.ndarray) -> Any:
+    import torch
+
+    return torch.as_tensor(np.ascontiguousarray(a), dtype=torch.float32)
+
+
 def _user_entries(out: Path) -> list[Path]:
     """The entries of an output folder other than a fit's lock and staging folder (a
     running fit's are its own; a killed fit's are taken over by the next one)."""
@@ -369,6 +427,8 @@ def _fit(config: dict[str, dict[str, Any]], out: Path, progress: bool) -> str:
     state_shape = tuple(usable[0].shape[1:])
     # the DPNet re-draws the encoder's initial weights from its seed inside fit
     enc = _encoder(model["encoder"], state_shape, int(model["dim"]), trajs.atomic_numbers)
+    if model.get("preproject"):
+        enc = _preprojected(enc, str(model["preproject"]), usable, lag, log_weights)
     net = DPNet(
         enc,
         lag=lag,
@@ -388,7 +448,7 @@ def _fit(config: dict[str, dict[str, Any]], out: Path, progress: bool) -> str:
     units = _units(data, trajs)
     found += op.features_.diagnostics() + op.diagnostics(units)
     fitted = _Fitted(trajs, usable, lag, dt, units, time.perf_counter() - t0, found, log_weights)
-    report = _fit_report(op, data, fitted)
+    report = _fit_report(op, data, fitted, model)
     if distributed.is_main_process():  # one writer under a multi-process launch
         op.save(out / "model.pt")
         # paths stored absolute: the folder's commands work from any folder
@@ -515,7 +575,7 @@ class _Fitted:
 _NAMES_SHOWN = 8
 
 
-def _inputs_line(data: dict, trajs: Any) -> str:
+def _inputs_line(data: dict, trajs: Any, model: dict | None = None) -> str:
     """The report's line on the inputs: feature kind, selection, how many, their names."""
     features = data.get("features") or "as stored"
     what = f"features `{features}`"
@@ -534,6 +594,9 @@ def _inputs_line(data: dict, trajs: Any) -> str:
         shown = ", ".join(str(n) for n in names[:_NAMES_SHOWN])
         more = f", … ({len(names)} in all)" if len(names) > _NAMES_SHOWN else ""
         what += f": {shown}{more}"
+    if model and model.get("preproject"):
+        n = str(model["preproject"]).partition(":")[2]
+        what += f"; pre-projected onto their {n} slowest TICA components (--preproject)"
     return f"Inputs: {what}."
 
 
@@ -569,7 +632,7 @@ def _plural(n: int, one: str, many: str) -> str:
     return one if n == 1 else many
 
 
-def _fit_report(op: Any, data: dict, f: _Fitted) -> str:
+def _fit_report(op: Any, data: dict, f: _Fitted, model: dict | None = None) -> str:
     ts = op.implied_timescales()
     lam = op.eig()
     lag_time = f.lag * f.dt
@@ -601,7 +664,7 @@ def _fit_report(op: Any, data: dict, f: _Fitted) -> str:
         f"{len(set(f.trajs.sources))} source(s); lag {f.lag} frames = {lag_time:g} {f.units}; "
         f"{op.n_features_ - 1} learned features and the constant; {f.seconds:.0f} s.\n\n"
         f"{_files_lines(f.trajs, f.lag)}\n\n"
-        f"{_inputs_line(data, f.trajs)}\n\n"
+        f"{_inputs_line(data, f.trajs, model)}\n\n"
         f"{training}\n\n"
         f"{_bias_line(data, f)}"
         f"VAMP-2 on the training data: {op.score(f.usable):.4f}"

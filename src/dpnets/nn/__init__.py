@@ -3,12 +3,13 @@
 
 from dpnets.nn.conv import ConvClassifier, ConvDecoder, ConvEncoder
 from dpnets.nn.embeddings import FourierEmbedding, PeriodicMLP
-from dpnets.nn.mlp import ACTIVATIONS, MLP
+from dpnets.nn.mlp import ACTIVATIONS, MLP, ProjectedMLP
 from dpnets.nn.registry import build, describe, register
 from dpnets.nn.schnet import SchNetEncoder
 
 __all__ = [
     "MLP",
+    "ProjectedMLP",
     "ACTIVATIONS",
     "FourierEmbedding",
     "PeriodicMLP",

@@ -9,7 +9,7 @@ from torch import nn
 
 from dpnets.nn.registry import register
 
-__all__ = ["MLP", "ACTIVATIONS", "DEFAULT_WIDTHS", "default_mlp"]
+__all__ = ["MLP", "ProjectedMLP", "ACTIVATIONS", "DEFAULT_WIDTHS", "default_mlp"]
 
 #: Hidden widths of the library's default encoder (``DPNet(encoder=None)``, the autoencoders'
 #: defaults, ``dpnets fit`` and ``dpnets demo``): those of the out-of-the-box benchmark
@@ -102,3 +102,73 @@ def default_mlp(in_dim: int, out_dim: int) -> MLP:
     """The library's default MLP: ``in_dim -> 64 -> 64 -> out_dim`` with CELU activations
     (smooth, so generator objectives can differentiate it twice)."""
     return MLP(in_dim, DEFAULT_WIDTHS, out_dim, activation="celu")
+
+
+@register
+class ProjectedMLP(nn.Module):
+    """An :class:`MLP` behind a fixed linear pre-projection ``z = W x + b`` of the flattened
+    inputs onto ``n_components`` coordinates: the TICA (or VAMP) pre-projection that turns
+    thousands of input features (a protein's torsions or contacts) into tens before the
+    network, as deeptime and PyEMMA users do first (``dpnets fit --preproject tica:N``).
+
+    ``W`` and ``b`` are buffers, set by :meth:`set_projection` and never trained; they are
+    saved with the model, kept when a fit re-draws the network's initial weights from its
+    seed (:data:`fixed_buffers`), and exported with it. The inputs are not standardised by
+    :class:`dpnets.DPNet` (``standardize_inputs = False``): the projection centres them, and
+    TICA's components have unit variance.
+
+    Parameters
+    ----------
+    in_dim : int
+        Flattened state dimension.
+    n_components : int
+        Dimension after the projection.
+    hidden, out_dim, activation
+        As :class:`MLP`'s, for the network on the projected coordinates.
+    """
+
+    standardize_inputs = False  # the projection centres its inputs itself
+    fixed_buffers = ("weight", "bias")  # kept when a seed re-draws the initial weights
+
+    def __init__(
+        self,
+        in_dim: int,
+        n_components: int,
+        hidden: Sequence[int] = DEFAULT_WIDTHS,
+        out_dim: int = 8,
+        activation: str = "celu",
+    ) -> None:
+        super().__init__()
+        if not 1 <= int(n_components) <= int(in_dim):
+            raise ValueError(
+                f"n_components must be between 1 and in_dim={in_dim}, got {n_components}"
+            )
+        self.config = {
+            "in_dim": int(in_dim),
+            "n_components": int(n_components),
+            "hidden": [int(h) for h in hidden],
+            "out_dim": int(out_dim),
+            "activation": activation,
+        }
+        self.in_dim, self.n_components = int(in_dim), int(n_components)
+        self.register_buffer("weight", torch.zeros(int(n_components), int(in_dim)))
+        self.register_buffer("bias", torch.zeros(int(n_components)))
+        self.mlp = MLP(int(n_components), hidden, out_dim, activation=activation)
+
+    def set_projection(self, weight: torch.Tensor, bias: torch.Tensor) -> ProjectedMLP:
+        """Set ``W`` ``(n_components, in_dim)`` and ``b`` ``(n_components,)``; returns self."""
+        weight = torch.as_tensor(weight, dtype=self.weight.dtype)
+        bias = torch.as_tensor(bias, dtype=self.bias.dtype)
+        if weight.shape != self.weight.shape or bias.shape != self.bias.shape:
+            raise ValueError(
+                f"projection of shape {tuple(weight.shape)} and {tuple(bias.shape)}; expected "
+                f"{tuple(self.weight.shape)} and {tuple(self.bias.shape)}"
+            )
+        with torch.no_grad():
+            self.weight.copy_(weight)
+            self.bias.copy_(bias)
+        return self
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.reshape(x.shape[0], -1)
+        return self.mlp(x @ self.weight.t() + self.bias)
