@@ -269,9 +269,14 @@ def spectrum_diagnostics(
 
 
 def sample_diagnostics(
-    n_samples: int, n_features: int, what: str = "features", remedy: str = "fewer features"
+    n_samples: int,
+    n_features: int,
+    what: str = "features",
+    remedy: str = "fewer features",
+    cli: str = "fewer input features (--features, --selection, --stride, --preproject)",
 ) -> list[Diagnostic]:
-    """The finding of too few pairs for ``n_features`` (``what`` names them)."""
+    """The finding of too few pairs for ``n_features`` (``what`` names them; ``remedy`` and
+    ``cli``: what to reduce, in Python and on the command line)."""
     n, d = int(n_samples), int(n_features)
     if d <= 0 or n >= MIN_PAIRS_PER_FEATURE * d:
         return []
@@ -279,9 +284,9 @@ def sample_diagnostics(
         Diagnostic(
             "few_pairs",
             f"{n} lagged pairs for {d} {what} (fewer than {MIN_PAIRS_PER_FEATURE} per "
-            "feature): the fit can follow noise, and its timescales be far too long",
+            "one): the fit can follow noise, and its timescales be far too long",
             f"use more data or {remedy}",
-            "use more data, or fewer input features (--features, --selection, --stride)",
+            f"use more data, or {cli}",
         )
     ]
 

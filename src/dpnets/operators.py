@@ -510,7 +510,7 @@ class TransferOperator(DiscreteTimeModel):
         process resolved at the lag), and too few pairs per basis function."""
         n = self.n_samples_
         return super()._diagnostics(n, units) + diagnostics.sample_diagnostics(
-            n, self.n_features_, "basis functions", "fewer features"
+            n, self.n_features_, "basis functions", "fewer features", "a smaller --dim"
         )
 
     def _check_piece_shape(self, shape: tuple[int, ...], fresh: bool) -> None:
