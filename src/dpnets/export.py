@@ -264,26 +264,48 @@ class PositionTorsions(nn.Module):
         return value + slope * dtheta.index_select(1, self.which)
 
 
+def _take_index(flat: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """Indices into ``x`` (a batch) for :func:`torch.take` of the per-state indices ``flat
+    (1, ...)``: a single state's as they are, a batch's offset by each state's start (one
+    gather, no view in the autograd graph)."""
+    B = x.shape[0]
+    if B == 1:
+        return flat
+    start = torch.arange(B, device=x.device) * (x.numel() // B)
+    return flat + start.view([B] + [1] * (flat.dim() - 1))
+
+
 class PositionDistances(nn.Module):
     """The engine's positions ``(B, n_atoms, 3)`` (nm) to the distances of atom ``pairs``
     (``(m, 2)`` 0-based; nearest periodic image when a box is given), as
-    ``mdtraj.compute_distances`` and PLUMED's ``DISTANCE`` give them. Computed as
-    ``d . d0 / |d0|`` with ``d0`` the displacement without autograd: the value is ``|d|`` and
-    the gradient the unit vector, without the norm's backward."""
+    ``mdtraj.compute_distances`` and PLUMED's ``DISTANCE`` give them.
+
+    The pairs' atoms are gathered once (:func:`torch.take` of the flattened positions) as
+    ``(atom, xyz, pair)`` rows; the unit vectors ``u`` of the displacements are computed
+    without autograd and the distance is ``u . x_j - u . x_i`` (plus, with a box, the
+    constant ``u . s`` of the image shift ``s``): the value is ``|d|`` and the gradient
+    ``±u``, with three nodes (gather, product, sum) in the engine's backward pass."""
 
     def __init__(self, pairs: Any) -> None:
         super().__init__()
-        pr = torch.as_tensor(np.asarray(pairs, dtype=np.int64).reshape(-1, 2))
-        self.register_buffer("i", pr[:, 0].clone())
-        self.register_buffer("j", pr[:, 1].clone())
+        pr = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
+        self.n = int(pr.shape[0])
+        flat = 3 * pr.T[:, None, :] + np.arange(3)[None, :, None]  # (atom, xyz, pair)
+        self.register_buffer("flat", torch.as_tensor(flat.reshape(1, 6, self.n)))
 
     def forward(self, x: torch.Tensor, box: torch.Tensor | None = None) -> torch.Tensor:
-        d = x.index_select(1, self.j) - x.index_select(1, self.i)
-        if box is not None:
-            d = minimum_image(d, box)
+        g = torch.take(x, _take_index(self.flat, x))  # (B, 6, m)
         with torch.no_grad():
-            u = d / torch.linalg.vector_norm(d, dim=-1, keepdim=True)
-        return (d * u).sum(-1)
+            raw = g[:, 3:] - g[:, :3]
+            d = raw if box is None else _image_rows(raw, box)
+            u = d * torch.rsqrt((d * d).sum(1, keepdim=True))
+            w = torch.cat([-u, u], 1)
+        f = (w * g).sum(1)
+        if box is not None:
+            with torch.no_grad():
+                shift = (u * (d - raw)).sum(1)
+            f = f + shift
+        return f
 
 
 class AtomSelection(nn.Module):
