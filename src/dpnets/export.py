@@ -164,6 +164,17 @@ def _image_rows(d: torch.Tensor, box: torch.Tensor) -> torch.Tensor:
     return d
 
 
+def _take_index(flat: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """Indices into ``x`` (a batch) for :func:`torch.take` of the per-state indices ``flat
+    (1, ...)``: a single state's as they are, a batch's offset by each state's start (one
+    gather, no view in the autograd graph)."""
+    B = x.shape[0]
+    if B == 1:
+        return flat
+    start = torch.arange(B, device=x.device) * (x.numel() // B)
+    return flat + start.view([B] + [1] * (flat.dim() - 1))
+
+
 def _torsion_normals() -> np.ndarray:
     """``K`` (8, 4) of :class:`PositionTorsions`: from ``w = [cu, a cu, cv, b cv]`` to the
     coefficients of the normals ``n1 = b1 x b2``, ``n2 = b2 x b3`` in the gradient of a
@@ -222,13 +233,9 @@ class PositionTorsions(nn.Module):
         counts = _block_counts(n_phi, None, blocks, self.n, "PositionTorsions")
         self.n_phi = int(counts[0])
         torsion, part = _block_columns(counts)  # the feature columns' torsions and phases
-        # (atom, xyz, torsion) rows of the flattened positions; with x, y repeated after z
-        # for the geometry (its cross products are then products of slices)
-        flat = (3 * q.T[:, None, :] + np.arange(3)[None, :, None]).reshape(-1)
-        flat5 = (3 * q.T[:, None, :] + np.array([0, 1, 2, 0, 1])[None, :, None]).reshape(-1)
-        self.register_buffer("flat", torch.as_tensor(flat))
-        self.register_buffer("flat5", torch.as_tensor(flat5))
-        self.register_buffer("xyz", torch.tensor([0, 1, 2, 0, 1], dtype=torch.long))
+        # the torsions' atoms as (atom, xyz, torsion) rows of the flattened positions
+        flat = 3 * q.T[:, None, :] + np.arange(3)[None, :, None]
+        self.register_buffer("flat", torch.as_tensor(flat.reshape(1, 12, self.n)))
         self.register_buffer("which", torch.tensor(torsion, dtype=torch.long))
         self.register_buffer("phase", torch.tensor(part, dtype=torch.float64) * (np.pi / 2))
         self.register_buffer("normals", torch.tensor(_torsion_normals()))
@@ -243,7 +250,7 @@ class PositionTorsions(nn.Module):
     def forward(self, x: torch.Tensor, box: torch.Tensor | None = None) -> torch.Tensor:
         B = x.shape[0]
         m = self.n
-        xs = x.reshape(B, -1).index_select(1, self.flat).view(B, 12, m)  # (atom, xyz) rows
+        xs = torch.take(x, _take_index(self.flat, x))  # (B, 12, m): (atom, xyz) rows
         with torch.no_grad():
             x0 = xs.clone()  # not detach(): freezing folds x - x.detach() to 0
             b = (x0[:, 3:] - x0[:, :9]).view(B, 3, 3, m)  # bonds b1, b2, b3
@@ -262,17 +269,6 @@ class PositionTorsions(nn.Module):
             value = torch.sin(angle)
         dtheta = (grad * (xs - x0)).sum(1)  # zero-valued: the first order
         return value + slope * dtheta.index_select(1, self.which)
-
-
-def _take_index(flat: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """Indices into ``x`` (a batch) for :func:`torch.take` of the per-state indices ``flat
-    (1, ...)``: a single state's as they are, a batch's offset by each state's start (one
-    gather, no view in the autograd graph)."""
-    B = x.shape[0]
-    if B == 1:
-        return flat
-    start = torch.arange(B, device=x.device) * (x.numel() // B)
-    return flat + start.view([B] + [1] * (flat.dim() - 1))
 
 
 class PositionDistances(nn.Module):
