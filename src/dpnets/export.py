@@ -400,8 +400,12 @@ class PositionCartesian(nn.Module):
     ``torch.linalg.eigh``), computed without autograd; its first-order response to the atoms
     (``dR = R [w]x``, ``(tr S - S) w = axial(R^T dM - dM^T R)`` with ``M`` the correlation and
     ``S = R^T M``) is attached in closed form, so the gradient is exact and finite without
-    an eigendecomposition's backward. With a box, each atom is first moved to its periodic
-    image nearest the first selected one (:class:`AtomSelection`).
+    an eigendecomposition's backward. The atoms are gathered by one :func:`torch.take` of
+    the flattened positions, and the correlation ``M`` is one product of the centred
+    coordinates with a constant (3n, 9) matrix, kept in the autograd graph, so the
+    rotation's response is ``dM`` times a (9, 3) matrix (not a (3n, 3) one built per call).
+    With a box, each atom is first moved to its periodic image nearest the first selected
+    one (:class:`AtomSelection`).
 
     Parameters
     ----------
@@ -421,42 +425,48 @@ class PositionCartesian(nn.Module):
                 "positions of the selected atoms (at least 3)"
             )
         self.n = int(len(idx))
-        self.register_buffer("indices", idx.clone())
+        flat = 3 * idx.numpy()[:, None] + np.arange(3)  # (atom, xyz)
+        self.register_buffer("flat", torch.as_tensor(flat.reshape(1, self.n, 3)))
         centre = ref.mean(0)
         self.register_buffer("centre", torch.tensor(centre))
-        self.register_buffer("ref", torch.tensor(ref - centre))
+        # M = sum_i r_i q_i^T (r the centred reference) as q.view(B, 3n) @ corr
+        corr = np.zeros((self.n, 3, 3, 3))
+        for c in range(3):
+            corr[:, c, :, c] = ref - centre  # corr[i, c, b, c] = r_ib
+        self.register_buffer("corr", torch.tensor(corr.reshape(3 * self.n, 9)))
         H, Q, E = _horn_matrices()
-        self.register_buffer("horn", torch.tensor(H))
+        perm = [3 * a + b for b in range(3) for a in range(3)]  # H takes S = M^T
+        self.register_buffer("horn", torch.tensor(H[perm]))
         self.register_buffer("quat", torch.tensor(Q))
         self.register_buffer("levi", torch.tensor(E))
         self.register_buffer("eye", torch.eye(3, dtype=torch.float64))
 
     def forward(self, x: torch.Tensor, box: torch.Tensor | None = None) -> torch.Tensor:
         B = x.shape[0]
-        p = x.index_select(1, self.indices)
+        n = self.n
+        dt = x.dtype
+        p = torch.take(x, _take_index(self.flat, x))  # (B, n, 3)
         if box is not None:
             p = p[:, :1] + minimum_image(p - p[:, :1], box)
         q = p - p.mean(1, keepdim=True)
-        dt = x.dtype
-        ref = self.ref.to(dt)
+        m = torch.matmul(q.view(B, 3 * n), self.corr.to(dt))  # M[b, c] = sum_i r_ib q_ic
         with torch.no_grad():
             qd = q.clone()  # not detach(): freezing folds x - x.detach() to 0
-            s = torch.matmul(qd.transpose(1, 2), ref)  # S[a, b] = sum_i q_ia r_ib
-            _, vec = torch.linalg.eigh(torch.matmul(s.view(B, 9), self.horn.to(dt)).view(B, 4, 4))
+            md = m.clone()
+            _, vec = torch.linalg.eigh(torch.matmul(md, self.horn.to(dt)).view(B, 4, 4))
             top = vec[:, :, 3]
             rot = torch.matmul(
                 (top.unsqueeze(2) * top.unsqueeze(1)).view(B, 16), self.quat.to(dt)
             ).view(B, 3, 3)  # moving -> reference
-            sym = torch.matmul(rot.transpose(1, 2), s.transpose(1, 2))  # R^T M, M = S^T
+            sym = torch.matmul(rot.transpose(1, 2), md.view(B, 3, 3))  # R^T M
             trace = sym.diagonal(dim1=1, dim2=2).sum(-1)
             a_inv = torch.linalg.inv(trace.view(B, 1, 1) * self.eye.to(dt) - sym)
             w = torch.matmul(
                 torch.matmul(rot, self.levi.to(dt)).view(B, 9, 3), a_inv.transpose(1, 2)
-            )
-            g = torch.matmul(ref, w.view(B, 3, 9)).view(B, 3 * self.n, 3)  # d w / d q
-        omega = torch.matmul((q - qd).view(B, 1, 3 * self.n), g)  # zero-valued: first order
-        moved = q + torch.linalg.cross(omega.expand(B, self.n, 3), qd, dim=-1)
-        return (torch.matmul(moved, rot.transpose(1, 2)) + self.centre.to(dt)).view(B, 3 * self.n)
+            )  # d omega / d M
+        omega = torch.matmul((m - md).view(B, 1, 9), w)  # zero-valued: the first order
+        moved = q + torch.linalg.cross(omega.expand(B, n, 3), qd, dim=-1)
+        return (torch.matmul(moved, rot.transpose(1, 2)) + self.centre.to(dt)).view(B, 3 * n)
 
 
 class _NoInputs(nn.Module):
