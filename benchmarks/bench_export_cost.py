@@ -17,15 +17,20 @@ encoder scripted bare (same widths and dtype), in one run, float32 and float64:
   heavy atoms) and ``cartesian`` (the 10 heavy atoms superposed on a reference: 30
   features), each a model fitted on features of its width, the exported positions-in file
   against the bare encoder on the features, and against the floor: the bare encoder behind
-  a bare gather of the atoms the map reads (``index_select``; what any positions-in file
-  pays before computing a feature).
+  a bare gather of the coordinates of the atoms the map reads (one ``torch.take``; what
+  any positions-in file pays before computing a feature);
+* the same three kinds on adenylate kinase (3341 atoms; MDAnalysisTests' ``adk.psf`` +
+  ``adk_dims.dcd``, skipped without them or with ``--no-adk``), float32: its 426 backbone
+  torsions (852 features), its 1312 C-alpha pairs within 0.9 nm and its 214 C-alpha
+  atoms superposed: protein-size encoders, where the maps' arithmetic
+  (not the per-op overhead of one state) is what counts.
 
 Measured single-threaded (``torch.set_num_threads(1)``), interleaved rounds, median over
 rounds of the mean per call. The MD throughput with and without the CV in OpenMM-Torch is
 measured in the side environment (``benchmarks/openmm_torch_side_env.sh``).
 
     PYTHONPATH=src python benchmarks/bench_export_cost.py [--smoke] [--rounds 15]
-        [--calls 400] [--out benchmarks/results/export_cost/export_cost.json]
+        [--calls 400] [--no-adk] [--out benchmarks/results/export_cost/export_cost.json]
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ import torch
 
 warnings.filterwarnings("ignore", category=DeprecationWarning)
 warnings.filterwarnings("ignore", message=".*implied timescale")  # short synthetic fits
+warnings.filterwarnings("ignore", message=".*lagged pairs for")  # adk: 98 frames
 
 
 def fit_model(dim_in: int, widths: tuple[int, ...], r: int, double: bool, epochs: int):
@@ -71,26 +77,29 @@ def fit_on(x: np.ndarray, widths: tuple[int, ...], r: int, double: bool, epochs:
 
 
 class Gather(torch.nn.Module):
-    """The floor of a positions-in map: the ``atoms`` gathered, their first ``width``
-    coordinates as the features (no geometry)."""
+    """The floor of a positions-in map: the coordinates of the ``atoms`` gathered by one
+    ``torch.take`` of the flattened positions (the cheapest gather and scatter back), the
+    first ``width`` of them as the features (no geometry)."""
 
     def __init__(self, atoms: np.ndarray, width: int) -> None:
         super().__init__()
-        self.register_buffer("atoms", torch.as_tensor(np.asarray(atoms, dtype=np.int64)))
+        a = np.asarray(atoms, dtype=np.int64).reshape(-1)
+        flat = (3 * a[:, None] + np.arange(3)).reshape(1, -1)
+        self.register_buffer("flat", torch.as_tensor(flat))
         self.width = int(width)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x.index_select(1, self.atoms).view(x.shape[0], -1)[:, : self.width]
+        return torch.take(x, self.flat)[:, : self.width]
 
 
-def kind_cases(dtype: torch.dtype, epochs: int, widths, top, tmp: str) -> dict:
-    """Per feature kind: ``(maps, bare encoder, exported file, floor, feature state,
-    positions)`` for the positions-in files of dihedrals, distances and cartesian fits."""
+def alanine_kinds(top) -> tuple[dict, dict, torch.Tensor]:
+    """The maps of alanine dipeptide's three kinds (phi, psi; the 45 pairs of the 10 heavy
+    atoms; the 10 heavy atoms superposed on the PDB), the atoms each reads, and 3000
+    positions of a random walk from the PDB (nm, float64)."""
     import mdtraj as md
 
-    from dpnets.export import PositionCartesian, PositionDistances, PositionTorsions, export
+    from dpnets.export import PositionCartesian, PositionDistances, PositionTorsions
 
-    double = dtype == torch.float64
     heavy = top.topology.select("not element H")
     quads = np.concatenate([md.compute_phi(top)[0], md.compute_psi(top)[0]])
     i, j = np.triu_indices(len(heavy), k=1)
@@ -103,7 +112,50 @@ def kind_cases(dtype: torch.dtype, epochs: int, widths, top, tmp: str) -> dict:
     atoms = {"dihedrals": quads.ravel(), "distances": pairs.ravel(), "cartesian": heavy}
     rng = np.random.default_rng(1)
     walk = np.cumsum(0.002 * rng.normal(size=(3000,) + top.xyz.shape[1:]), 0)
-    pos = torch.tensor(top.xyz[0] + walk, dtype=torch.float64)
+    return maps, atoms, torch.tensor(top.xyz[0] + walk, dtype=torch.float64)
+
+
+def adk_kinds() -> tuple[dict, dict, torch.Tensor] | None:
+    """Adenylate kinase (MDAnalysisTests' ``adk.psf`` + ``adk_dims.dcd``, 3341 atoms,
+    protein-size inputs): its 426 backbone torsions (phi, psi: 852 features), the 1312
+    C-alpha pairs within 0.9 nm in the first frame and its 214 C-alpha atoms superposed on
+    the first frame; the trajectory's positions. None without MDAnalysisTests."""
+    try:
+        import MDAnalysisTests.datafiles as files
+    except ImportError:
+        return None
+    import mdtraj as md
+
+    from dpnets.export import PositionCartesian, PositionDistances, PositionTorsions
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        traj = md.load(files.DCD, top=files.PSF)
+    phi, psi = md.compute_phi(traj)[0], md.compute_psi(traj)[0]
+    quads = np.concatenate([phi, psi])
+    ca = traj.topology.select("name CA")
+    i, j = np.triu_indices(len(ca), k=1)
+    close = np.linalg.norm(traj.xyz[0, ca[i]] - traj.xyz[0, ca[j]], axis=-1) < 0.9
+    pairs = np.stack([ca[i[close]], ca[j[close]]], 1)
+    maps = {
+        "dihedrals": PositionTorsions(quads, len(phi)),
+        "distances": PositionDistances(pairs),
+        "cartesian": PositionCartesian(ca, traj.xyz[0, ca]),
+    }
+    atoms = {"dihedrals": quads.ravel(), "distances": pairs.ravel(), "cartesian": ca}
+    return maps, atoms, torch.tensor(traj.xyz, dtype=torch.float64)
+
+
+def kind_cases(
+    dtype: torch.dtype, epochs: int, widths, maps: dict, atoms: dict, pos: torch.Tensor, tmp: str
+) -> dict:
+    """Per feature kind: ``(bare encoder, exported file, floor, feature state, positions,
+    width)`` for the positions-in files of models fitted on each map's features of the
+    positions ``pos`` (T, n_atoms, 3)."""
+    from dpnets.export import export
+
+    double = dtype == torch.float64
+    n = pos.shape[1]
     out = {}
     for kind, fmap in maps.items():
         with torch.no_grad():
@@ -115,10 +167,10 @@ def kind_cases(dtype: torch.dtype, epochs: int, widths, top, tmp: str) -> dict:
         bare = torch.jit.script(enc)
         floor = torch.jit.script(torch.nn.Sequential(Gather(atoms[kind], x.shape[1]), enc))
         path = f"{tmp}/{kind}.pt"
-        n = top.n_atoms
         export(op, path, modes=[1], dtype=dtype, inputs=fmap, input_shape=(n, 3))
-        state = torch.tensor(x[100], dtype=dtype)
-        out[kind] = (bare, torch.jit.load(path), floor, state, pos[100].to(dtype), x.shape[1])
+        k = min(100, len(x) - 1)
+        state = torch.tensor(x[k], dtype=dtype)
+        out[kind] = (bare, torch.jit.load(path), floor, state, pos[k].to(dtype), x.shape[1])
     return out
 
 
@@ -136,6 +188,65 @@ def per_call(fn, x: torch.Tensor, calls: int, per_output: bool = False) -> float
         else:
             (g,) = torch.autograd.grad(y.sum(), xi)
     return (time.perf_counter() - t0) / calls
+
+
+def kind_timings(kinds: dict) -> dict:
+    """The timed cases of :func:`kind_cases`: bare encoder, exported file, floor."""
+    cases = {}
+    for kind, (bare_k, file_k, floor_k, state_k, pos_k, _) in kinds.items():
+        cases[f"{kind}: bare encoder on the features"] = (
+            lambda s, m=bare_k: m(s.unsqueeze(0)),
+            state_k,
+        )
+        cases[f"{kind}: exported, positions in"] = (file_k, pos_k)
+        cases[f"{kind}: floor (bare gather + encoder)"] = (
+            lambda s, m=floor_k: m(s.unsqueeze(0)),
+            pos_k,
+        )
+    return cases
+
+
+def kind_ratios(kinds: dict, med: dict) -> dict:
+    """Per kind: its width, the exported file's and the floor's ratios to the bare encoder."""
+    return {
+        kind: {
+            "features": width,
+            "ratio_positions_in": med[f"{kind}: exported, positions in"]
+            / med[f"{kind}: bare encoder on the features"],
+            "ratio_floor": med[f"{kind}: floor (bare gather + encoder)"]
+            / med[f"{kind}: bare encoder on the features"],
+        }
+        for kind, (*_, width) in kinds.items()
+    }
+
+
+def timed(cases: dict, rounds: int, calls: int) -> dict:
+    """Median over interleaved rounds of the microseconds per call of each case."""
+    for fn, inp in cases.values():  # warm-up: TorchScript profiles its first calls
+        per_call(fn, inp, 50)
+    times: dict[str, list[float]] = {k: [] for k in cases}
+    for _ in range(rounds):
+        for k, (fn, inp) in cases.items():
+            times[k].append(per_call(fn, inp, calls))
+    return {k: float(np.median(v)) * 1e6 for k, v in times.items()}
+
+
+def bench_adk(rounds: int, calls: int, epochs: int, widths) -> dict | None:
+    """:func:`adk_kinds`' positions-in files (float32) against their bare encoders; None
+    without MDAnalysisTests."""
+    found = adk_kinds()
+    if found is None:
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        kinds = kind_cases(torch.float32, epochs, widths, *found, tmp)
+    med = timed(kind_timings(kinds), rounds, calls)
+    return {
+        "system": "adenylate kinase (adk.psf + adk_dims.dcd, 3341 atoms)",
+        "dtype": "float32",
+        "encoder": f"MLP features-{'-'.join(map(str, widths))}-3 (celu)",
+        "us_per_call_fwd_bwd": med,
+        "kinds": kind_ratios(kinds, med),
+    }
 
 
 def bench(dtype: torch.dtype, rounds: int, calls: int, epochs: int, widths) -> dict:
@@ -169,7 +280,7 @@ def bench(dtype: torch.dtype, rounds: int, calls: int, epochs: int, widths) -> d
             input_shape=(top.n_atoms, 3),
         )
         files = {k: torch.jit.load(f"{tmp}/{k}.pt") for k in "ftp"}
-        kinds = kind_cases(dtype, epochs, widths, top, tmp)
+        kinds = kind_cases(dtype, epochs, widths, *alanine_kinds(top), tmp)
     state = torch.tensor(x[100], dtype=dtype)
     angles = torch.tensor([-1.3, 1.1], dtype=dtype)
     pos = torch.tensor(top.xyz[0], dtype=dtype)
@@ -184,23 +295,8 @@ def bench(dtype: torch.dtype, rounds: int, calls: int, epochs: int, widths) -> d
         "bare torsion map + encoder (positions)": (lambda s: bare_pos(s.unsqueeze(0)), pos),
         "exported, positions in": (files["p"], pos),
     }
-    for kind, (bare_k, file_k, floor_k, state_k, pos_k, _) in kinds.items():
-        cases[f"{kind}: bare encoder on the features"] = (
-            lambda s, m=bare_k: m(s.unsqueeze(0)),
-            state_k,
-        )
-        cases[f"{kind}: exported, positions in"] = (file_k, pos_k)
-        cases[f"{kind}: floor (bare gather + encoder)"] = (
-            lambda s, m=floor_k: m(s.unsqueeze(0)),
-            pos_k,
-        )
-    for fn, inp in cases.values():  # warm-up: TorchScript profiles its first calls
-        per_call(fn, inp, 50)
-    times: dict[str, list[float]] = {k: [] for k in cases}
-    for _ in range(rounds):
-        for k, (fn, inp) in cases.items():
-            times[k].append(per_call(fn, inp, calls))
-    med = {k: float(np.median(v)) * 1e6 for k, v in times.items()}
+    cases.update(kind_timings(kinds))
+    med = timed(cases, rounds, calls)
     b = med["bare encoder (features, batch of 1)"]
     bt = med["bare sin/cos map + encoder (torsions)"]
     bp = med["bare torsion map + encoder (positions)"]
@@ -212,16 +308,7 @@ def bench(dtype: torch.dtype, rounds: int, calls: int, epochs: int, widths) -> d
         "ratio_torsions_in": med["exported, torsions in"] / b,
         "ratio_torsions_in_same_map": med["exported, torsions in"] / bt,
         "ratio_positions_in": med["exported, positions in"] / bp,
-        "kinds": {
-            kind: {
-                "features": width,
-                "ratio_positions_in": med[f"{kind}: exported, positions in"]
-                / med[f"{kind}: bare encoder on the features"],
-                "ratio_floor": med[f"{kind}: floor (bare gather + encoder)"]
-                / med[f"{kind}: bare encoder on the features"],
-            }
-            for kind, (*_, width) in kinds.items()
-        },
+        "kinds": kind_ratios(kinds, med),
     }
 
 
@@ -232,6 +319,9 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=400)
     ap.add_argument("--out", default="benchmarks/results/export_cost/export_cost.json")
     ap.add_argument("--label", default="", help="a label stored with the results")
+    ap.add_argument(
+        "--no-adk", action="store_true", help="skip adenylate kinase (MDAnalysisTests' files)"
+    )
     args = ap.parse_args()
     torch.set_num_threads(1)
     from dpnets.nn.mlp import DEFAULT_WIDTHS
@@ -257,6 +347,19 @@ def main() -> None:
                 f"features: {k['ratio_positions_in']:.2f} (goal <= 1.5; a bare gather alone: "
                 f"{k['ratio_floor']:.2f})"
             )
+    adk = None if args.no_adk else bench_adk(rounds, calls, epochs, widths)
+    if adk is None:
+        print("\nadenylate kinase: skipped (--no-adk, or MDAnalysisTests is not installed)")
+    else:
+        print(f"\n{adk['system']}, {adk['dtype']}, {adk['encoder']}: fwd+bwd per call (us)")
+        for k, v in adk["us_per_call_fwd_bwd"].items():
+            print(f"  {k:42s} {v:8.1f}")
+        for kind, k in adk["kinds"].items():
+            print(
+                f"  adk {kind} ({k['features']} features), positions in / bare encoder on the "
+                f"features: {k['ratio_positions_in']:.2f} (goal <= 1.5; a bare gather alone: "
+                f"{k['ratio_floor']:.2f})"
+            )
     if args.smoke:
         return
     result = {
@@ -268,6 +371,7 @@ def main() -> None:
         "rounds": rounds,
         "calls": calls,
         "rows": rows,
+        "adk": adk,
     }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

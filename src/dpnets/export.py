@@ -156,42 +156,47 @@ class TorsionInputs(nn.Module):
         return torch.sin(angles.index_select(1, self.which) + self.offset.to(angles.dtype))
 
 
-def _torsion_monomials() -> tuple[np.ndarray, np.ndarray]:
-    """``(P, M)`` of :class:`PositionTorsions`: with the dot products ``d = [n1.n1, n2.n2,
-    b1.n2, b2.b2, n1.n2, b1.b2, b3.b2]`` of a torsion (bonds ``b``, normals ``n1 = b1 x b2``,
-    ``n2 = b2 x b3``), ``e = prod(d ** P)`` gives ``sin``, ``cos`` and the eight
-    coefficients of the closed-form gradient, and ``M @ e`` the coefficients of ``n1`` and
-    ``n2`` in the gradient of ``(sin, cos)`` with respect to each of the four atoms (Blondel
-    and Karplus 1996: ``dθ/dx1 = -u``, ``dθ/dx4 = v``, ``dθ/dx2 = (1 + a) u + b v``,
-    ``dθ/dx3 = -a u - (1 + b) v``, ``u = |b2| n1 / n1.n1``, ``v = |b2| n2 / n2.n2``,
-    ``a = b1.b2 / b2.b2``, ``b = b3.b2 / b2.b2``; ``d sin = cos dθ``, ``d cos = -sin dθ``)."""
-    rows = [  # exponents of d0..d6
-        {2: 1, 3: 0.5, 0: -0.5, 1: -0.5},  # sin = |b2| b1.n2 / (|n1| |n2|)
-        {4: 1, 0: -0.5, 1: -0.5},  # cos = n1.n2 / (|n1| |n2|)
-    ]
-    for mult in ({4: 1, 0: -0.5, 1: -0.5}, {2: 1, 3: 0.5, 0: -0.5, 1: -0.5}):  # cos, sin
-        for term in (
-            {3: 0.5, 0: -1},
-            {5: 1, 3: -0.5, 0: -1},
-            {3: 0.5, 1: -1},
-            {6: 1, 3: -0.5, 1: -1},
-        ):
-            row = dict(mult)
-            for k, v in term.items():
-                row[k] = row.get(k, 0) + v
-            rows.append(row)  # u, a u, v, b v times cos (sin column) or sin (cos column)
-    P = np.zeros((len(rows), 7))
-    for r, row in enumerate(rows):
-        for k, v in row.items():
-            P[r, k] = v
-    M = np.zeros((2, 4, 2, len(rows)))  # (column sin/cos, atom, n1/n2) x monomial
-    for col, first, sign in ((0, 2, 1.0), (1, 6, -1.0)):
-        u, au, v, bv = first, first + 1, first + 2, first + 3
-        M[col, 0, 0, u] = -sign
-        M[col, 1, 0, u] = M[col, 1, 0, au] = M[col, 1, 1, bv] = sign
-        M[col, 2, 0, au] = M[col, 2, 1, v] = M[col, 2, 1, bv] = -sign
-        M[col, 3, 1, v] = sign
-    return P, M.reshape(16, len(rows))
+def _image_rows(d: torch.Tensor, box: torch.Tensor) -> torch.Tensor:
+    """:func:`minimum_image` of displacements laid out ``(..., 3, m)`` (x, y, z rows)."""
+    d = d - box[2].view(3, 1) * torch.round(d[..., 2:3, :] / box[2, 2])
+    d = d - box[1].view(3, 1) * torch.round(d[..., 1:2, :] / box[1, 1])
+    d = d - box[0].view(3, 1) * torch.round(d[..., 0:1, :] / box[0, 0])
+    return d
+
+
+def _take_index(flat: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """Indices into ``x`` (a batch) for :func:`torch.take` of the per-state indices ``flat
+    (1, ...)``: a single state's as they are, a batch's offset by each state's start (one
+    gather, no view in the autograd graph)."""
+    B = x.shape[0]
+    if B == 1:
+        return flat
+    start = torch.arange(B, device=x.device) * (x.numel() // B)
+    return flat + start.view([B] + [1] * (flat.dim() - 1))
+
+
+def _torsion_normals() -> np.ndarray:
+    """``K`` (8, 4) of :class:`PositionTorsions`: from ``w = [cu, a cu, cv, b cv]`` to the
+    coefficients of the normals ``n1 = b1 x b2``, ``n2 = b2 x b3`` in the gradient of a
+    torsion angle with respect to each of its atoms (rows ``(atom, normal)``), by Blondel
+    and Karplus (1996): ``dθ/dx1 = -cu n1``, ``dθ/dx2 = (1 + a) cu n1 + b cv n2``,
+    ``dθ/dx3 = -a cu n1 - (1 + b) cv n2``, ``dθ/dx4 = cv n2``, with bonds ``b_k = x_k+1 -
+    x_k``, ``cu = |b2| / n1.n1``, ``cv = |b2| / n2.n2``, ``a = b1.b2 / b2.b2``, ``b = b3.b2
+    / b2.b2``."""
+    K = np.zeros((8, 4))
+    cu, acu, cv, bcv = range(4)
+    for w, atom, normal, sign in (
+        (cu, 0, 0, -1.0),
+        (cu, 1, 0, 1.0),
+        (acu, 1, 0, 1.0),
+        (bcv, 1, 1, 1.0),
+        (acu, 2, 0, -1.0),
+        (cv, 2, 1, -1.0),
+        (bcv, 2, 1, -1.0),
+        (cv, 3, 1, 1.0),
+    ):
+        K[2 * atom + normal, w] += sign
+    return K
 
 
 class PositionTorsions(nn.Module):
@@ -200,10 +205,14 @@ class PositionTorsions(nn.Module):
     ``quads``, with mdtraj's (and PLUMED's ``TORSION``) sign convention; bond vectors are
     taken to their nearest periodic image when a box is given.
 
-    The gradient is attached in closed form: the values and the Jacobian ``J`` are computed
-    without autograd and joined by ``f0 + J (x - x0)`` (``x0`` a copy of the positions made
-    without autograd, not ``detach()``, which freezing folds away), so an engine's backward
-    pass is a few small operations instead of the geometry's two dozen.
+    The gradient is attached in closed form: each torsion's angle ``θ`` (``atan2``) and its
+    gradient ``dθ/dx`` (Blondel and Karplus' formula from seven dot products: no powers,
+    one square root) are computed without autograd and joined as ``sin(θ0 + φ) + cos(θ0 +
+    φ) dθ/dx . (x - x0)`` (``φ`` 0 for a sine column, π/2 for a cosine; ``x0`` a copy of
+    the positions made without autograd, not ``detach()``, which freezing folds away). The
+    atoms are gathered once from the flattened positions, laid out ``(atom, xyz, torsion)``
+    so that every operation runs along the torsions: the engine's backward pass is a few
+    small operations and one scatter, and the cost grows linearly with the torsions.
 
     Parameters
     ----------
@@ -219,59 +228,80 @@ class PositionTorsions(nn.Module):
 
     def __init__(self, quads: Any, n_phi: int | None = None, *, blocks: Any = None) -> None:
         super().__init__()
-        q = torch.as_tensor(np.asarray(quads, dtype=np.int64).reshape(-1, 4))
+        q = np.asarray(quads, dtype=np.int64).reshape(-1, 4)
         self.n = int(q.shape[0])
         counts = _block_counts(n_phi, None, blocks, self.n, "PositionTorsions")
         self.n_phi = int(counts[0])
-        self.register_buffer("flat", q.reshape(-1).clone())
-        torsion, part = _block_columns(counts)  # from [sin 1, cos 1, sin 2, ...]
-        order = [2 * t + p for t, p in zip(torsion, part, strict=True)]
-        self.register_buffer("order", torch.tensor(order, dtype=torch.long))
-        P, M = _torsion_monomials()
-        self.register_buffer("powers", torch.tensor(P, dtype=torch.float64))
-        self.register_buffer("coef", torch.tensor(M.T.copy(), dtype=torch.float64))
-        # the dot products d = v[left] . v[right] of v = [n1, n2, b1, b2, b3]
+        torsion, part = _block_columns(counts)  # the feature columns' torsions and phases
+        # the torsions' atoms as (atom, xyz, torsion) rows of the flattened positions
+        flat = 3 * q.T[:, None, :] + np.arange(3)[None, :, None]
+        self.register_buffer("flat", torch.as_tensor(flat.reshape(1, 12, self.n)))
+        self.register_buffer("which", torch.tensor(torsion, dtype=torch.long))
+        self.register_buffer("phase", torch.tensor(part, dtype=torch.float64) * (np.pi / 2))
+        self.register_buffer("normals", torch.tensor(_torsion_normals()))
+        # the dot products d = v[left] . v[right] of v = [n1, n2, b1, b2, b3]:
+        # [n1.n1, n2.n2, b1.n2, b2.b2, n1.n2, b1.b2, b3.b2]
         self.register_buffer("left", torch.tensor([0, 1, 2, 3, 0, 2, 4], dtype=torch.long))
         self.register_buffer("right", torch.tensor([0, 1, 1, 3, 1, 3, 3], dtype=torch.long))
+        # w = d[num] / (|b2| d[den]) = [cu, a cu, cv, b cv]
+        self.register_buffer("num", torch.tensor([3, 5, 3, 6], dtype=torch.long))
+        self.register_buffer("den", torch.tensor([0, 0, 1, 1], dtype=torch.long))
 
     def forward(self, x: torch.Tensor, box: torch.Tensor | None = None) -> torch.Tensor:
         B = x.shape[0]
-        xs = x.index_select(1, self.flat).view(B, self.n, 4, 3)
+        m = self.n
+        xs = torch.take(x, _take_index(self.flat, x))  # (B, 12, m): (atom, xyz) rows
         with torch.no_grad():
-            p = xs.clone()  # not detach(): freezing folds x - x.detach() to 0
-            b = p[:, :, 1:] - p[:, :, :3]  # the three bond vectors
+            x0 = xs.clone()  # not detach(): freezing folds x - x.detach() to 0
+            b = (x0[:, 3:] - x0[:, :9]).view(B, 3, 3, m)  # bonds b1, b2, b3
             if box is not None:
-                b = minimum_image(b, box)
-            n = torch.linalg.cross(b[:, :, :2], b[:, :, 1:], dim=-1)  # b1 x b2, b2 x b3
-            v = torch.cat([n, b], 2)
-            d = (v.index_select(2, self.left) * v.index_select(2, self.right)).sum(-1)
-            e = d.unsqueeze(2).pow(self.powers.to(x.dtype)).prod(-1)  # (B, m, 10)
-            g = torch.matmul(e, self.coef.to(x.dtype)).view(B, self.n, 8, 2)
-            jac = torch.matmul(g, n).view(B, self.n, 2, 12)  # d(sin, cos)/d(4 atoms)
-        f = (jac * (xs - p).view(B, self.n, 1, 12)).sum(-1) + e[:, :, :2]
-        return f.view(B, 2 * self.n).index_select(1, self.order)
+                b = _image_rows(b, box)
+            n = torch.linalg.cross(b[:, :2], b[:, 1:], dim=2)  # n1, n2
+            v = torch.cat([n, b], 1)
+            d = (v.index_select(1, self.left) * v.index_select(1, self.right)).sum(2)
+            length = d[:, 3].sqrt()  # |b2|
+            theta = torch.atan2(length * d[:, 2], d[:, 4])
+            c = d.index_select(1, self.num) / (d.index_select(1, self.den) * length.unsqueeze(1))
+            coef = torch.matmul(self.normals.to(x.dtype), c).view(B, 4, 2, 1, m)
+            grad = (coef * n.view(B, 1, 2, 3, m)).sum(2).view(B, 12, m)  # d theta / dx
+            angle = theta.index_select(1, self.which) + self.phase.to(x.dtype)
+            slope = torch.cos(angle)
+            value = torch.sin(angle)
+        dtheta = (grad * (xs - x0)).sum(1)  # zero-valued: the first order
+        return value + slope * dtheta.index_select(1, self.which)
 
 
 class PositionDistances(nn.Module):
     """The engine's positions ``(B, n_atoms, 3)`` (nm) to the distances of atom ``pairs``
     (``(m, 2)`` 0-based; nearest periodic image when a box is given), as
-    ``mdtraj.compute_distances`` and PLUMED's ``DISTANCE`` give them. Computed as
-    ``d . d0 / |d0|`` with ``d0`` the displacement without autograd: the value is ``|d|`` and
-    the gradient the unit vector, without the norm's backward."""
+    ``mdtraj.compute_distances`` and PLUMED's ``DISTANCE`` give them.
+
+    The pairs' atoms are gathered once (:func:`torch.take` of the flattened positions) as
+    ``(atom, xyz, pair)`` rows; the unit vectors ``u`` of the displacements are computed
+    without autograd and the distance is ``u . x_j - u . x_i`` (plus, with a box, the
+    constant ``u . s`` of the image shift ``s``): the value is ``|d|`` and the gradient
+    ``±u``, with three nodes (gather, product, sum) in the engine's backward pass."""
 
     def __init__(self, pairs: Any) -> None:
         super().__init__()
-        pr = torch.as_tensor(np.asarray(pairs, dtype=np.int64).reshape(-1, 2))
-        self.register_buffer("i", pr[:, 0].clone())
-        self.register_buffer("j", pr[:, 1].clone())
+        pr = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
+        self.n = int(pr.shape[0])
+        flat = 3 * pr.T[:, None, :] + np.arange(3)[None, :, None]  # (atom, xyz, pair)
+        self.register_buffer("flat", torch.as_tensor(flat.reshape(1, 6, self.n)))
 
     def forward(self, x: torch.Tensor, box: torch.Tensor | None = None) -> torch.Tensor:
-        d = x.index_select(1, self.j) - x.index_select(1, self.i)
-        if box is not None:
-            d = minimum_image(d, box)
+        g = torch.take(x, _take_index(self.flat, x))  # (B, 6, m)
         with torch.no_grad():
-            u = d / torch.linalg.vector_norm(d, dim=-1, keepdim=True)
-        return (d * u).sum(-1)
+            raw = g[:, 3:] - g[:, :3]
+            d = raw if box is None else _image_rows(raw, box)
+            u = d * torch.rsqrt((d * d).sum(1, keepdim=True))
+            w = torch.cat([-u, u], 1)
+        f = (w * g).sum(1)
+        if box is not None:
+            with torch.no_grad():
+                shift = (u * (d - raw)).sum(1)
+            f = f + shift
+        return f
 
 
 class AtomSelection(nn.Module):
@@ -370,8 +400,12 @@ class PositionCartesian(nn.Module):
     ``torch.linalg.eigh``), computed without autograd; its first-order response to the atoms
     (``dR = R [w]x``, ``(tr S - S) w = axial(R^T dM - dM^T R)`` with ``M`` the correlation and
     ``S = R^T M``) is attached in closed form, so the gradient is exact and finite without
-    an eigendecomposition's backward. With a box, each atom is first moved to its periodic
-    image nearest the first selected one (:class:`AtomSelection`).
+    an eigendecomposition's backward. The atoms are gathered by one :func:`torch.take` of
+    the flattened positions, and the correlation ``M`` is one product of the centred
+    coordinates with a constant (3n, 9) matrix, kept in the autograd graph, so the
+    rotation's response is ``dM`` times a (9, 3) matrix (not a (3n, 3) one built per call).
+    With a box, each atom is first moved to its periodic image nearest the first selected
+    one (:class:`AtomSelection`).
 
     Parameters
     ----------
@@ -391,42 +425,48 @@ class PositionCartesian(nn.Module):
                 "positions of the selected atoms (at least 3)"
             )
         self.n = int(len(idx))
-        self.register_buffer("indices", idx.clone())
+        flat = 3 * idx.numpy()[:, None] + np.arange(3)  # (atom, xyz)
+        self.register_buffer("flat", torch.as_tensor(flat.reshape(1, self.n, 3)))
         centre = ref.mean(0)
         self.register_buffer("centre", torch.tensor(centre))
-        self.register_buffer("ref", torch.tensor(ref - centre))
+        # M = sum_i r_i q_i^T (r the centred reference) as q.view(B, 3n) @ corr
+        corr = np.zeros((self.n, 3, 3, 3))
+        for c in range(3):
+            corr[:, c, :, c] = ref - centre  # corr[i, c, b, c] = r_ib
+        self.register_buffer("corr", torch.tensor(corr.reshape(3 * self.n, 9)))
         H, Q, E = _horn_matrices()
-        self.register_buffer("horn", torch.tensor(H))
+        perm = [3 * a + b for b in range(3) for a in range(3)]  # H takes S = M^T
+        self.register_buffer("horn", torch.tensor(H[perm]))
         self.register_buffer("quat", torch.tensor(Q))
         self.register_buffer("levi", torch.tensor(E))
         self.register_buffer("eye", torch.eye(3, dtype=torch.float64))
 
     def forward(self, x: torch.Tensor, box: torch.Tensor | None = None) -> torch.Tensor:
         B = x.shape[0]
-        p = x.index_select(1, self.indices)
+        n = self.n
+        dt = x.dtype
+        p = torch.take(x, _take_index(self.flat, x))  # (B, n, 3)
         if box is not None:
             p = p[:, :1] + minimum_image(p - p[:, :1], box)
         q = p - p.mean(1, keepdim=True)
-        dt = x.dtype
-        ref = self.ref.to(dt)
+        m = torch.matmul(q.view(B, 3 * n), self.corr.to(dt))  # M[b, c] = sum_i r_ib q_ic
         with torch.no_grad():
             qd = q.clone()  # not detach(): freezing folds x - x.detach() to 0
-            s = torch.matmul(qd.transpose(1, 2), ref)  # S[a, b] = sum_i q_ia r_ib
-            _, vec = torch.linalg.eigh(torch.matmul(s.view(B, 9), self.horn.to(dt)).view(B, 4, 4))
+            md = m.clone()
+            _, vec = torch.linalg.eigh(torch.matmul(md, self.horn.to(dt)).view(B, 4, 4))
             top = vec[:, :, 3]
             rot = torch.matmul(
                 (top.unsqueeze(2) * top.unsqueeze(1)).view(B, 16), self.quat.to(dt)
             ).view(B, 3, 3)  # moving -> reference
-            sym = torch.matmul(rot.transpose(1, 2), s.transpose(1, 2))  # R^T M, M = S^T
+            sym = torch.matmul(rot.transpose(1, 2), md.view(B, 3, 3))  # R^T M
             trace = sym.diagonal(dim1=1, dim2=2).sum(-1)
             a_inv = torch.linalg.inv(trace.view(B, 1, 1) * self.eye.to(dt) - sym)
             w = torch.matmul(
                 torch.matmul(rot, self.levi.to(dt)).view(B, 9, 3), a_inv.transpose(1, 2)
-            )
-            g = torch.matmul(ref, w.view(B, 3, 9)).view(B, 3 * self.n, 3)  # d w / d q
-        omega = torch.matmul((q - qd).view(B, 1, 3 * self.n), g)  # zero-valued: first order
-        moved = q + torch.linalg.cross(omega.expand(B, self.n, 3), qd, dim=-1)
-        return (torch.matmul(moved, rot.transpose(1, 2)) + self.centre.to(dt)).view(B, 3 * self.n)
+            )  # d omega / d M
+        omega = torch.matmul((m - md).view(B, 1, 9), w)  # zero-valued: the first order
+        moved = q + torch.linalg.cross(omega.expand(B, n, 3), qd, dim=-1)
+        return (torch.matmul(moved, rot.transpose(1, 2)) + self.centre.to(dt)).view(B, 3 * n)
 
 
 class _NoInputs(nn.Module):
