@@ -45,6 +45,23 @@ FLOAT32 = {
     "check_methods_sample_order_invariance": "float32 network: batch-dependent round-off",
 }
 
+#: DPNet.fit's sample_weight weighs the samples of its generator objectives (samples of a
+#: biased law, issue 44); on lagged pairs (the default objective) it is refused in one line
+#: naming log_weights, the weights of a biased run's pairs: scikit-learn's sample_weight
+#: checks on the default objective therefore fail by design
+PAIR_WEIGHTS = {
+    name: "sample_weight is for the generator objectives; lagged pairs take log_weights"
+    for name in (
+        "check_all_zero_sample_weights_error",
+        "check_sample_weight_equivalence_on_dense_data",
+        "check_sample_weights_list",
+        "check_sample_weights_not_an_array",
+        "check_sample_weights_not_overwritten",
+        "check_sample_weights_pandas_series",
+        "check_sample_weights_shape",
+    )
+}
+
 _NET = dict(r=2, epochs=2, seed=0, progress=False)
 ESTIMATORS = {
     "TransferOperator": (lambda: TransferOperator(), False),
@@ -63,6 +80,8 @@ ESTIMATORS = {
 def test_check_estimator(name):
     make, neural = ESTIMATORS[name]
     expected = {**TIME_SERIES, **(FLOAT32 if neural else {})}
+    if name == "DPNet":
+        expected.update(PAIR_WEIGHTS)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         results = check_estimator(make(), expected_failed_checks=expected, on_fail=None)
