@@ -293,7 +293,7 @@ def test_vampnet_is_dpnet_vamp2_with_separate_lobes() -> None:
     optimum = 1.0 + np.sum(ou.eigvals(3)[1:] ** 2)
     score = net.evaluate(ou.sample(20000, seed=9))
     assert optimum - 0.1 < score < optimum + 0.02
-    with pytest.raises(ValueError, match="VAMPNet objective"):
+    with pytest.raises(ValueError, match="objective must be one of 'vamp1', 'vamp2'"):
         VAMPNet(enc, objective="relaxed").fit(traj)
 
 

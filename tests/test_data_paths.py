@@ -9,7 +9,7 @@ import torch
 
 import dpnets.data
 from dpnets import DPNet
-from dpnets.data import MappedStates, read_batchwise
+from dpnets.data import MappedStates, is_read_batchwise
 from dpnets.nn import MLP
 
 
@@ -34,9 +34,9 @@ def _same(a, b, x):
 def test_memory_mapped_states_are_read_per_batch(states, tmp_path, monkeypatch):
     np.save(tmp_path / "x.npy", states)
     mapped = np.load(tmp_path / "x.npy", mmap_mode="r")
-    assert not read_batchwise(mapped)  # small: converted once, as arrays
+    assert not is_read_batchwise(mapped)  # small: converted once, as arrays
     monkeypatch.setattr(dpnets.data, "OUT_OF_CORE_BYTES", 0)
-    assert read_batchwise(mapped) and not read_batchwise(np.asarray(states))
+    assert is_read_batchwise(mapped) and not is_read_batchwise(np.asarray(states))
     _same(_fit(mapped), _fit(states), states)
     # scalar states take the same path
     x1 = np.load(tmp_path / "x.npy", mmap_mode="r")[:, 0]
@@ -84,9 +84,9 @@ def test_hdf5_states_are_read_per_batch(tmp_path, monkeypatch):
     with h5py.File(tmp_path / "x.h5", "w") as fh:
         fh["x"] = states
     with h5py.File(tmp_path / "x.h5", "r") as fh:
-        assert not read_batchwise(fh["x"])  # small: converted once, as arrays
+        assert not is_read_batchwise(fh["x"])  # small: converted once, as arrays
         monkeypatch.setattr(dpnets.data, "OUT_OF_CORE_BYTES", 0)
-        assert read_batchwise(fh["x"])
+        assert is_read_batchwise(fh["x"])
         rows = _spy_on_reads(h5py, monkeypatch)
         fitted = _fit(fh["x"], batch_size=batch)
     assert rows and max(rows) < n, f"a read of {max(rows, default=0)} of the {n} rows"

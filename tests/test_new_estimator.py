@@ -29,6 +29,7 @@ from dpnets.spectral import (
     OPTIONAL_ARRAYS,
     DiscreteTimeModel,
     dump_fitted_scalars,
+    regression_constraints,
     restore_fitted_state,
 )
 from dpnets.systems import OrnsteinUhlenbeck
@@ -59,10 +60,13 @@ class AffineOperator(DiscreteTimeModel):
         self.lag = lag
         self.dt = dt
 
+    # every constructor parameter's accepted values, checked by fit and by dpnets.load
+    _parameter_constraints = regression_constraints("ridge", "rtol", "lag", "dt")
+
     def fit(self, X: Any, y: Any = None) -> AffineOperator:
         """Fit on trajectories ``X`` (an array or a list of arrays); ``fit(X, Y)`` is pairs."""
         # 2. validation at the boundary: the parameters, then the data (pairs at the lag)
-        self.check_regression_params()
+        self._check_params()
         data, lag = fit_data(self, X, y)  # fit(X, Y) is fit((X, Y))
         pair_lag, lag_ = resolve_lag(data, lag)
         segments = pair_segments(data, pair_lag)

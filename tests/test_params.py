@@ -1,5 +1,5 @@
-"""Declarative parameter constraints (issue 34 item 4): one table per estimator,
-``_parameter_constraints``, checked by ``fit`` and by ``dpnets.load``."""
+"""Declarative parameter constraints (issue 34 item 4, issue 43 item 4): one complete table
+per estimator, ``_parameter_constraints``, checked by ``fit`` and by ``dpnets.load``."""
 
 from __future__ import annotations
 
@@ -8,18 +8,56 @@ import pytest
 from helpers import ESTIMATORS
 
 import dpnets
+import dpnets.baselines
+from dpnets.base import BaseEstimator
 from dpnets.baselines import DMD, NystromKernelDMD
-from dpnets.params import count, integer, one_of, real, satisfies, validate_params
+from dpnets.params import BATCH_SIZE, count, integer, one_of, real, satisfies, validate_params
+
+
+def _public_estimators() -> list[type]:
+    """Every estimator class that ``dpnets`` and ``dpnets.baselines`` export."""
+    found: dict[type, None] = {}
+    for module in (dpnets, dpnets.baselines):
+        for name in module.__all__:
+            obj = getattr(module, name)
+            if isinstance(obj, type) and issubclass(obj, BaseEstimator):
+                found[obj] = None
+    return list(found)
+
+
+def test_every_public_estimator_is_tested():
+    assert set(_public_estimators()) == set(ESTIMATORS)
+
+
+@pytest.mark.parametrize("cls", _public_estimators(), ids=lambda c: c.__name__)
+def test_every_constructor_parameter_is_declared_in_the_table(cls):
+    # as scikit-learn's check_param_validation: a parameter missing from the table is never
+    # checked, an entry that is no parameter is stale
+    params, table = set(cls._get_param_names()), set(cls._parameter_constraints)
+    assert not params - table, f"{cls.__name__}: undeclared parameters {sorted(params - table)}"
+    assert not table - params, f"{cls.__name__}: not parameters {sorted(table - params)}"
 
 
 @pytest.mark.parametrize("cls", list(ESTIMATORS), ids=lambda c: c.__name__)
-def test_every_table_names_parameters_and_passes_on_the_tested_settings(cls):
+def test_every_table_entry_refuses_a_foreign_object_naming_the_parameter(cls):
     est = ESTIMATORS[cls]()
-    # a table names parameters the constructor stores (VAMPNet's fixed gamma=0 included)
-    assert all(hasattr(est, name) for name in cls._parameter_constraints)
-    if cls.__name__ not in ("TransferOperator", "EDMD"):  # regression parameters only
-        assert set(cls._parameter_constraints) & set(cls._get_param_names())
     est._check_params()  # the tested settings are accepted
+    for name, check in cls._parameter_constraints.items():
+        if hasattr(check, "where"):  # params.checked_in_fit: judged on the data in fit
+            continue
+        bad = ESTIMATORS[cls]()
+        setattr(bad, name, object())
+        with pytest.raises((TypeError, ValueError), match=name):
+            bad._check_params()
+
+
+def test_batch_size_has_one_bound_in_every_estimator():
+    for cls in ESTIMATORS:
+        if "batch_size" in cls._parameter_constraints:
+            check = cls._parameter_constraints["batch_size"]
+            assert check is BATCH_SIZE, cls.__name__
+    with pytest.raises(ValueError, match=r"^batch_size must be an integer >= 2, got 1$"):
+        dpnets.Generator(batch_size=1)._check_params()
 
 
 def test_constraints_name_the_parameter_and_keep_their_error_kinds():

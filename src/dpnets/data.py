@@ -52,7 +52,7 @@ __all__ = [
     "pair_segments",
     "OutOfCoreStates",
     "is_out_of_core",
-    "read_batchwise",
+    "is_read_batchwise",
     "MappedStates",
     "OUT_OF_CORE_BYTES",
     "DatasetPairs",
@@ -384,7 +384,7 @@ def _take(states: np.ndarray, idx: np.ndarray) -> np.ndarray:
 def _in_memory_unless_large(states: np.ndarray | OutOfCoreStates) -> np.ndarray | OutOfCoreStates:
     """Out-of-core states larger than :data:`OUT_OF_CORE_BYTES` stay on disk (read batch by
     batch by :class:`IndexBatcher`); smaller ones are read into memory."""
-    if isinstance(states, OutOfCoreStates) and not read_batchwise(states.source):
+    if isinstance(states, OutOfCoreStates) and not is_read_batchwise(states.source):
         return np.asarray(states[0 : states.shape[0]])
     return states
 
@@ -584,10 +584,10 @@ class IndexBatcher:
     states are converted; ``like`` reuses the converted states of another batcher over the
     same :class:`Pairs` states (a validation subset). States that are not in memory and
     larger than :data:`OUT_OF_CORE_BYTES` (a memory-mapped ``.npy``, an HDF5 dataset; see
-    :func:`read_batchwise`) are instead read batch by batch (:class:`MappedStates`), never
+    :func:`is_read_batchwise`) are instead read batch by batch (:class:`MappedStates`), never
     copied whole; ``out_of_core`` forces either way. With ``sharded`` (distributed
     training, :mod:`dpnets.distributed`) every process draws the same global batches (the
-    same ``generator`` state) and yields only its own part of each.
+    same ``rng`` state) and yields only its own part of each.
     """
 
     def __init__(
@@ -598,14 +598,14 @@ class IndexBatcher:
         device: torch.device,
         dtype: torch.dtype,
         shuffle: bool = True,
-        generator: torch.Generator | None = None,
+        rng: torch.Generator | None = None,
         transform: Callable[[np.ndarray], np.ndarray] | None = None,
         like: IndexBatcher | None = None,
         sharded: bool = False,
         out_of_core: bool | None = None,
     ) -> None:
         if out_of_core is None:
-            out_of_core = like.out_of_core if like is not None else read_batchwise(p.x_states)
+            out_of_core = like.out_of_core if like is not None else is_read_batchwise(p.x_states)
         self.out_of_core = bool(out_of_core)
         convert = MappedStates if self.out_of_core else states_to_tensor
         if like is not None:  # pairs of the same states: share the converted tensors
@@ -624,7 +624,7 @@ class IndexBatcher:
         self.w = None if p.w is None else torch.as_tensor(p.w, dtype=torch.float64).to(device)
         self.batch_size = int(batch_size)
         self.shuffle = shuffle
-        self.generator = generator
+        self.rng = rng
         self.sharded = bool(sharded)
 
     def __len__(self) -> int:
@@ -632,9 +632,7 @@ class IndexBatcher:
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         n = int(self.i.shape[0])
-        batches = batch_indices(
-            n, len(self), self.shuffle, self.generator, self.sharded, self.i.device
-        )
+        batches = batch_indices(n, len(self), self.shuffle, self.rng, self.sharded, self.i.device)
         for b in batches:
             if self.w is None:
                 yield self.x[self.i[b]], self.y[self.j[b]]
@@ -646,16 +644,16 @@ def batch_indices(
     n: int,
     n_batches: int,
     shuffle: bool,
-    generator: torch.Generator | None,
+    rng: torch.Generator | None,
     sharded: bool = False,
     device: torch.device | None = None,
 ) -> Iterator[torch.Tensor]:
     """The batches of one epoch over ``n`` items, as CPU index tensors: a permutation
-    (``shuffle``, drawn from ``generator``) or ``0..n-1`` split into ``n_batches`` nearly
+    (``shuffle``, drawn from ``rng``) or ``0..n-1`` split into ``n_batches`` nearly
     equal parts; with ``sharded`` this process's part of each (:func:`dpnets.distributed.shard`).
     The permutation is moved to ``device`` once per epoch; to a CUDA device from pinned
     memory without blocking, so an epoch's batches never wait for the host."""
-    perm = torch.randperm(n, generator=generator) if shuffle else torch.arange(n)
+    perm = torch.randperm(n, generator=rng) if shuffle else torch.arange(n)
     if device is not None and device.type == "cuda":
         perm = perm.pin_memory().to(device, non_blocking=True)
     elif device is not None:
@@ -734,7 +732,7 @@ class DatasetBatcher:
         device: torch.device,
         dtype: torch.dtype,
         shuffle: bool = True,
-        generator: torch.Generator | None = None,
+        rng: torch.Generator | None = None,
         transform: Callable[[np.ndarray], np.ndarray] | None = None,
         like: object = None,
         sharded: bool = False,
@@ -743,7 +741,7 @@ class DatasetBatcher:
         self.batch_size = int(batch_size)
         self.device, self.dtype = device, dtype
         self.shuffle = shuffle
-        self.generator = generator
+        self.rng = rng
         self.transform = transform if like is None else getattr(like, "transform", transform)
         self.sharded = bool(sharded)
 
@@ -752,7 +750,7 @@ class DatasetBatcher:
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         n = len(self.p)
-        for b in batch_indices(n, len(self), self.shuffle, self.generator, self.sharded):
+        for b in batch_indices(n, len(self), self.shuffle, self.rng, self.sharded):
             x, y = fetch_pairs(self.p.dataset, self.p.indices[b.numpy()])
             yield (
                 batch_to_tensor(x, self.device, self.dtype, self.transform),
@@ -785,11 +783,11 @@ class ConvertedLoader:
 
 
 def split_loader(
-    loader: DataLoader, val_fraction: float, generator: torch.Generator
+    loader: DataLoader, val_fraction: float, rng: torch.Generator
 ) -> tuple[DataLoader, DataLoader | None, int]:
     """A user's DataLoader of pairs split at random into training and validation loaders
     ``(train, val or None, n_train)`` with its settings (batch size, workers, collate
-    function, pinned memory); the training loader shuffles with ``generator``. A loader
+    function, pinned memory); the training loader shuffles with ``rng``. A loader
     over an ``IterableDataset`` or with its own batch sampler cannot be split: it is
     returned as it is, without validation (with a warning when ``val_fraction > 0``)."""
     import warnings
@@ -807,7 +805,7 @@ def split_loader(
             )
         return loader, None, len(ds)  # type: ignore[arg-type]
     n = len(ds)  # type: ignore[arg-type]
-    perm = torch.randperm(n, generator=generator).numpy()
+    perm = torch.randperm(n, generator=rng).numpy()
     n_val = int(round(float(val_fraction) * n))
     if n - n_val < 1:
         raise ValueError(f"not enough samples ({n}) for training with val_fraction={val_fraction}")
@@ -825,7 +823,7 @@ def split_loader(
     train = DataLoader(
         Subset(ds, np.sort(perm[n_val:]).tolist()),
         shuffle=True,
-        generator=generator,
+        generator=rng,
         drop_last=loader.drop_last,
         **settings,
     )
@@ -850,7 +848,7 @@ def _memory_mapped(a: np.ndarray) -> bool:
     return False
 
 
-def read_batchwise(a: object, limit: int | None = None) -> bool:
+def is_read_batchwise(a: object, limit: int | None = None) -> bool:
     """Whether training reads states ``a`` batch by batch (:class:`MappedStates`): they are
     memory-mapped or out of core (:func:`is_out_of_core`) and larger than ``limit`` bytes
     (default :data:`OUT_OF_CORE_BYTES`)."""
@@ -924,7 +922,7 @@ def split_batchers(
     *,
     val_fraction: float,
     batch_size: int,
-    generator: torch.Generator,
+    rng: torch.Generator,
     device: torch.device,
     dtype: torch.dtype,
     transform: Callable[[Any], Any] | None = None,
@@ -940,7 +938,7 @@ def split_batchers(
     ``sharded``: distributed training, each process yields its part of every batch.
     """
     n = len(p)
-    perm = torch.randperm(n, generator=generator).numpy()
+    perm = torch.randperm(n, generator=rng).numpy()
     n_val = int(round(float(val_fraction) * n))
     if n - n_val < 1:
         raise ValueError(f"not enough samples ({n}) for training with val_fraction={val_fraction}")
@@ -951,7 +949,7 @@ def split_batchers(
         batch_size,
         device=device,
         dtype=dtype,
-        generator=generator,
+        rng=rng,
         transform=transform,
         sharded=sharded,
     )
@@ -1097,7 +1095,7 @@ class TrainingSource:
         *,
         val_fraction: float,
         batch_size: int,
-        generator: torch.Generator,
+        rng: torch.Generator,
         device: torch.device,
         dtype: torch.dtype,
         transform: Callable[[Any], Any] | None = None,
@@ -1108,7 +1106,7 @@ class TrainingSource:
         settings, :func:`split_loader`). Batches arrive standardised by ``transform``
         (in float64) in ``dtype`` on ``device``; a plain DataLoader keeps its batch size."""
         if self.pairs is None:
-            train, val, n_train = split_loader(self.loader, float(val_fraction), generator)
+            train, val, n_train = split_loader(self.loader, float(val_fraction), rng)
             train = ConvertedLoader(train, device, dtype, transform)
             val = None if val is None else ConvertedLoader(val, device, dtype, transform)
             return train, val, n_train
@@ -1116,7 +1114,7 @@ class TrainingSource:
             self.pairs,
             val_fraction=val_fraction,
             batch_size=self.batch_size or batch_size,
-            generator=generator,
+            rng=rng,
             device=device,
             dtype=dtype,
             transform=transform,
@@ -1129,7 +1127,7 @@ class TrainingSource:
         standardize: str,
         val_fraction: float,
         batch_size: int,
-        generator: torch.Generator,
+        rng: torch.Generator,
         device: torch.device,
         dtype: torch.dtype,
         sharded: bool = False,
@@ -1152,7 +1150,7 @@ class TrainingSource:
         train, val, n_train = self.split(
             val_fraction=val_fraction,
             batch_size=batch_size,
-            generator=generator,
+            rng=rng,
             device=device,
             dtype=dtype,
             transform=transform,

@@ -7,9 +7,18 @@ features, not to choose a forecaster. For forecasting, select by the forecast er
 horizons you need, against persistence (``x_{t+h} = x_t``) and climatology (the training
 mean), which a model must beat to be of use:
 
->>> errors = forecast_errors(X_test, {"dmd": dmd, "dpnet": op}, horizons=[1, 10],
-...                          train=X_train)  # doctest: +SKIP
->>> GridSearchCV(op, {"lag": [1, 2, 5]}, scoring=forecast_scorer([10]))  # doctest: +SKIP
+>>> import numpy as np
+>>> from sklearn.model_selection import GridSearchCV
+>>> from dpnets import TransferOperator
+>>> from dpnets.baselines import DMD
+>>> t = np.arange(300)
+>>> X = np.stack([np.cos(0.3 * t), np.sin(0.3 * t)], axis=1)
+>>> X_train, X_test = X[:200], X[200:]
+>>> dmd, op = DMD().fit(X_train), TransferOperator().fit(X_train)
+>>> errors = forecast_errors(X_test, {"dmd": dmd, "op": op}, horizons=[1, 10], train=X_train)
+>>> search = GridSearchCV(op, {"lag": [1, 2, 5]}, scoring=forecast_scorer([10]))
+>>> search.fit(X_train).best_params_["lag"] in (1, 2, 5)
+True
 
 Horizons are in frames of the data (so models of different lags compare), each a multiple
 of the model's lag (:meth:`dpnets.spectral.SpectralModel.predict` with ``unit="frames"``).

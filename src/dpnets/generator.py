@@ -30,12 +30,22 @@ from dpnets.io import arrays_to_tensors, register, tensors_to_arrays
 from dpnets.ito import SDE, check_samples, derivatives_in_chunks, warn_if_piecewise_linear
 from dpnets.moments import Moments
 from dpnets.nn.utils import module_device
-from dpnets.params import Constraint, check_choice, integer, one_of
+from dpnets.params import (
+    BATCH_SIZE,
+    Constraint,
+    boolean,
+    check_choice,
+    checked_in_fit,
+    instance_of,
+    one_of,
+    satisfies,
+)
 from dpnets.spectral import (
     SpectralModel,
     dump_feature_map,
     dump_fitted_scalars,
     features_on_demand,
+    regression_constraints,
     restore_feature_map,
     restore_fitted_state,
 )
@@ -150,11 +160,18 @@ class Generator(SpectralModel):
 
     _generator_spectrum = True  # stable for eigenvalues of real part at most 0
 
-    #: accepted values (:mod:`dpnets.params`; the regression parameters:
-    #: ``check_regression_params``), checked by ``fit`` and by :func:`dpnets.load`
+    #: every constructor parameter's accepted values (:mod:`dpnets.params`), checked by
+    #: ``fit`` and by :func:`dpnets.load`
     _parameter_constraints: ClassVar[dict[str, Constraint]] = {
+        "features": checked_in_fit("_torch_features (a feature map differentiable in torch)"),
+        "sde": instance_of(SDE, "a dpnets.ito.SDE or None"),
+        "drift": satisfies(callable, "a callable or None", none=True),
+        "diffusion": checked_in_fit("dpnets.ito.SDE (a scalar, an array or a callable)"),
         "form": one_of("ito", "dirichlet"),
-        "batch_size": integer(1),
+        "symmetrize": boolean(),
+        **regression_constraints("ridge", "rtol", "constant"),
+        "batch_size": BATCH_SIZE,
+        "dtype": instance_of(torch.dtype, "a torch.dtype", none=False),
     }
 
     def __init__(
@@ -324,7 +341,6 @@ class Generator(SpectralModel):
     def _check_fit_params(self) -> Any:
         """Validate the parameters; the SDE in use."""
         self._check_params()
-        self.check_regression_params()
         sde = self._resolve_sde()
         if self.form == "dirichlet" and not sde.reversible:
             raise ValueError(

@@ -98,8 +98,12 @@ def register(kind: str, cls: type, dump: Callable[..., dict], restore: Callable[
 
     ``dump(model, tensors)`` returns a JSON-serialisable config and adds arrays/tensors to
     the ``tensors`` dict; ``restore(config, tensors, **kwargs)`` rebuilds the fitted model
-    (``kwargs`` are :func:`load`'s keyword arguments).
+    (``kwargs`` are :func:`load`'s keyword arguments). ``cls`` is a
+    :class:`dpnets.base.BaseEstimator` subclass: :func:`load` checks every restored model
+    with its ``_check_params`` (the class's ``_parameter_constraints`` table).
     """
+    if not (isinstance(cls, type) and callable(getattr(cls, "_check_params", None))):
+        raise TypeError(f"register: {cls!r} is not a dpnets.base.BaseEstimator subclass")
     _KINDS[kind] = (cls, dump, restore)
 
 
@@ -512,15 +516,11 @@ def load(
 
 
 def _check_params(model: Any, depth: int = 0) -> None:
-    """A restored model's parameters must pass the checks its ``fit`` applies (and those of
-    a stored feature-map model): a forged config is refused at load, not at first use."""
-    checks = [getattr(model, "_check_params", None)]
-    if all(hasattr(model, p) for p in ("ridge", "rtol")):  # a regression on features
-        checks.append(getattr(model, "check_regression_params", None))
+    """A restored model's parameters must pass its class's ``_parameter_constraints`` table
+    (``BaseEstimator._check_params``, what its ``fit`` runs; and so must those of a stored
+    feature-map model): a forged config is refused at load, not at first use."""
     try:
-        for check in checks:
-            if callable(check):
-                check()
+        model._check_params()
     except (TypeError, ValueError) as err:
         raise InvalidModelFile(f"invalid config value: {err}") from None
     inner = getattr(model, "features_", None)

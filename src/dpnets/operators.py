@@ -14,7 +14,7 @@ import copy
 import inspect
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -42,7 +42,7 @@ from dpnets.estimation import (
 from dpnets.exceptions import check_is_fitted
 from dpnets.io import InvalidModelFile, arrays_to_tensors, register, tensors_to_arrays
 from dpnets.moments import FIT_CHUNK, Moments
-from dpnets.params import boolean, check_choice, validate_params
+from dpnets.params import Constraint, boolean, check_choice, one_of, satisfies
 from dpnets.spectral import (
     OPTIONAL_ARRAYS,
     DiscreteTimeModel,
@@ -52,6 +52,7 @@ from dpnets.spectral import (
     dump_feature_map,
     dump_fitted_scalars,
     features_on_demand,
+    regression_constraints,
     restore_feature_map,
     restore_fitted_state,
     without_state,
@@ -224,18 +225,19 @@ class TransferOperator(DiscreteTimeModel):
         self.append_state = append_state
         self.stabilize = stabilize
 
+    #: every constructor parameter's accepted values (:mod:`dpnets.params`), checked by
+    #: ``fit``, ``partial_fit``, ``fit_from_moments`` and :func:`dpnets.load`
+    _parameter_constraints: ClassVar[dict[str, Constraint]] = {
+        "features": satisfies(as_feature_map),
+        **regression_constraints("ridge", "rtol", "constant", "dt", "lag"),
+        "reversible": one_of(*REVERSIBLE_CHOICES),
+        "append_state": boolean(),
+        "stabilize": boolean(),
+    }
+
     def _reversible(self) -> bool | str:
         """The validated ``reversible`` (False for subclasses without the parameter)."""
         return check_choice("reversible", getattr(self, "reversible", False), REVERSIBLE_CHOICES)
-
-    def check_regression_params(self) -> None:
-        """Validate the regression parameters, ``reversible``, ``append_state`` and
-        ``stabilize`` included."""
-        super().check_regression_params()
-        self._reversible()
-        validate_params(
-            self, {k: boolean() for k in ("append_state", "stabilize") if hasattr(self, k)}
-        )
 
     def _with_state(self, features: Any) -> Any:
         """``features``, with the state appended when ``append_state``."""
@@ -342,7 +344,7 @@ class TransferOperator(DiscreteTimeModel):
 
     def _fit_operator(self, data: Any, lag: int | None, log_weights: Any = None) -> None:
         """:meth:`fit` at a resolved ``lag`` (subclasses build their features first)."""
-        self.check_regression_params()
+        self._check_params()
         self._check_log_weights(log_weights)
         features = self._fit_features(data, lag, log_weights)
         pair_lag, lag_ = self._fit_lag(features, data, lag)
@@ -395,7 +397,7 @@ class TransferOperator(DiscreteTimeModel):
             from a file). With fewer samples than features so far, the piece is kept (the
             next pieces add to it) and a ``ValueError`` asks for more data.
         """
-        self.check_regression_params()
+        self._check_params()
         self._check_log_weights(log_weights)
         data, lag = fit_data(self, X, y, lag)
         if getattr(self, "_stats", None) is None:
@@ -485,7 +487,7 @@ class TransferOperator(DiscreteTimeModel):
         :func:`dpnets.estimation.estimate_operator` (which :mod:`dpnets.validation` calls
         on the summed moments of resampled trajectories), and every fitted attribute is set
         from its :class:`~dpnets.estimation.OperatorFit`."""
-        self.check_regression_params()
+        self._check_params()
         self.features_, self.lag_ = features, lag_
         self._stats, self._train_inputs = stats, sources
         self.rescaled_time_ = any(isinstance(src, RescaledSegment) for src in sources)
@@ -680,8 +682,8 @@ def restore_operator(cfg: dict, tensors: dict[str, torch.Tensor], **kw: Any) -> 
     # files written before ``reversible`` lack the key: they hold non-reversible fits
     op = TransferOperator(features, **cfg["params"])
     try:
-        op.check_regression_params()
-    except ValueError as err:
+        op._check_params()
+    except (TypeError, ValueError) as err:
         raise InvalidModelFile(str(err)) from err
     op.features_ = op._with_state(fitted)
     tensors_to_arrays(op, tensors, _OPERATOR_ARRAYS, _OPERATOR_OPTIONAL)

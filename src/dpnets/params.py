@@ -8,10 +8,22 @@ Integers are never silently truncated: ``epochs=2.5`` is refused, ``epochs=3.0``
 
 Estimators declare their parameters' constraints in one table, ``_parameter_constraints``
 (as scikit-learn does): a dict from parameter name to a constraint built here (``integer``,
-``real``, ``one_of``, ``boolean``, ``seed``, ``count``, ``instance_of``, ``satisfies``, or any
-callable ``(name, value)`` that raises). :func:`validate_params` applies a table; it is what
-``BaseEstimator._check_params`` runs in every ``fit`` and what :func:`dpnets.load` runs on a
-file's configuration.
+``real``, ``one_of``, ``boolean``, ``seed``, ``count``, ``instance_of``, ``satisfies``,
+``checked_in_fit``, or any callable ``(name, value)`` that raises). Every constructor
+parameter has an entry (``tests/test_params.py`` checks every public estimator, as
+scikit-learn's ``check_param_validation`` does). :func:`validate_params` applies a table; it
+is what ``BaseEstimator._check_params`` runs in every ``fit`` and what :func:`dpnets.load`
+runs on a restored model.
+
+Examples
+--------
+>>> from dpnets.params import integer, validate_params
+>>> class Model:
+...     batch_size = 1
+>>> validate_params(Model(), {"batch_size": integer(2)})
+Traceback (most recent call last):
+...
+ValueError: batch_size must be an integer >= 2, got 1
 """
 
 from __future__ import annotations
@@ -36,6 +48,8 @@ __all__ = [
     "count",
     "instance_of",
     "satisfies",
+    "checked_in_fit",
+    "BATCH_SIZE",
     "validate_params",
 ]
 
@@ -184,6 +198,28 @@ def satisfies(
             raise ValueError(f"{name} must be {what}, got {value!r}")
 
     return _or_none(check, none)
+
+
+def checked_in_fit(where: str) -> Constraint:
+    """A parameter declared in the table whose value only the data can judge, checked by
+    ``where`` during ``fit`` (a feature map's output shape, an SDE's drift on the states):
+    scikit-learn's ``"no_validation"``, with the place of the check named for the reader."""
+
+    def check(name: str, value: Any) -> None:
+        return None
+
+    check.where = where  # type: ignore[attr-defined]
+    return check
+
+
+#: ``batch_size`` of every estimator (the neural ones' training batches, ``Generator``'s
+#: derivative chunks): at least 2. A training batch estimates covariances, and the
+#: covariance of one sample is of rank one (zero once centred: the VAMP scores and the
+#: constant function), so a batch of 1 trains on a degenerate score; one bound for every
+#: estimator keeps ``batch_size`` one setting with one meaning (a grid or a configuration
+#: moved from one estimator to another means the same). ``Generator`` sums exact moments
+#: over its chunks, for which any size gives the same result: 2 costs it nothing.
+BATCH_SIZE: Constraint = integer(2)
 
 
 def validate_params(obj: Any, constraints: Mapping[str, Constraint]) -> None:

@@ -39,6 +39,7 @@ from dpnets.generator_learning import (
 )
 from dpnets.heldout import heldout_pairs, heldout_score
 from dpnets.io import InvalidModelFile, meta_device, register, restore_module, save, sub_state
+from dpnets.ito import SDE
 from dpnets.nn.mlp import default_mlp
 from dpnets.nn.registry import describe
 from dpnets.nn.utils import encode, module_device, module_dtype
@@ -46,21 +47,18 @@ from dpnets.params import (
     Constraint,
     boolean,
     check_choice,
-    check_int,
     check_real,
     instance_of,
     integer,
     one_of,
     real,
     satisfies,
-    seed,
 )
 from dpnets.scores import GENERATOR_SCORES, SCORES, MultistepLoss, make_loss
 from dpnets.training import (
-    INIT,
+    TRAINING_CONSTRAINTS,
     Checkpoint,
-    batch_generator,
-    check_optimizer,
+    batch_rng,
     fit_checkpoint,
     full_batch_score,
     initial_module,
@@ -176,7 +174,7 @@ class _FitRun(NamedTuple):
 
     callback: Callable | None  # the user's per-epoch callback
     checkpoint: Checkpoint | None
-    batch_rng: torch.Generator  # the split and the batch order (seeded with ``seed``)
+    rng: torch.Generator  # the split and the batch order (seeded with ``seed``)
 
 
 class DPNet(TransformerMixin, BaseEstimator):
@@ -231,19 +229,17 @@ class DPNet(TransformerMixin, BaseEstimator):
         psi' for the evolved states. ``None`` (default) shares psi's weights, which is exact
         for normal (e.g. reversible) operators and halves the cost.
     objective : {"projection", "relaxed", "vamp1", "vamp2", "generator", "dirichlet"}
-        The training score. Default "projection" (``P^gamma``), which got the most benchmark
-        systems right at a modest budget; "relaxed" (``S^gamma``) is the better choice when
-        the feature covariances are too ill-conditioned to invert (see
-        :func:`dpnets.scores.relaxed_score`). (Named ``score`` before version 0.2; the
-        method :meth:`score` is the held-out VAMP-2 score.)
+        The training score. Default "projection" (``P^gamma``); "relaxed" (``S^gamma``) is
+        the better choice when the feature covariances are too ill-conditioned to invert
+        (see :func:`dpnets.scores.relaxed_score`). The method :meth:`score` is the held-out
+        VAMP-2 score, whatever the objective.
     gamma : float, default 0.1
         Weight of the metric distortion penalty on the paper's scale: the scores subtract
         ``gamma (R(Cx) + R(Cy)) / (2d)`` (``R`` averaged over the eigenvalues, as in the
         authors' code), so ``gamma = 1`` is the paper's setting for any ``r``. The default
-        0.1 keeps the feature covariances well conditioned (condition number about 1e2
-        against 2e4 without the penalty, r = 16 on the triple well) while biasing timescales
-        less than the paper's 1 at a modest budget (benchmark sweep: worst error 4.9%
-        against 12.8% at a quarter of the data).
+        0.1 keeps the feature covariances well conditioned while biasing the timescales
+        less than the paper's 1 at a modest budget (the study behind the defaults:
+        ``benchmarks/README.md``).
     lr : float, default 1e-3
         Learning rate.
     batch_size : int, default 1024
@@ -354,11 +350,16 @@ class DPNet(TransformerMixin, BaseEstimator):
 
     Examples
     --------
+    >>> import numpy as np
     >>> from dpnets import DPNet, TransferOperator
-    >>> net = DPNet(lag=5, seed=0).fit(trajectory)                      # doctest: +SKIP
-    >>> net.transform(trajectory).shape, net.score(held_out)           # doctest: +SKIP
-    ((T, 4), 3.6)
-    >>> TransferOperator(net, dt=0.1).fit(trajectory).implied_timescales()  # doctest: +SKIP
+    >>> t = np.arange(600)
+    >>> trajectory = np.stack([np.cos(0.3 * t), np.sin(0.3 * t)], axis=1)
+    >>> net = DPNet(r=2, lag=5, epochs=2, seed=0, progress=False).fit(trajectory)
+    >>> net.transform(trajectory).shape
+    (600, 2)
+    >>> op = TransferOperator(net, dt=0.1).fit(trajectory)
+    >>> op.lag_, float(op.implied_timescales()[0])  # the stationary mode: infinite
+    (5, inf)
     """
 
     def __init__(
@@ -419,23 +420,17 @@ class DPNet(TransformerMixin, BaseEstimator):
     #: by :func:`dpnets.load` (``BaseEstimator._check_params``)
     _parameter_constraints: ClassVar[dict[str, Constraint]] = {
         "encoder": instance_of(nn.Module, "a torch.nn.Module or None (the default MLP)"),
+        "r": integer(1),
         "lag": satisfies(check_lag, none=True),
         "lagged_encoder": instance_of(nn.Module, "a torch.nn.Module or None"),
         "objective": one_of(*SCORES, *GENERATOR_SCORES),
         "gamma": real(0.0),
-        "lr": real(0.0, low_open=True),
-        "batch_size": integer(2),
-        "epochs": integer(1),
-        "val_fraction": real(0.0, 1.0, high_open=True),
+        **TRAINING_CONSTRAINTS,
         "standardize": one_of(*_STANDARDIZE, True, False),
         "constant": boolean(),
         "consistency": real(0.0),
         "consistency_steps": integer(2),
-        "progress": boolean(),
-        "seed": seed(),
-        "init": one_of(*INIT),
-        "optimizer": satisfies(check_optimizer),
-        "device": satisfies(resolve_device, none=True),
+        "sde": instance_of(SDE, "a dpnets.ito.SDE or None"),
         "autocast": one_of("bf16", "fp16", none=True),
         "compile": boolean(),
         "distributed": satisfies(lambda v: v in ("auto", True, False), "'auto', True or False"),
@@ -444,8 +439,6 @@ class DPNet(TransformerMixin, BaseEstimator):
     def _check_params(self) -> None:
         """The table, then the rules that tie parameters together or ask the environment."""
         super()._check_params()
-        if self.encoder is None:  # r sizes the default MLP; a given encoder decides r itself
-            check_int("r", self.r, 1)
         if self.distributed is True and not dist_active():
             raise ValueError(
                 "distributed=True needs an initialised torch.distributed process group of "
@@ -558,13 +551,11 @@ class DPNet(TransformerMixin, BaseEstimator):
                     steps = self._windows_steps(data)
                     pair_lag, model_lag = resolve_lag(data, lag)
                     source = training_source(data, pair_lag, steps)
-                run = _FitRun(callback, ckpt, self._batch_rng())
+                run = _FitRun(callback, ckpt, self._rng())
                 enc = self._initial_module(self.encoder, source.state_shape).to(device)
                 if self._sharded():
                     broadcast_module(enc)
-                settings = self._prepare_settings(
-                    enc, len(source.state_shape), run.batch_rng, device
-                )
+                settings = self._prepare_settings(enc, len(source.state_shape), run.rng, device)
                 prepared = source.prepare(**settings)  # standardisation, split, first states
                 self._set_scaler(prepared, settings["standardize"], source, enc)
                 sizes = (source.state_shape, source.steps)
@@ -710,7 +701,7 @@ class DPNet(TransformerMixin, BaseEstimator):
     ) -> DPNet:
         """The training call shared by the pair and the generator modes; ``sizes`` is
         ``(n_train, state_shape, r)``."""
-        callback, ckpt, gen = run
+        callback, ckpt, rng = run
         n_train, state_shape, r = sizes
         enc, lag_enc = encoders
         # fitted state needed by transform() inside callbacks
@@ -724,7 +715,7 @@ class DPNet(TransformerMixin, BaseEstimator):
             val_score=val_score,
             desc=f"{type(self).__name__}[{self.objective}]",
             callback=callback,
-            checkpoint=run_checkpoint(self, ckpt, gen, n_train, state_shape),
+            checkpoint=run_checkpoint(self, ckpt, rng, n_train, state_shape),
             distributed=self._sharded(),
             grad_scaler=self.autocast == "fp16",
         )
@@ -804,14 +795,14 @@ class DPNet(TransformerMixin, BaseEstimator):
             raise ValueError("consistency > 0 needs a shared encoder (lagged_encoder=None)")
         return int(self.consistency_steps)
 
-    def _batch_rng(self) -> torch.Generator:
-        """RNG for the split and batch order (seeded with ``seed``; in distributed training
+    def _rng(self) -> torch.Generator:
+        """The torch RNG of the split and batch order (seeded with ``seed``; in distributed training
         without a seed, with one drawn by rank 0, so that all processes draw the same
         batches)."""
         seed = self.seed
         if seed is None and self._sharded():
             seed = broadcast_int(int(torch.randint(0, 2**62, (1,)).item()))
-        return batch_generator(seed)
+        return batch_rng(seed)
 
     def _sharded(self) -> bool:
         """Whether this fit trains on several processes (``distributed``)."""
@@ -896,7 +887,7 @@ class DPNet(TransformerMixin, BaseEstimator):
         return self._compose(enc, module_device(enc), module_dtype(enc))
 
     def _prepare_settings(
-        self, enc: nn.Module, state_ndim: int, gen: torch.Generator, device: torch.device
+        self, enc: nn.Module, state_ndim: int, rng: torch.Generator, device: torch.device
     ) -> dict[str, Any]:
         """The settings of :meth:`dpnets.data.TrainingSource.prepare` for this fit: the
         standardisation, validation fraction, batch size, the batches' dtype and device,
@@ -906,7 +897,7 @@ class DPNet(TransformerMixin, BaseEstimator):
             "standardize": self._standardize_mode(enc, state_ndim),
             "val_fraction": self.val_fraction,
             "batch_size": self.batch_size,
-            "generator": gen,
+            "rng": rng,
             "device": device,
             "dtype": module_dtype(enc),
             "sharded": self._sharded(),

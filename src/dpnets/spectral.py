@@ -15,6 +15,7 @@ contract's fitted state.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -26,6 +27,7 @@ from dpnets.base import BaseEstimator, TransformerMixin, clone
 from dpnets.data import (
     PairSegment,
     check_frames,
+    check_lag,
     check_state_shape,
     check_states,
     to_numpy,
@@ -49,7 +51,7 @@ from dpnets.io import (
 from dpnets.linalg import eig_biorthogonal, sym_matrix_function
 from dpnets.moments import FIT_CHUNK
 from dpnets.nn.utils import encode
-from dpnets.params import Constraint, check_choice, check_real, one_of, real, validate_params
+from dpnets.params import Constraint, check_choice, check_real, one_of, real, satisfies
 
 __all__ = [
     "SpectralModel",
@@ -240,15 +242,22 @@ def _as_features(phi: Any, n: int) -> np.ndarray:
     return phi
 
 
-#: the constraints of the regression parameters (:mod:`dpnets.params`), those of every model
-#: that has them (``SpectralModel.check_regression_params``; ``dt`` and ``constant`` only
-#: where the model has those parameters)
+#: the constraints of the regression parameters (:mod:`dpnets.params`), shared by the
+#: ``_parameter_constraints`` tables of the models that have them
+#: (:func:`regression_constraints`)
 REGRESSION_CONSTRAINTS: dict[str, Constraint] = {
     "ridge": real(0.0),
     "rtol": real(0.0, 1.0, low_open=True, high_open=True, none=True),
     "dt": real(0.0, low_open=True, none=True),
     "constant": one_of("auto", True, False),
+    "lag": satisfies(check_lag, none=True),
 }
+
+
+def regression_constraints(*names: str) -> dict[str, Constraint]:
+    """The entries ``names`` of :data:`REGRESSION_CONSTRAINTS`, for a model's table:
+    ``{**regression_constraints("ridge", "rtol", "dt"), ...}``."""
+    return {name: REGRESSION_CONSTRAINTS[name] for name in names}
 
 
 class SpectralModel(TransformerMixin, BaseEstimator):
@@ -328,10 +337,15 @@ class SpectralModel(TransformerMixin, BaseEstimator):
         )
 
     def check_regression_params(self) -> None:
-        """Validate the regression parameters (``ridge``, ``rtol``, ``dt``, ``constant``):
-        a ``ValueError`` naming the first bad one. Called by every fit and by
-        :func:`dpnets.load` on a file's configuration."""
-        validate_params(self, {k: c for k, c in REGRESSION_CONSTRAINTS.items() if hasattr(self, k)})
+        """Deprecated: the regression parameters are entries of the class's
+        ``_parameter_constraints`` table; call ``_check_params()``, which checks them all."""
+        warnings.warn(
+            "check_regression_params() is deprecated: the regression parameters are in the "
+            "class's _parameter_constraints table, which _check_params() checks",
+            FutureWarning,
+            stacklevel=2,
+        )
+        self._check_params()
 
     def solve_lstsq(self, rhs: np.ndarray) -> np.ndarray:
         """``(Cx + ridge I)^+ rhs``: least-squares coefficients from ``rhs = Phi_X^T F`` (/ n)."""

@@ -31,9 +31,21 @@ from dpnets.distributed import is_active as dist_active
 from dpnets.io import atomic_write
 from dpnets.nn.registry import build, describe
 from dpnets.nn.utils import module_dtype, reset_parameters
+from dpnets.params import (
+    BATCH_SIZE,
+    Constraint,
+    boolean,
+    instance_of,
+    integer,
+    one_of,
+    real,
+    satisfies,
+)
+from dpnets.params import seed as seed_or_none
 
 __all__ = [
-    "batch_generator",
+    "batch_rng",
+    "TRAINING_CONSTRAINTS",
     "full_batch_score",
     "initial_module",
     "local_seed",
@@ -117,15 +129,15 @@ def initial_module(
     return module
 
 
-def batch_generator(seed: int | None) -> torch.Generator:
-    """The random generator of a fit's data split and batch order (seeded with ``seed``,
-    else from fresh entropy); the global RNG is never touched."""
-    gen = torch.Generator()
+def batch_rng(seed: int | None) -> torch.Generator:
+    """The torch RNG of a fit's data split and batch order (seeded with ``seed``, else from
+    fresh entropy); the global RNG is never touched."""
+    rng = torch.Generator()
     if seed is not None:
-        gen.manual_seed(int(seed))
+        rng.manual_seed(int(seed))
     else:
-        gen.seed()
-    return gen
+        rng.seed()
+    return rng
 
 
 def full_batch_score(
@@ -205,6 +217,23 @@ def check_optimizer(optimizer: Any) -> None:
         )
 
 
+#: the constraints of the training settings (:mod:`dpnets.params`), shared by the
+#: ``_parameter_constraints`` tables of every neural estimator (DPNet, VAMPNet, the
+#: autoencoders)
+TRAINING_CONSTRAINTS: dict[str, Constraint] = {
+    "lr": real(0.0, low_open=True),
+    "batch_size": BATCH_SIZE,
+    "epochs": integer(1),
+    "val_fraction": real(0.0, 1.0, high_open=True),
+    "optimizer": satisfies(check_optimizer),
+    "optimizer_kwargs": instance_of(dict, "a dict of the optimizer's keyword arguments or None"),
+    "seed": seed_or_none(),
+    "init": one_of(*INIT),
+    "device": satisfies(resolve_device, none=True),
+    "progress": boolean(),
+}
+
+
 def make_optimizer(
     optimizer: str | type[torch.optim.Optimizer],
     params: Iterable[Tensor],
@@ -250,8 +279,8 @@ class Checkpoint:
     """Where and how often :func:`train` saves its state, and whether to resume from it.
 
     A checkpoint holds the modules' and the optimiser's state, the epoch, the history, the
-    best epoch (and its weights) and the states of the random generators (``generators``
-    and torch's own), written atomically after every ``every`` epochs and after the last.
+    best epoch (and its weights) and the states of the run's torch RNGs (``rngs``) and of
+    torch's global ones, written atomically after every ``every`` epochs and after the last.
     With ``resume`` an existing checkpoint is continued exactly: on CPU the final weights
     are bit-identical to an uninterrupted run. ``fingerprint`` identifies the run; a
     checkpoint of another run is refused.
@@ -260,7 +289,7 @@ class Checkpoint:
     path: str | os.PathLike
     every: int = 1
     resume: bool = False
-    generators: Sequence[torch.Generator] = ()
+    rngs: Sequence[torch.Generator] = ()
     fingerprint: str = ""
 
 
@@ -287,10 +316,10 @@ def fit_checkpoint(
 
 
 def run_checkpoint(
-    est: Any, ckpt: Checkpoint | None, gen: torch.Generator, n_train: int, shape: tuple
+    est: Any, ckpt: Checkpoint | None, rng: torch.Generator, n_train: int, shape: tuple
 ) -> Checkpoint | None:
-    """``ckpt`` bound to this run: its batch generator and a fingerprint of the estimator's
-    plain parameters, the number of training samples and the state shape."""
+    """``ckpt`` bound to this run: its torch RNG (:func:`batch_rng`) and a fingerprint of
+    the estimator's plain parameters, the number of training samples and the state shape."""
     if ckpt is None:
         return None
     params = {
@@ -299,7 +328,7 @@ def run_checkpoint(
         if isinstance(v, (str, int, float, bool, type(None)))
     }
     run = [type(est).__name__, n_train, list(shape), params]
-    return Checkpoint(ckpt.path, ckpt.every, ckpt.resume, (gen,), json.dumps(run, sort_keys=True))
+    return Checkpoint(ckpt.path, ckpt.every, ckpt.resume, (rng,), json.dumps(run, sort_keys=True))
 
 
 @contextlib.contextmanager
@@ -561,7 +590,7 @@ def _train_loop(
                 "best_state": best_state,
                 "last_state": last_state,
                 "last_epoch": last_epoch,
-                "generators": [g.get_state() for g in checkpoint.generators],
+                "rngs": [rng.get_state() for rng in checkpoint.rngs],
                 "torch_rng": torch.get_rng_state(),
                 "cuda_rng": (torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else []),
             }
@@ -584,7 +613,7 @@ def _train_loop(
 def _read_checkpoint(
     checkpoint: Checkpoint, modules: Sequence[nn.Module], opt: torch.optim.Optimizer
 ) -> dict[str, Any]:
-    """Load a checkpoint into ``modules``, ``opt`` and the generators; return the rest."""
+    """Load a checkpoint into ``modules``, ``opt`` and the run's RNGs; return the rest."""
     path = os.fspath(checkpoint.path)
     try:
         saved = torch.load(path, map_location="cpu", weights_only=True)
@@ -600,8 +629,10 @@ def _read_checkpoint(
     for m, st in zip(modules, saved["modules"], strict=True):
         m.load_state_dict(st)
     opt.load_state_dict(saved["optimizer"])
-    for g, st in zip(checkpoint.generators, saved["generators"], strict=True):
-        g.set_state(st)
+    # ("generators": the key in checkpoints written by earlier versions)
+    rng_states = saved["rngs"] if "rngs" in saved else saved["generators"]
+    for rng, st in zip(checkpoint.rngs, rng_states, strict=True):
+        rng.set_state(st)
     torch.set_rng_state(saved["torch_rng"])
     cuda_states = saved.get("cuda_rng") or []
     if cuda_states and torch.cuda.is_available() and len(cuda_states) == torch.cuda.device_count():

@@ -33,28 +33,19 @@ from torch import Tensor, nn
 
 from dpnets import diagnostics
 from dpnets.base import fit_data
-from dpnets.data import is_streaming, pairs, resolve_lag, training_source
+from dpnets.data import check_lag, is_streaming, pairs, resolve_lag, training_source
 from dpnets.exceptions import check_is_fitted
 from dpnets.io import jsonable, restore_module, sub_state
 from dpnets.linalg import sym_pinv
 from dpnets.nn.mlp import default_mlp
 from dpnets.nn.registry import describe
 from dpnets.nn.utils import encode, module_dtype
-from dpnets.params import (
-    Constraint,
-    boolean,
-    check_real,
-    instance_of,
-    integer,
-    one_of,
-    real,
-    seed,
-)
+from dpnets.params import Constraint, instance_of, integer, real, satisfies
 from dpnets.spectral import DiscreteTimeModel
 from dpnets.training import (
-    INIT,
+    TRAINING_CONSTRAINTS,
     Checkpoint,
-    batch_generator,
+    batch_rng,
     fit_checkpoint,
     initial_module,
     local_seed,
@@ -100,26 +91,16 @@ class _KoopmanAutoencoder(DiscreteTimeModel):
     def _weights(self) -> dict[str, float]:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    #: accepted values (:mod:`dpnets.params`), checked by ``fit`` and by :func:`dpnets.load`;
-    #: the loss weights (``_weights``, per model) must be reals >= 0
+    #: every constructor parameter's accepted values (:mod:`dpnets.params`), checked by
+    #: ``fit`` and by :func:`dpnets.load`; each model adds its loss weights (reals >= 0)
     _parameter_constraints: ClassVar[dict[str, Constraint]] = {
         "encoder": instance_of(nn.Module, "a torch.nn.Module or None (the default MLP)"),
         "decoder": instance_of(nn.Module, "a torch.nn.Module or None (the default MLP)"),
         "r": integer(1),
         "n_steps": integer(1),
-        "lr": real(0.0, low_open=True),
-        "batch_size": integer(1),
-        "epochs": integer(1),
-        "val_fraction": real(0.0, 1.0, high_open=True),
-        "progress": boolean(),
-        "seed": seed(),
-        "init": one_of(*INIT),
+        "lag": satisfies(check_lag, none=True),
+        **TRAINING_CONSTRAINTS,
     }
-
-    def _check_params(self) -> None:
-        super()._check_params()
-        for name, w in self._weights().items():
-            check_real(name, w, 0.0)
 
     # ------------------------------------------------------------------ losses
     def _loss(self, x0: Tensor, ys: Tensor) -> Tensor:  # pragma: no cover - abstract
@@ -196,7 +177,7 @@ class _KoopmanAutoencoder(DiscreteTimeModel):
         device: torch.device,
         ckpt: Checkpoint | None = None,
     ) -> _KoopmanAutoencoder:
-        gen = batch_generator(self.seed)
+        rng = batch_rng(self.seed)
         pair_lag, model_lag = resolve_lag(data, lag)
         source = training_source(data, pair_lag, int(self.n_steps))  # windows
         d = int(np.prod(source.state_shape))
@@ -208,7 +189,7 @@ class _KoopmanAutoencoder(DiscreteTimeModel):
         batches, val_batches, n_train = source.split(
             val_fraction=self.val_fraction,
             batch_size=self.batch_size,
-            generator=gen,
+            rng=rng,
             device=device,
             dtype=dtype,
         )
@@ -225,7 +206,7 @@ class _KoopmanAutoencoder(DiscreteTimeModel):
         r = int(z.shape[1])
         dec = initial_module(self.decoder, self.seed, lambda: default_mlp(r, d), self.init)
         dec = dec.to(device=device, dtype=dtype)
-        q, rr = torch.linalg.qr(torch.randn(r, r, generator=gen, dtype=torch.float64))
+        q, rr = torch.linalg.qr(torch.randn(r, r, generator=rng, dtype=torch.float64))
         q = q * torch.sign(torch.diagonal(rr))[None, :]  # a random rotation
         latent = LatentLinear(r).to(device=device, dtype=dtype)
         back = LatentLinear(r).to(device=device, dtype=dtype) if self._backward else None
@@ -268,7 +249,7 @@ class _KoopmanAutoencoder(DiscreteTimeModel):
             val_score=val_score,
             desc=self._desc,
             callback=None if callback is None else on_epoch,
-            checkpoint=run_checkpoint(self, ckpt, gen, n_train, state_shape),
+            checkpoint=run_checkpoint(self, ckpt, rng, n_train, state_shape),
         )
         self._finish(x_train)
         diagnostics.warn(self._diagnostics())
@@ -376,6 +357,16 @@ _COMMON_DOC = """
 """
 
 
+#: the loss weights of each autoencoder (parameters, saved with the model)
+_WEIGHTS = ("reconstruction_weight", "prediction_weight", "linearity_weight")
+_CONSISTENT_WEIGHTS = (
+    "reconstruction_weight",
+    "prediction_weight",
+    "backward_weight",
+    "consistency_weight",
+)
+
+
 class DynamicAutoencoder(_KoopmanAutoencoder):
     __doc__ = f"""Dynamic autoencoder (Lusch et al. 2018): encoder, decoder and linear ``K``.
 
@@ -398,9 +389,13 @@ class DynamicAutoencoder(_KoopmanAutoencoder):
 
     Examples
     --------
+    >>> import numpy as np
     >>> from dpnets.nn import MLP
-    >>> ae = DynamicAutoencoder(MLP(2, (32,), 4), MLP(4, (32,), 2), epochs=50)  # doctest: +SKIP
-    >>> ae.fit(trajectory).predict(trajectory[:5], t=[1, 2, 3])                # doctest: +SKIP
+    >>> t = np.arange(300)
+    >>> trajectory = np.stack([np.cos(0.3 * t), np.sin(0.3 * t)], axis=1)
+    >>> ae = DynamicAutoencoder(MLP(2, (8,), 4), MLP(4, (8,), 2), epochs=2, seed=0, progress=False)
+    >>> ae.fit(trajectory).predict(trajectory[:5], t=[1, 2, 3]).shape
+    (3, 5, 2)
     """
 
     _desc = "DynamicAE"
@@ -429,12 +424,13 @@ class DynamicAutoencoder(_KoopmanAutoencoder):
     ) -> None:
         self._init_common(**{k: v for k, v in locals().items() if k not in ("self", "__class__")})
 
+    _parameter_constraints: ClassVar[dict[str, Constraint]] = {
+        **_KoopmanAutoencoder._parameter_constraints,
+        **dict.fromkeys(_WEIGHTS, real(0.0)),
+    }
+
     def _weights(self) -> dict[str, float]:
-        return {
-            "reconstruction_weight": self.reconstruction_weight,
-            "prediction_weight": self.prediction_weight,
-            "linearity_weight": self.linearity_weight,
-        }
+        return {name: getattr(self, name) for name in _WEIGHTS}
 
     def _loss(self, x0: Tensor, ys: Tensor) -> Tensor:
         b, s = ys.shape[0], ys.shape[1]
@@ -518,13 +514,13 @@ class ConsistentAutoencoder(_KoopmanAutoencoder):
     ) -> None:
         self._init_common(**{k: v for k, v in locals().items() if k not in ("self", "__class__")})
 
+    _parameter_constraints: ClassVar[dict[str, Constraint]] = {
+        **_KoopmanAutoencoder._parameter_constraints,
+        **dict.fromkeys(_CONSISTENT_WEIGHTS, real(0.0)),
+    }
+
     def _weights(self) -> dict[str, float]:
-        return {
-            "reconstruction_weight": self.reconstruction_weight,
-            "prediction_weight": self.prediction_weight,
-            "backward_weight": self.backward_weight,
-            "consistency_weight": self.consistency_weight,
-        }
+        return {name: getattr(self, name) for name in _CONSISTENT_WEIGHTS}
 
     def _loss(self, x0: Tensor, ys: Tensor) -> Tensor:
         s = ys.shape[1]

@@ -29,6 +29,7 @@ __all__ = [
     "chebyshev_features",
     "monomial_features",
     "DICTIONARIES",
+    "check_degree",
 ]
 
 
@@ -58,7 +59,8 @@ def _multi_indices_cached(dim: int, degree: int) -> np.ndarray:
     return out
 
 
-def _check_degree(degree: Any) -> int:
+def check_degree(degree: Any) -> int:
+    """``degree`` of a polynomial dictionary: an integer >= 0."""
     if isinstance(degree, bool) or not isinstance(degree, (int, np.integer)) or degree < 0:
         raise ValueError(f"degree must be an integer >= 0, got {degree!r}")
     return int(degree)
@@ -82,7 +84,7 @@ class Dictionary:
 
 class _PolynomialFeatures(Dictionary):
     def __init__(self, degree: int) -> None:
-        self.degree = _check_degree(degree)
+        self.degree = check_degree(degree)
 
     def _vander(self, x: np.ndarray) -> np.ndarray:  # (n, d, degree + 1)
         raise NotImplementedError  # pragma: no cover
@@ -226,8 +228,11 @@ def chebyshev_features(degree: int, domain: Sequence[Any] = (-1.0, 1.0)) -> Cheb
 
     Examples
     --------
+    >>> import numpy as np
     >>> from dpnets import TransferOperator
-    >>> op = TransferOperator(chebyshev_features(6, domain=(0, 1)))  # doctest: +SKIP
+    >>> x = np.random.default_rng(0).uniform(size=(200, 1))
+    >>> TransferOperator(chebyshev_features(6, domain=(0, 1))).fit(x).n_features_
+    7
     """
     return ChebyshevFeatures(degree, domain)
 

@@ -22,9 +22,16 @@ from dpnets.base import fit_data
 from dpnets.data import chunks, is_streaming, pair_segments, resolve_lag
 from dpnets.moments import FIT_CHUNK
 from dpnets.operators import TransferOperator
-from dpnets.params import Constraint, count
+from dpnets.params import Constraint, boolean, checked_in_fit, count, satisfies
+from dpnets.spectral import regression_constraints
 
-from .dictionaries import DICTIONARIES, ChebyshevFeatures, MonomialFeatures, ProjectionFeatures
+from .dictionaries import (
+    DICTIONARIES,
+    ChebyshevFeatures,
+    MonomialFeatures,
+    ProjectionFeatures,
+    check_degree,
+)
 
 __all__ = ["DMD", "EDMD"]
 
@@ -75,12 +82,20 @@ class DMD(TransferOperator):
 
     Examples
     --------
+    >>> import numpy as np
     >>> from dpnets.baselines import DMD
-    >>> DMD(rank=2).fit(trajectory).eig()  # doctest: +SKIP
+    >>> t = np.arange(200)
+    >>> trajectory = np.stack([np.cos(0.3 * t), np.sin(0.3 * t)], axis=1)  # a rotation
+    >>> np.abs(DMD(rank=2).fit(trajectory).eig()).round(6)
+    array([1., 1.])
     """
 
     #: accepted values (:mod:`dpnets.params`), checked by ``fit`` and by :func:`dpnets.load`
-    _parameter_constraints: ClassVar[dict[str, Constraint]] = {"rank": count()}
+    _parameter_constraints: ClassVar[dict[str, Constraint]] = {
+        "rank": count(),
+        **regression_constraints("ridge", "rtol", "constant", "dt", "lag"),
+        "stabilize": boolean(),
+    }
 
     def __init__(
         self,
@@ -164,6 +179,14 @@ def _r_factor(data: Any, lag: int) -> tuple[int, np.ndarray]:
     return n, r_factor
 
 
+def _check_dictionary(name: str, value: Any) -> None:
+    """A named dictionary (:data:`DICTIONARIES`) or a callable feature map."""
+    if not callable(value) and not (isinstance(value, str) and value in DICTIONARIES):
+        raise ValueError(
+            f"unknown {name} {value!r}; expected one of {', '.join(DICTIONARIES)} or a callable"
+        )
+
+
 class EDMD(TransferOperator):
     """Extended DMD (Williams et al. 2015): least squares on a fixed dictionary.
 
@@ -199,7 +222,10 @@ class EDMD(TransferOperator):
 
     Examples
     --------
-    >>> EDMD("chebyshev", degree=6, domain=(0, 1)).fit(trajectory).eig()  # doctest: +SKIP
+    >>> import numpy as np
+    >>> trajectory = np.random.default_rng(0).uniform(size=(500, 1))
+    >>> EDMD("chebyshev", degree=6, domain=(0, 1)).fit(trajectory).eig().shape
+    (7,)
     """
 
     def __init__(
@@ -224,6 +250,15 @@ class EDMD(TransferOperator):
         self.lag = lag
         self.stabilize = stabilize
 
+    #: accepted values (:mod:`dpnets.params`), checked by ``fit`` and by :func:`dpnets.load`
+    _parameter_constraints: ClassVar[dict[str, Constraint]] = {
+        "dictionary": _check_dictionary,
+        "degree": satisfies(check_degree),
+        "domain": checked_in_fit("ChebyshevFeatures (a box (low, high) or None)"),
+        **regression_constraints("ridge", "rtol", "constant", "dt", "lag"),
+        "stabilize": boolean(),
+    }
+
     def _fit_features(self, data: Any, lag: int | None, log_weights: Any = None) -> Any:
         """The fitted dictionary (``dictionary_``)."""
         return self.dictionary_
@@ -231,11 +266,7 @@ class EDMD(TransferOperator):
     def _build_dictionary(self, data: Any, lag: int | None) -> Any:
         if callable(self.dictionary):
             return self.dictionary
-        if self.dictionary not in DICTIONARIES:
-            raise ValueError(
-                f"unknown dictionary {self.dictionary!r}; expected one of "
-                f"{', '.join(DICTIONARIES)} or a callable"
-            )
+        _check_dictionary("dictionary", self.dictionary)
         if self.dictionary == "monomial":
             return MonomialFeatures(self.degree)
         domain = self.domain
@@ -251,6 +282,7 @@ class EDMD(TransferOperator):
         """Build the dictionary (and its domain) and fit the operator (Eq. 15); ``fit(X, Y)`` is
         ``fit((X, Y))``."""
         data, lag = fit_data(self, X, y, lag)
+        self._check_params()
         self.dictionary_ = self._build_dictionary(data, lag)
         self._fit_operator(data, lag)
         return self

@@ -52,8 +52,8 @@ from dpnets.base import fit_data
 from dpnets.data import check_states, chunks, is_streaming, pairs, resolve_lag
 from dpnets.exceptions import check_is_fitted
 from dpnets.linalg import default_rtol
-from dpnets.params import Constraint, boolean, count
-from dpnets.spectral import DiscreteTimeModel
+from dpnets.params import Constraint, boolean, count, real, seed
+from dpnets.spectral import DiscreteTimeModel, regression_constraints
 from dpnets.training import progress_bar
 
 __all__ = ["Kernel", "KernelFeatures", "KernelDMD", "NystromKernelDMD", "KERNELS", "ESTIMATORS"]
@@ -271,21 +271,19 @@ class _KernelRegression(DiscreteTimeModel):
     #: accepted values (:mod:`dpnets.params`), checked by ``fit`` and by :func:`dpnets.load`
     _parameter_constraints: ClassVar[dict[str, Constraint]] = {
         "kernel": _check_kernel,
-        "estimator": _check_estimator,
         "rank": count(),
+        "estimator": _check_estimator,
+        **regression_constraints("ridge"),
+        "length_scale": real(0.0, low_open=True, none=True),
+        "degree": count(none=False),
+        "coef0": real(),
+        **regression_constraints("rtol", "lag", "dt"),
     }
 
     def _check_params(self) -> None:
         super()._check_params()
-        self.check_regression_params()  # ridge, rtol, dt
         if self.estimator == "krr" and self.rank is not None:
             raise ValueError("estimator='krr' is full rank: use rank=None, or 'pcr'/'rrr'")
-        if not (np.isfinite(self.ridge) and self.ridge >= 0):
-            raise ValueError(f"ridge must be finite and >= 0, got {self.ridge}")
-        if self.length_scale is not None and not (
-            np.isfinite(self.length_scale) and self.length_scale > 0
-        ):
-            raise ValueError(f"length_scale must be finite and > 0, got {self.length_scale}")
 
     def _resolve_kernel(self, x: np.ndarray) -> Callable:
         if callable(self.kernel):
@@ -470,9 +468,13 @@ class KernelDMD(_KernelRegression):
 
     Examples
     --------
+    >>> import numpy as np
     >>> from dpnets.baselines import KernelDMD
-    >>> model = KernelDMD("rbf", rank=5, ridge=1e-6).fit(trajectory)  # doctest: +SKIP
-    >>> model.eig(), model.predict(trajectory[:10], t=3)                # doctest: +SKIP
+    >>> t = np.arange(300)
+    >>> trajectory = np.stack([np.cos(0.3 * t), np.sin(0.3 * t)], axis=1)
+    >>> model = KernelDMD("rbf", rank=5, ridge=1e-6, progress=False).fit(trajectory)
+    >>> model.eig().shape, model.predict(trajectory[:10], t=3).shape
+    ((5,), (10, 2))
     """
 
     def __init__(
@@ -621,6 +623,7 @@ class NystromKernelDMD(_KernelRegression):
     _parameter_constraints: ClassVar[dict[str, Constraint]] = {
         **_KernelRegression._parameter_constraints,
         "n_centers": count(),
+        "seed": seed(),
     }
 
     def _states(self, p: Any) -> np.ndarray:

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
+from dpnets.params import Constraint, one_of
 from dpnets.representation import DEFAULTS, DPNet
 
 __all__ = ["VAMPNet"]
 
 _VAMP_SCORES = ("vamp1", "vamp2")
+#: DPNet's parameters that VAMPNet does not take
+_NOT_VAMPNET = ("gamma", "consistency", "consistency_steps", "sde")
 
 
 class VAMPNet(DPNet):
@@ -54,10 +57,16 @@ class VAMPNet(DPNet):
 
     Examples
     --------
+    >>> import numpy as np
+    >>> from dpnets import TransferOperator
     >>> from dpnets.baselines import VAMPNet
     >>> from dpnets.nn import MLP
-    >>> net = VAMPNet(MLP(1, (32, 32), 4), lag=5).fit(trajectory)     # doctest: +SKIP
-    >>> TransferOperator(net).fit(trajectory).implied_timescales()     # doctest: +SKIP
+    >>> trajectory = np.sin(0.3 * np.arange(400))[:, None]
+    >>> net = VAMPNet(MLP(1, (16,), 2), lag=5, epochs=2, seed=0, progress=False)
+    >>> net.fit(trajectory).transform(trajectory).shape
+    (400, 2)
+    >>> TransferOperator(net).fit(trajectory).lag_
+    5
     """
 
     def __init__(
@@ -108,13 +117,15 @@ class VAMPNet(DPNet):
             compile=compile,
         )
 
+    #: DPNet's table for VAMPNet's parameters (no ``gamma``, consistency penalty or SDE;
+    #: the VAMP objectives only), checked by ``fit`` and by :func:`dpnets.load`
+    _parameter_constraints: ClassVar[dict[str, Constraint]] = {
+        **{k: c for k, c in DPNet._parameter_constraints.items() if k not in _NOT_VAMPNET},
+        "objective": one_of(*_VAMP_SCORES),
+    }
+
     def _check_params(self) -> None:
         super()._check_params()
-        if self.objective not in _VAMP_SCORES:
-            raise ValueError(
-                f"VAMPNet objective must be one of {', '.join(_VAMP_SCORES)}, got "
-                f"{self.objective!r}"
-            )
         if self.gamma != 0:
             raise ValueError("VAMPNet has no metric distortion penalty (gamma=0); use DPNet")
 

@@ -228,7 +228,7 @@ def train_oracle(
 
     dev = resolve_device(device)
     torch.manual_seed(int(seed))
-    gen = torch.Generator().manual_seed(int(seed))
+    rng = torch.Generator().manual_seed(int(seed))
     model = ConvClassifier(n_classes=n_classes, image_size=images.shape[-2:], channels=channels).to(
         dev
     )
@@ -243,13 +243,13 @@ def train_oracle(
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=3 * lr, total_steps=steps)
     for _ in range(int(epochs)):
         model.train()
-        perm = torch.randperm(n, generator=gen)
+        perm = torch.randperm(n, generator=rng)
         for start in range(0, n, batch_size):
             idx = perm[start : start + batch_size]
             b = idx.shape[0]
 
             def uniform(scale: float, b: int = b) -> torch.Tensor:
-                return (2 * torch.rand(b, generator=gen) - 1) * scale
+                return (2 * torch.rand(b, generator=rng) - 1) * scale
 
             ang = uniform(max_rotation * np.pi / 180)
             zoom = 1 + uniform(max_scale)
@@ -263,19 +263,19 @@ def train_oracle(
             )
             xb = x[idx]
             if mix_fraction > 0:
-                mixed = torch.nonzero(torch.rand(b, generator=gen) < mix_fraction).flatten()
+                mixed = torch.nonzero(torch.rand(b, generator=rng) < mix_fraction).flatten()
                 if mixed.numel():
                     picks = torch.stack(
                         [
                             members[int(y[idx[k]])][
                                 torch.randint(
-                                    len(members[int(y[idx[k]])]), (int(mix_size),), generator=gen
+                                    len(members[int(y[idx[k]])]), (int(mix_size),), generator=rng
                                 )
                             ]
                             for k in mixed
                         ]
                     )
-                    u = -torch.log(torch.rand(picks.shape, generator=gen))
+                    u = -torch.log(torch.rand(picks.shape, generator=rng))
                     weights = (u / u.sum(1, keepdim=True))[:, :, None, None, None]
                     xb = xb.clone()
                     xb[mixed] = (weights * x[picks]).sum(1)

@@ -105,9 +105,12 @@ class ConvEncoder(nn.Module):
 
     Examples
     --------
+    >>> import numpy as np
     >>> from dpnets import DPNet
-    >>> net = DPNet(ConvEncoder(5), objective="projection", batch_size=128)  # doctest: +SKIP
-    >>> net.fit(images)  # images: (T, 28, 28)                          # doctest: +SKIP
+    >>> images = np.random.default_rng(0).random((64, 28, 28), dtype=np.float32)  # (T, 28, 28)
+    >>> net = DPNet(ConvEncoder(5), batch_size=16, epochs=1, seed=0, progress=False)
+    >>> net.fit(images).transform(images).shape
+    (64, 5)
     """
 
     #: not standardised by DPNet(standardize="auto"):

@@ -403,9 +403,9 @@ class CylinderFlow:
 
     Examples
     --------
-    >>> data = CylinderFlow(shape=(40, 80), warmup=6000, n_snapshots=50).load()  # doctest: +SKIP
-    >>> data.snapshots.shape  # doctest: +SKIP
-    (50, 4, 40, 80)
+    >>> data = CylinderFlow(shape=(20, 40), warmup=16, n_snapshots=3).generate()  # no cache
+    >>> data.snapshots.shape
+    (3, 4, 20, 40)
     """
 
     def __init__(

@@ -85,10 +85,13 @@ class OrderedMNIST:
 
     Examples
     --------
-    >>> system = OrderedMNIST()                                   # doctest: +SKIP
-    >>> traj, labels = system.trajectory(1000, seed=0)            # (1000, 28, 28), (1000,)
-    >>> x0, c0 = system.pool("test")                              # test initial conditions
-    >>> system.label_after(c0, 3)                                 # labels of X_3
+    >>> system = OrderedMNIST()
+    >>> traj, labels = system.trajectory(1000, seed=0)
+    >>> traj.shape, labels.shape
+    ((1000, 28, 28), (1000,))
+    >>> x0, c0 = system.pool("test")  # test initial conditions
+    >>> c0[::200].tolist(), system.label_after(c0[::200], 3).tolist()  # labels of X_3
+    ([0, 1, 2, 3, 4], [3, 4, 0, 1, 2])
     """
 
     def __init__(
