@@ -145,6 +145,8 @@ LAYERS = [
         "cross_validation",
         "plot",
         "datasets",
+        "file_errors",
+        "md_files",
         "md_features",
         "systems",
         "systems.*",

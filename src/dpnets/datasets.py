@@ -37,26 +37,28 @@ Every problem with a file (missing, unknown type, truncated, non-numeric, NaN or
 values, state shapes that differ between trajectories) raises :class:`DataFileError`, whose
 message is one line that starts with the file's name. Only regular files are read: a FIFO or
 a device is refused without being opened for reading.
+
+This module is the entry: the paths, the reader that dispatches on the extension, the plain
+formats and the bias files of biased runs (:func:`read_log_weights`);
+:mod:`dpnets.md_files` reads the molecular-dynamics files, and :mod:`dpnets.file_errors`
+holds :class:`DataFileError` and the checks all readers share.
 """
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import glob
-import json
 import math
 import os
 import re
-import stat
-import struct
-import sys
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from dpnets.file_errors import DataFileError, check_regular, extension, reason
+from dpnets.md_files import MD_EXTENSIONS, MDReading, select_atoms
+from dpnets.md_files import quiet_c_stdout as quiet_c_stdout  # engines reads it here
 
 __all__ = [
     "DataFileError",
@@ -75,33 +77,11 @@ FEATURES = ("raw", "positions", "dihedrals", "distances", "cartesian")
 _ARRAY_EXTS = (".npy", ".npz")
 _TEXT_EXTS = (".csv", ".txt")
 _HDF5_EXTS = (".h5", ".hdf5")
-_MD_EXTS = (".xtc", ".trr", ".dcd", ".nc", ".ncdf", ".netcdf", ".mdcrd")
 #: The file extensions :func:`read_trajectories` reads.
-EXTENSIONS = _ARRAY_EXTS + _TEXT_EXTS + _HDF5_EXTS + _MD_EXTS
-# Formats whose frames carry their simulation time (mdtraj reads DCD times as 0, 1, 2, ...:
-# the DCD time step comes from its header; .mdcrd stores no time).
-_MD_TIMED_EXTS = (".xtc", ".trr", ".nc", ".ncdf", ".netcdf") + _HDF5_EXTS
-# mdtraj's loaders of these extensions (``md.load`` does not dispatch ``.ncdf``)
-_MDTRAJ_LOADERS = {".ncdf": "load_netcdf", ".nc": "load_netcdf", ".netcdf": "load_netcdf"}
-# Topologies mdtraj reads (others go to MDAnalysis when it is installed)
-_MDTRAJ_TOPOLOGIES = (
-    ".pdb", ".pdb.gz", ".pdbx", ".cif", ".gro", ".prmtop", ".parm7", ".psf", ".mol2",
-    ".hoomdxml", ".h5", ".lh5", ".xml",
-)  # fmt: skip
-# One AKMA time unit (DCD's DELTA) in ps, as MDAnalysis converts it
-_AKMA_PS = 4.888821e-2
+EXTENSIONS = _ARRAY_EXTS + _TEXT_EXTS + _HDF5_EXTS + MD_EXTENSIONS
 _GLOB_CHARS = re.compile(r"[*?\[]")
 # Elements of the finiteness check per chunk (memory-mapped files are not read all at once).
 _CHUNK = 1 << 22
-
-
-class DataFileError(ValueError):
-    """A data file cannot be read as trajectories; the message is one line naming the file."""
-
-    def __init__(self, source: str | os.PathLike, problem: str) -> None:
-        self.source = str(source)
-        self.problem = _one_line(problem)
-        super().__init__(f"{_one_line(self.source)}: {self.problem}")
 
 
 @dataclass(eq=False)
@@ -292,52 +272,39 @@ def _expand(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> list[str]
             seen.add(key)
             unique.append(f)
     for f in unique:
-        ext = _ext(f)
+        ext = extension(f)
         if not os.path.exists(f):
             raise DataFileError(f, "no such file")
         if os.path.isdir(f):
             raise DataFileError(f, "is a directory, not a file")
-        _check_regular(f)
+        check_regular(f)
         if ext not in EXTENSIONS:
             shown = f"'{ext}'" if ext else "(none)"
             raise DataFileError(f, f"unknown file type {shown}; supported: {', '.join(EXTENSIONS)}")
     return unique
 
 
-def _ext(path: str) -> str:
-    return os.path.splitext(path)[1].lower()
-
-
-def _check_regular(path: str, what: str = "file") -> None:
-    """Refuse a FIFO, device or socket before anything opens it (a FIFO blocks a reader)."""
-    try:
-        mode = os.stat(path).st_mode
-    except OSError as exc:
-        raise DataFileError(path, f"cannot read: {_reason(exc)}") from exc
-    if stat.S_ISREG(mode):
-        return
-    from dpnets.io import file_kind
-
-    raise DataFileError(path, f"the {what} is {file_kind(mode)}; only regular files are read")
-
-
-def _one_line(text: str) -> str:
-    return " ".join(str(text).split())
-
-
-def _reason(exc: BaseException) -> str:
-    """A short one-line description of a library exception."""
-    text = _one_line(str(exc)) or type(exc).__name__
-    if len(text) > 200:
-        text = text[:197] + "..."
-    return text
-
-
 # --------------------------------------------------------------------------------------------
 # Reader
 
 
-class _Reader:
+class _Reader(MDReading):
+    """One call of :func:`read_trajectories`: reads the files one by one, checks and
+    collects their trajectories, and gives the :class:`Trajectories` at the end.
+
+    :meth:`read` picks the reader of a file by its extension: ``.npy``/``.npz``
+    (:meth:`_read_npy`, :meth:`_read_npz`), ``.csv``/``.txt`` (:meth:`_read_text`, the
+    header and ``columns``), ``.h5``/``.hdf5`` (:meth:`_read_hdf5`: the numeric datasets, or
+    an mdtraj HDF5 trajectory) and the molecular-dynamics files, which the
+    :class:`dpnets.md_files.MDReading` half reads (topology, atoms, features). Every reader
+    hands its arrays to :meth:`_add`, which makes them ``(frames, *state_shape)`` float
+    arrays, applies ``stride`` unless the reader did, and refuses empty or non-finite data
+    and a state shape that differs from the first file's. :meth:`result` then checks that
+    the files agree on the time per frame (``dt`` is None unless every file gives it) and
+    the atomic numbers, applies the distance cut-off, and keeps the coordinate names the
+    files agree on.
+    """
+
     def __init__(
         self,
         keys: Sequence[str] | None,
@@ -350,27 +317,18 @@ class _Reader:
     ) -> None:
         self.keys = None if keys is None else [str(k) for k in keys]
         self.columns = None if columns is None else list(columns)
-        self.topology_path = None if topology is None else os.fspath(topology)
-        self.features = "positions" if features == "raw" else features
-        self.selection = selection
         self.mmap = mmap
         self.stride = stride
-        self._topology: Any = None
         self.data: list[np.ndarray] = []
         self.sources: list[str] = []
         self.dts: list[tuple[str, float | None]] = []
-        self.atomic_numbers: list[tuple[str, np.ndarray]] = []
-        self.any_md = False
         self.names: list[list[str] | None] = []  # per trajectory
-        self.torsions: list[str] = ["phi", "psi"]
-        self.cutoff: float | None = None
-        self.reference_path: str | None = None
-        self.md_features: Any = None  # the MDFeatures of the first MD file
+        self._init_md(topology, features, selection)
 
     # -- dispatch ---------------------------------------------------------------------------
 
     def read(self, path: str) -> None:
-        ext = _ext(path)
+        ext = extension(path)
         if ext == ".npy":
             self._add(path, self._read_npy(path), None)
         elif ext == ".npz":
@@ -412,13 +370,7 @@ class _Reader:
                     raise DataFileError(s, f"time per frame {d:g} differs from {s0}'s {d0:g}")
             if len(known) == len(self.dts):
                 dt = d0
-        atomic_numbers = None
-        if self.atomic_numbers:
-            s0, z0 = self.atomic_numbers[0]
-            for s, z in self.atomic_numbers[1:]:
-                if not np.array_equal(z, z0):
-                    raise DataFileError(s, f"atomic numbers differ from {s0}'s")
-            atomic_numbers = z0
+        atomic_numbers = self._common_atomic_numbers()
         if self.cutoff is not None and self.md_features is not None:
             self._apply_cutoff()
         first = self.names[0] if self.names else None
@@ -432,22 +384,6 @@ class _Reader:
             names=None if names is None else list(names),
             md_features=self.md_features,
         )
-
-    def _apply_cutoff(self) -> None:
-        """Keep the distances closer than the cut-off in some frame of the data."""
-        closest = np.min([np.asarray(t).min(axis=0) for t in self.data], axis=0)
-        keep = closest < self.cutoff
-        if not keep.any():
-            raise DataFileError(
-                self.sources[0],
-                f"no pair of the selection comes closer than the cut-off {self.cutoff:g} nm "
-                f"(closest: {closest.min():.3g} nm)",
-            )
-        self.md_features = self.md_features.subset(keep)
-        self.data = [np.ascontiguousarray(np.asarray(t)[:, keep]) for t in self.data]
-        self.names = [self.md_features.names for _ in self.data]
-
-    # -- numpy ------------------------------------------------------------------------------
 
     def _read_npy(self, path: str) -> np.ndarray:
         try:
@@ -488,7 +424,7 @@ class _Reader:
             with open(path, encoding="utf-8-sig") as fh:
                 lines = fh.read().splitlines()
         except (OSError, UnicodeDecodeError) as exc:
-            raise DataFileError(path, f"cannot read: {_reason(exc)}") from exc
+            raise DataFileError(path, f"cannot read: {reason(exc)}") from exc
         rows = [
             (i + 1, line.strip())
             for i, line in enumerate(lines)
@@ -564,7 +500,7 @@ class _Reader:
         try:
             fh = h5py.File(path, "r")
         except Exception as exc:
-            raise DataFileError(path, f"cannot read: {_reason(exc)}") from exc
+            raise DataFileError(path, f"cannot read: {reason(exc)}") from exc
         with fh:
             is_md = "coordinates" in fh and isinstance(fh["coordinates"], h5py.Dataset)
             if is_md and ("topology" in fh or self.topology_path is not None):
@@ -579,7 +515,7 @@ class _Reader:
             try:
                 fh.visititems(visit)
             except Exception as exc:
-                raise DataFileError(path, f"cannot read: {_reason(exc)}") from exc
+                raise DataFileError(path, f"cannot read: {reason(exc)}") from exc
             if self.keys is not None:
                 chosen = []
                 for key in self.keys:
@@ -604,179 +540,8 @@ class _Reader:
                 try:
                     arr = ds[:: self.stride]
                 except Exception as exc:
-                    raise DataFileError(source, f"cannot read: {_reason(exc)}") from exc
+                    raise DataFileError(source, f"cannot read: {reason(exc)}") from exc
                 self._add(source, arr, None, strided=True)
-
-    def _read_mdtraj_hdf5(self, path: str, fh: Any) -> None:
-        md = _import_mdtraj()
-        try:
-            coords = fh["coordinates"]
-            xyz = np.asarray(coords[:: self.stride], dtype=np.float32)
-            units = coords.attrs.get("units", b"nanometers")
-            units = units.decode() if isinstance(units, bytes) else str(units)
-            if units.lower().startswith("angstrom"):
-                xyz = xyz * np.float32(0.1)
-            time = None
-            if "time" in fh:
-                time = np.asarray(fh["time"][:: self.stride], dtype=np.float64)
-            cell = {}
-            if "cell_lengths" in fh and "cell_angles" in fh:
-                cell_units = fh["cell_lengths"].attrs.get("units", b"nanometers")
-                cell_units = cell_units.decode() if isinstance(cell_units, bytes) else cell_units
-                lengths = np.asarray(fh["cell_lengths"][:: self.stride], dtype=np.float32)
-                if str(cell_units).lower().startswith("angstrom"):
-                    lengths = lengths * np.float32(0.1)
-                cell = {
-                    "unitcell_lengths": lengths,
-                    "unitcell_angles": np.asarray(
-                        fh["cell_angles"][:: self.stride], dtype=np.float32
-                    ),
-                }
-            if self.topology_path is not None:
-                top = self._load_topology(md)
-            else:
-                top = _topology_from_json(md, fh["topology"][0])
-            traj = md.Trajectory(xyz, top, time=time, **cell)
-        except DataFileError:
-            raise
-        except Exception as exc:
-            raise DataFileError(path, f"cannot read: {_reason(exc)}") from exc
-        self._add_md(path, traj, md, timed=time is not None)
-
-    # -- molecular dynamics -----------------------------------------------------------------
-
-    def _load_topology(self, md: Any) -> Any:
-        if self._topology is None:
-            top_path = self.topology_path
-            assert top_path is not None
-            if not os.path.exists(top_path) or os.path.isdir(top_path):
-                raise DataFileError(top_path, "no such topology file")
-            _check_regular(top_path, "topology file")
-            try:
-                self._topology = md.load_topology(top_path)
-            except Exception as exc:
-                raise DataFileError(top_path, f"cannot read topology: {_reason(exc)}") from exc
-        return self._topology
-
-    def _read_md(self, path: str) -> None:
-        ext = _ext(path)
-        if self.topology_path is None:
-            raise DataFileError(
-                path, f"a topology file is needed for {ext} trajectories (topology=...)"
-            )
-        md = _import_mdtraj()
-        top_path = self.topology_path
-        timed, dt = ext in _MD_TIMED_EXTS, None
-        if not _mdtraj_reads_topology(top_path):  # .tpr, .top, ...: MDAnalysis reads them
-            if not os.path.exists(top_path) or os.path.isdir(top_path):
-                raise DataFileError(top_path, "no such topology file")
-            _check_regular(top_path, "topology file")
-            why = f"mdtraj cannot read {_ext(top_path) or 'this'} topologies"
-            traj = _read_mdanalysis(md, top_path, path, self.stride, why)
-            timed = ext != ".mdcrd"
-        else:
-            top = self._load_topology(md)
-            try:
-                with warnings.catch_warnings(), quiet_c_stdout():
-                    warnings.simplefilter("ignore")
-                    load = getattr(md, _MDTRAJ_LOADERS[ext]) if ext in _MDTRAJ_LOADERS else md.load
-                    traj = load(path, top=top, stride=self.stride)
-            except Exception as exc:  # another reader may know the file: MDAnalysis
-                why = f"mdtraj cannot read it ({_reason(exc)})"
-                traj = _read_mdanalysis(md, top_path, path, self.stride, why, exc)
-                warnings.warn(
-                    f"{path}: {why}; read through MDAnalysis instead ({traj.n_frames} frames; "
-                    "a truncated file gives the whole frames it holds)",
-                    RuntimeWarning,
-                    stacklevel=4,
-                )
-        if ext == ".dcd":
-            dt = _check_dcd(path, md, traj.n_frames, self.stride)
-        self._add_md(path, traj, md, timed=timed, dt=dt)
-
-    def _add_md(
-        self, path: str, traj: Any, md: Any, *, timed: bool, dt: float | None = None
-    ) -> None:
-        self.any_md = True
-        if dt is None:
-            dt = _timestep(traj.time) if timed else None
-        if self.features == "positions":
-            atoms = self._select(path, traj.topology)
-            z = np.array([_atomic_number(traj.topology.atom(i)) for i in atoms], dtype=np.int64)
-            xyz = np.ascontiguousarray(traj.xyz[:, atoms], dtype=np.float32)
-            self._add(path, xyz, dt, strided=True)
-            self.atomic_numbers.append((path, z))
-            return
-        spec = self._md_features(path, traj)
-        self.names.append(list(spec.names))
-        self._add(path, spec.compute(traj), dt, strided=True)
-
-    def _md_features(self, path: str, traj: Any) -> Any:
-        """The features of the first MD file read (every file has its atoms: the state
-        shapes are checked file by file)."""
-        from dpnets import md_features
-
-        if self.md_features is not None:
-            return self.md_features
-        top = traj.topology
-        atoms = self._select(path, top)
-        try:
-            if self.features == "dihedrals":
-                spec = md_features.torsion_features(top, self.torsions, atoms)
-            elif self.features == "distances":
-                spec = md_features.distance_features(top, atoms)
-            else:
-                spec = md_features.cartesian(top, atoms, self._reference(traj))
-        except ValueError as exc:
-            raise DataFileError(path, str(exc)) from None
-        self.md_features = spec
-        return spec
-
-    def _reference(self, traj: Any) -> np.ndarray:
-        """The positions to superpose on: the reference file's, else the first frame."""
-        if self.reference_path is None:
-            return np.asarray(traj.xyz[0], dtype=np.float64)
-        md = _import_mdtraj()
-        path = self.reference_path
-        if not os.path.isfile(path):
-            raise DataFileError(path, "no such reference structure")
-        try:
-            if _ext(path) == ".pdb":
-                ref = md.load_pdb(path)
-            else:
-                ref = md.load_frame(path, 0, top=self.topology_path)
-        except Exception as exc:
-            raise DataFileError(
-                path, f"cannot read the reference structure: {_reason(exc)}"
-            ) from exc
-        if ref.n_atoms != traj.n_atoms:
-            raise DataFileError(
-                path, f"the reference has {ref.n_atoms} atoms; the trajectories have {traj.n_atoms}"
-            )
-        return np.asarray(ref.xyz[0], dtype=np.float64)
-
-    def _select(self, path: str, top: Any) -> np.ndarray:
-        return select_atoms(top, self.selection, source=path)
-
-
-def select_atoms(top: Any, selection: str, source: str = "topology") -> np.ndarray:
-    """0-based indices (int64) of the atoms of mdtraj topology ``top`` that ``selection``
-    picks, as :func:`read_trajectories` selects them: ``"heavy"`` (all but hydrogens and
-    virtual sites), ``"all"``, or any mdtraj selection string. A bad or empty selection
-    raises :class:`DataFileError` naming ``source``."""
-    try:
-        if selection == "heavy":
-            atoms = [a.index for a in top.atoms if _atomic_number(a) > 1]
-        elif selection == "all":
-            atoms = list(range(top.n_atoms))
-        else:
-            atoms = top.select(selection)
-    except Exception as exc:
-        raise DataFileError(source, f"bad atom selection {selection!r}: {_reason(exc)}") from exc
-    atoms = np.asarray(atoms, dtype=np.int64)
-    if atoms.size == 0:
-        raise DataFileError(source, f"atom selection {selection!r} matches no atom")
-    return atoms
 
 
 # --------------------------------------------------------------------------------------------
@@ -821,260 +586,10 @@ def _is_number(cell: str) -> bool:
 
 
 def _npy_reason(exc: BaseException) -> str:
-    text = _reason(exc)
+    text = reason(exc)
     if "allow_pickle" in text or "pickle" in text.lower():
         return "holds pickled (object) data, which is never loaded"
     return text
-
-
-def _timestep(time: np.ndarray | None) -> float | None:
-    if time is None or len(time) < 2:
-        return None
-    diffs = np.diff(np.asarray(time, dtype=np.float64))
-    dt = float(diffs[0])
-    if not np.isfinite(dt) or dt <= 0:
-        return None
-    if not np.allclose(diffs, dt, rtol=1e-4, atol=1e-6):
-        return None
-    return dt
-
-
-def _atomic_number(atom: Any) -> int:
-    element = atom.element
-    number = getattr(element, "atomic_number", None)
-    return int(number) if number is not None else 0
-
-
-def _topology_from_json(md: Any, raw: Any) -> Any:
-    """An mdtraj Topology from the JSON of an mdtraj HDF5 file (as mdtraj's own reader)."""
-    if isinstance(raw, bytes):
-        raw = raw.decode()
-    spec = json.loads(str(raw))
-    elements = md.element
-    top = md.Topology()
-    for chain_spec in sorted(spec["chains"], key=lambda c: c["index"]):
-        chain = top.add_chain()
-        for res_spec in sorted(chain_spec["residues"], key=lambda r: r["index"]):
-            residue = top.add_residue(
-                res_spec["name"],
-                chain,
-                resSeq=res_spec.get("resSeq"),
-                segment_id=res_spec.get("segmentID", ""),
-            )
-            for atom_spec in sorted(res_spec["atoms"], key=lambda a: a["index"]):
-                try:
-                    element = elements.get_by_symbol(atom_spec["element"])
-                except KeyError:
-                    element = elements.virtual
-                top.add_atom(atom_spec["name"], element, residue)
-    atoms = list(top.atoms)
-    for a, b in spec.get("bonds", []):
-        top.add_bond(atoms[a], atoms[b])
-    return top
-
-
-def _dcd_header(path: str) -> tuple[int, int, float] | None:
-    """``(NSET, NSAVC, DELTA)`` of a DCD file's header (None when it is not a DCD header):
-    the frames announced, the steps between saved frames and the time step in AKMA units
-    (a float for CHARMM/NAMD files, a double for X-PLOR ones, as MDAnalysis reads it)."""
-    with open(path, "rb") as fh:
-        head = fh.read(92)
-    if len(head) < 92:
-        raise DataFileError(path, "cannot read: truncated DCD header")
-    for order in "<>":
-        size, magic = struct.unpack(order + "i4s", head[:8])
-        if size == 84 and magic == b"CORD":
-            break
-    else:
-        return None
-    icntrl = struct.unpack(order + "20i", head[8:88])
-    charmm = icntrl[19] != 0
-    if charmm:
-        delta = struct.unpack(order + "f", head[8 + 36 : 8 + 40])[0]
-    else:
-        delta = struct.unpack(order + "d", head[8 + 36 : 8 + 44])[0]
-    return icntrl[0], icntrl[2], float(delta)
-
-
-def _check_dcd(path: str, md: Any, n_read: int, stride: int) -> float | None:
-    """The time per (strided) frame of a DCD file from its header, in ps (None when the
-    header has none); a file holding fewer frames than its header announces (a run that
-    was stopped) gives the frames it holds, with a warning."""
-    try:
-        header = _dcd_header(path)
-        if header is None:
-            return None
-        with warnings.catch_warnings(), quiet_c_stdout():
-            warnings.simplefilter("ignore")
-            with md.formats.DCDTrajectoryFile(path) as dcd:
-                n_frames = len(dcd)
-    except DataFileError:
-        raise
-    except Exception as exc:
-        raise DataFileError(path, f"cannot read: {_reason(exc)}") from exc
-    n_set, nsavc, delta = header
-    if n_set > n_frames:
-        warnings.warn(
-            f"{path}: the DCD header announces {n_set} frames but the file holds {n_frames} "
-            f"(a run that was stopped, or a truncated copy); reading the {n_frames} it holds",
-            RuntimeWarning,
-            stacklevel=5,
-        )
-    if delta == 1.0:  # the placeholder of VMD's dcdplugin writers (mdtraj's save_dcd too):
-        return None  # no time step stored (1 AKMA = 48.9 fs is no MD integration step)
-    dt = delta * _AKMA_PS * max(nsavc, 1) * stride
-    return dt if math.isfinite(dt) and dt > 0 else None
-
-
-def _mdtraj_reads_topology(path: str) -> bool:
-    name = path.lower()
-    return any(name.endswith(ext) for ext in _MDTRAJ_TOPOLOGIES)
-
-
-def _import_mdanalysis(path: str, why: str, cause: BaseException | None = None) -> Any:
-    try:
-        import MDAnalysis
-    except ImportError:
-        raise DataFileError(
-            path,
-            f"cannot read: {why}; MDAnalysis can read it: pip install MDAnalysis (the files "
-            "extra: pip install dpnets[files])",
-        ) from cause
-    return MDAnalysis
-
-
-def _read_mdanalysis(
-    md: Any, top_path: str, path: str, stride: int, why: str, cause: BaseException | None = None
-) -> Any:
-    """Read ``path`` with topology ``top_path`` through MDAnalysis (for what mdtraj cannot
-    read), as an mdtraj ``Trajectory``: positions and cell lengths converted from Å to nm,
-    times in ps, the topology's atoms, residues, segments (as chains) and elements."""
-    mda = _import_mdanalysis(path, why, cause)
-    kwargs: dict[str, Any] = {}
-    if _ext(top_path) == ".top" and _gromacs_top(top_path):  # not Amber's .top
-        kwargs = {
-            "topology_format": "ITP",
-            "include_dir": os.environ.get("GMXLIB", os.path.dirname(os.path.abspath(top_path))),
-        }
-    failure = None
-    with _quiet_finalizers():
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                u = mda.Universe(top_path, path, **kwargs)
-        except Exception as exc:  # its traceback holds the half-built reader: dropped here
-            failure = f"cannot read ({why}; MDAnalysis with {top_path}: {_reason(exc)})"
-    if failure is not None:
-        raise DataFileError(path, failure) from None
-    try:
-        top = _mdtraj_topology(md, u)
-        xyz, time, lengths, angles = [], [], [], []
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            for ts in u.trajectory[::stride]:
-                xyz.append(np.array(ts.positions, dtype=np.float32) * np.float32(0.1))
-                time.append(float(ts.time))
-                dims = ts.dimensions
-                if dims is not None and np.all(np.asarray(dims[:3]) > 0):
-                    lengths.append(np.asarray(dims[:3], dtype=np.float32) * np.float32(0.1))
-                    angles.append(np.asarray(dims[3:], dtype=np.float32))
-        cell = {}
-        if xyz and len(lengths) == len(xyz):
-            cell = {"unitcell_lengths": np.stack(lengths), "unitcell_angles": np.stack(angles)}
-        frames = np.stack(xyz) if xyz else np.zeros((0, u.atoms.n_atoms, 3), np.float32)
-        return md.Trajectory(frames, top, time=np.asarray(time), **cell)
-    except DataFileError:
-        raise
-    except Exception as exc:
-        raise DataFileError(path, f"cannot read through MDAnalysis: {_reason(exc)}") from exc
-
-
-@contextlib.contextmanager
-def quiet_c_stdout():
-    """Within the block, what C code writes to the process's standard output is discarded:
-    mdtraj's DCD plugin prints its diagnosis of a bad header ("dcdplugin) unrecognized DCD
-    header: ...") there before raising, and the error we raise says it in one line."""
-    try:
-        fd = sys.stdout.fileno()
-    except (AttributeError, OSError, ValueError):  # no real stdout (a notebook): nothing to do
-        yield
-        return
-    sys.stdout.flush()
-    saved = os.dup(fd)
-    try:
-        with open(os.devnull, "wb") as null:
-            os.dup2(null.fileno(), fd)
-        yield
-    finally:
-        os.dup2(saved, fd)
-        os.close(saved)
-
-
-@contextlib.contextmanager
-def _quiet_finalizers():
-    """Within the block, and while its garbage is collected at its end, exceptions raised in
-    finalisers are not printed. MDAnalysis readers that fail in ``__init__`` fail again in
-    ``__del__`` (``AttributeError: 'XTCReader' object has no attribute '_xdr'``), which
-    Python prints to stderr as "Exception ignored in ..." after our one-line error."""
-    hook = sys.unraisablehook
-    sys.unraisablehook = lambda unraisable: None
-    try:
-        yield
-    finally:
-        try:
-            gc.collect()
-        finally:
-            sys.unraisablehook = hook
-
-
-def _gromacs_top(path: str) -> bool:
-    """Whether a ``.top`` file is a GROMACS topology (``[ section ]`` lines, ``;`` comments)
-    rather than Amber's (``%VERSION`` / ``%FLAG``)."""
-    with open(path, errors="replace") as fh:
-        head = fh.read(4096)
-    return "%FLAG" not in head and "%VERSION" not in head
-
-
-def _mdtraj_topology(md: Any, u: Any) -> Any:
-    """An mdtraj Topology of MDAnalysis universe ``u``, atom for atom in the same order."""
-    atoms = u.atoms
-    n = atoms.n_atoms
-    symbols = list(atoms.elements) if hasattr(atoms, "elements") else [""] * n
-    if any(not str(x).strip() for x in symbols):
-        try:  # MDAnalysis >= 2.8
-            from MDAnalysis.guesser.default_guesser import DefaultGuesser
-
-            guess = DefaultGuesser(None).guess_atom_element
-        except ImportError:  # pragma: no cover - older MDAnalysis
-            from MDAnalysis.topology.guessers import guess_atom_element as guess
-        symbols = [
-            str(x).strip() or guess(name) for x, name in zip(symbols, atoms.names, strict=True)
-        ]
-    cache: dict[str, Any] = {}
-
-    def element(sym: str) -> Any:
-        if sym not in cache:
-            try:
-                cache[sym] = md.element.get_by_symbol(sym.strip().capitalize())
-            except KeyError:
-                cache[sym] = md.element.virtual
-        return cache[sym]
-
-    top = md.Topology()
-    names = atoms.names
-    resnames = atoms.resnames if hasattr(atoms, "resnames") else ["UNK"] * n
-    resids = atoms.resids if hasattr(atoms, "resids") else np.zeros(n, dtype=int)
-    resindices, segindices = atoms.resindices, atoms.segindices
-    chain = residue = None
-    last_seg = last_res = None
-    for i in range(n):
-        if segindices[i] != last_seg:
-            chain, last_seg, last_res = top.add_chain(), segindices[i], None
-        if resindices[i] != last_res:
-            residue = top.add_residue(str(resnames[i]), chain, resSeq=int(resids[i]))
-            last_res = resindices[i]
-        top.add_atom(str(names[i]), element(str(symbols[i])), residue)
-    return top
 
 
 def _import_h5py() -> Any:
@@ -1083,16 +598,6 @@ def _import_h5py() -> Any:
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ImportError("reading HDF5 files (.h5, .hdf5) needs h5py: pip install h5py") from exc
     return h5py
-
-
-def _import_mdtraj() -> Any:
-    try:
-        import mdtraj
-    except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise ImportError(
-            "reading molecular-dynamics trajectories needs mdtraj: pip install mdtraj"
-        ) from exc
-    return mdtraj
 
 
 # --------------------------------------------------------------------------------------------
@@ -1158,8 +663,8 @@ def read_log_weights(
             )
         beta = 1.0 / (kb * check_real("temperature", temperature, 0.0, low_open=True))
     path = os.fspath(path)
-    _check_regular(path, "bias file")
-    ext = _ext(path)
+    check_regular(path, "bias file")
+    ext = extension(path)
     if ext in _ARRAY_EXTS:
         energy = _bias_array(path, column)
     else:
@@ -1188,7 +693,7 @@ def _bias_array(path: str, column: str | int | None) -> np.ndarray:
     except (OSError, ValueError) as exc:
         if isinstance(exc, DataFileError):
             raise
-        raise DataFileError(path, f"cannot read: {_reason(exc)}") from exc
+        raise DataFileError(path, f"cannot read: {reason(exc)}") from exc
     data = np.asarray(data)
     if data.dtype.kind not in "iuf":
         raise DataFileError(path, f"the bias must be numeric, got dtype {data.dtype}")
@@ -1220,7 +725,7 @@ def _colvar_column(path: str, column: str | int | None) -> np.ndarray:
                 elif line.strip() and not line.lstrip().startswith("#"):
                     rows.append(line)
     except OSError as exc:
-        raise DataFileError(path, f"cannot read: {_reason(exc)}") from exc
+        raise DataFileError(path, f"cannot read: {reason(exc)}") from exc
     if fields is None and rows and "," in rows[0]:
         fields = [c.strip() for c in rows[0].split(",")]
         if all(_is_number(c) for c in fields):
