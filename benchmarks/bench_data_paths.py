@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-import dpnets.data
+import dpnets.states
 from dpnets import DPNet
 from dpnets.nn import MLP
 
@@ -55,14 +55,14 @@ def main() -> None:
             progress=False,
             device="cpu",
         )
-        old = getattr(dpnets.data, "OUT_OF_CORE_BYTES", 0)
-        dpnets.data.OUT_OF_CORE_BYTES = 0 if out_of_core else old
+        old = getattr(dpnets.states, "OUT_OF_CORE_BYTES", 0)
+        dpnets.states.OUT_OF_CORE_BYTES = 0 if out_of_core else old
         try:
             t0 = time.perf_counter()
             net.fit(data)
             return (time.perf_counter() - t0) / args.epochs
         finally:
-            dpnets.data.OUT_OF_CORE_BYTES = old
+            dpnets.states.OUT_OF_CORE_BYTES = old
 
     print(
         f"n = {args.n} pairs of {args.dim}-D states, MLP (256, 256) -> r = {args.r}, "

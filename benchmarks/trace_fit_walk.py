@@ -15,15 +15,13 @@ import numpy as np
 import torch
 
 import dpnets
-import dpnets.data as D
+from dpnets.batching import IndexBatcher
 from dpnets.nn import MLP
+from dpnets.pairs import DatasetPairs, Pairs, PairSegment
+from dpnets.training_source import TrainingSource
 
 ROOT = os.path.dirname(dpnets.__file__)
-KINDS = tuple(
-    getattr(D, n)
-    for n in ("Pairs", "DatasetPairs", "PairSegment", "TrainingSource", "IndexBatcher")
-    if hasattr(D, n)
-)
+KINDS = (Pairs, DatasetPairs, PairSegment, TrainingSource, IndexBatcher)
 
 
 def walk(data, carries_only: bool) -> list[str]:

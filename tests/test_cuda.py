@@ -89,7 +89,7 @@ def test_bf16_autocast_and_batchwise_reading_on_cuda(tmp_path, monkeypatch):
     """Issue 17 on the GPU: bf16 autocast for the encoder keeps the OU timescale; states
     read batch by batch from a memory-mapped file (pinned host memory) train exactly like
     the same states held on the device."""
-    import dpnets.data
+    import dpnets.states
     from dpnets import DPNet
     from dpnets.nn import MLP
     from dpnets.systems import OrnsteinUhlenbeck
@@ -104,7 +104,7 @@ def test_bf16_autocast_and_batchwise_reading_on_cuda(tmp_path, monkeypatch):
     t = TransferOperator(fit(x, autocast="bf16")).fit(x).implied_timescales()[1]
     assert abs(t - 5.0) < 0.25  # 1 / (theta * dt) = 5 frames
     np.save(tmp_path / "x.npy", x)
-    monkeypatch.setattr(dpnets.data, "OUT_OF_CORE_BYTES", 0)
+    monkeypatch.setattr(dpnets.states, "OUT_OF_CORE_BYTES", 0)
     mapped = fit(np.load(tmp_path / "x.npy", mmap_mode="r"))
     resident = fit(x)
     np.testing.assert_allclose(mapped.transform(x[:100]), resident.transform(x[:100]), atol=1e-5)

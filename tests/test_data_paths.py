@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-import dpnets.data
+import dpnets.states
 from dpnets import DPNet
-from dpnets.data import MappedStates, is_read_batchwise
 from dpnets.nn import MLP
+from dpnets.states import MappedStates, is_read_batchwise
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +35,7 @@ def test_memory_mapped_states_are_read_per_batch(states, tmp_path, monkeypatch):
     np.save(tmp_path / "x.npy", states)
     mapped = np.load(tmp_path / "x.npy", mmap_mode="r")
     assert not is_read_batchwise(mapped)  # small: converted once, as arrays
-    monkeypatch.setattr(dpnets.data, "OUT_OF_CORE_BYTES", 0)
+    monkeypatch.setattr(dpnets.states, "OUT_OF_CORE_BYTES", 0)
     assert is_read_batchwise(mapped) and not is_read_batchwise(np.asarray(states))
     _same(_fit(mapped), _fit(states), states)
     # scalar states take the same path
@@ -68,7 +68,7 @@ def test_hdf5_states_fit_like_in_memory(states, tmp_path, monkeypatch):
     h5py = pytest.importorskip("h5py")
     with h5py.File(tmp_path / "x.h5", "w") as fh:
         fh["x"] = states
-    monkeypatch.setattr(dpnets.data, "OUT_OF_CORE_BYTES", 0)
+    monkeypatch.setattr(dpnets.states, "OUT_OF_CORE_BYTES", 0)
     with h5py.File(tmp_path / "x.h5", "r") as fh:
         _same(_fit(fh["x"]), _fit(states), states)
 
@@ -85,7 +85,7 @@ def test_hdf5_states_are_read_per_batch(tmp_path, monkeypatch):
         fh["x"] = states
     with h5py.File(tmp_path / "x.h5", "r") as fh:
         assert not is_read_batchwise(fh["x"])  # small: converted once, as arrays
-        monkeypatch.setattr(dpnets.data, "OUT_OF_CORE_BYTES", 0)
+        monkeypatch.setattr(dpnets.states, "OUT_OF_CORE_BYTES", 0)
         assert is_read_batchwise(fh["x"])
         rows = _spy_on_reads(h5py, monkeypatch)
         fitted = _fit(fh["x"], batch_size=batch)

@@ -21,11 +21,11 @@ import torch
 
 import dpnets
 from dpnets import DPNet, TransferOperator, io
-from dpnets.data import state_moments
 from dpnets.io import InvalidModelFile
 from dpnets.nn import MLP
 from dpnets.representation import InputScaler
 from dpnets.systems import MarkovChain, OrnsteinUhlenbeck
+from dpnets.training_source import state_moments
 from dpnets.validation import pcca
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -19,11 +19,12 @@ import torch
 import dpnets
 from dpnets import Generator, TransferOperator
 from dpnets.baselines import DMD, EDMD
-from dpnets.data import OutOfCoreStates, check_states, pair_segments, pairs
 from dpnets.ito import SDE
 from dpnets.linalg import sym_matrix_function
 from dpnets.moments import Moments
+from dpnets.pairs import pair_segments, pairs
 from dpnets.spectral import constant_in_span
+from dpnets.states import OutOfCoreStates, check_states
 
 CHUNK = 37  # rows per chunk in these tests: many chunks, and chunks that straddle nothing
 
@@ -32,7 +33,7 @@ CHUNK = 37  # rows per chunk in these tests: many chunks, and chunks that stradd
 def _small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("dpnets.operators.FIT_CHUNK", CHUNK)
     monkeypatch.setattr("dpnets.baselines.dmd.FIT_CHUNK", CHUNK)
-    monkeypatch.setattr("dpnets.data._FINITE_CHUNK", 50)
+    monkeypatch.setattr("dpnets.states._FINITE_CHUNK", 50)
 
 
 def _ar(n: int, d: int, seed: int, offset: float = 0.0) -> np.ndarray:

@@ -21,10 +21,10 @@ import torch
 
 from dpnets import TransferOperator, load
 from dpnets.base import fit_data
-from dpnets.data import pair_segments, resolve_lag
 from dpnets.estimation import estimate_operator, operator_products
 from dpnets.io import arrays_to_tensors, register, tensors_to_arrays
 from dpnets.moments import FIT_CHUNK, Moments
+from dpnets.pairs import pair_segments, resolve_lag
 from dpnets.spectral import (
     OPTIONAL_ARRAYS,
     DiscreteTimeModel,

@@ -22,7 +22,7 @@ import torch
 from helpers import top_level_aten_ops
 from torch.profiler import ProfilerActivity, profile
 
-import dpnets.data
+import dpnets.batching
 import dpnets.training
 from dpnets import DPNet
 from dpnets.linalg import spectral_method
@@ -197,7 +197,7 @@ def test_no_host_synchronisation_in_a_training_epoch_on_cuda(monkeypatch, object
     gathered by indexing and every training step) with ``set_sync_debug_mode("error")`` and
     raises nothing; the loop's one read of the epoch's loss and the validation score come
     after it."""
-    original = dpnets.data.IndexBatcher.__iter__
+    original = dpnets.batching.IndexBatcher.__iter__
     armed, epochs, steps = [False], [0], [0]
 
     def guarded(self):
@@ -210,7 +210,7 @@ def test_no_host_synchronisation_in_a_training_epoch_on_cuda(monkeypatch, object
                 steps[0] += 1
                 yield batch
 
-    monkeypatch.setattr(dpnets.data.IndexBatcher, "__iter__", guarded)
+    monkeypatch.setattr(dpnets.batching.IndexBatcher, "__iter__", guarded)
     x = OrnsteinUhlenbeck(dt=0.1).sample(20_000, seed=0)
     net = DPNet(epochs=3, seed=0, progress=False, device="cuda", **_objective_kwargs(objective))
     net.fit(x, callback=lambda epoch, model: armed.__setitem__(0, True))

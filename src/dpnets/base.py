@@ -72,7 +72,7 @@ def fit_data(estimator: Any, X: Any, y: Any = None, lag: Any = None) -> tuple[An
     * ``y=None``: ``X`` as it is (trajectories, a list of them, ``(X, Y)``, a Dataset).
     * ``y`` an array of ``X``'s shape (or of its size, e.g. ``(n,)`` against ``(n, 1)``:
       reshaped): the pairs ``(X, y)``; a ``y`` of another length or state shape is refused
-      by the pairing (:func:`dpnets.data.pair_segments`) with a one-line message.
+      by the pairing (:func:`dpnets.pairs.pair_segments`) with a one-line message.
     * ``y`` a 1-D vector of one value per row of a multi-dimensional ``X`` (scikit-learn's
       target, as its estimator checks pass): not a lagged state, ignored with a
       ``UserWarning`` naming the fix.

@@ -43,16 +43,8 @@ from typing import Any
 
 import numpy as np
 
-from dpnets.data import (
-    Pairs,
-    PairSegment,
-    check_lag,
-    check_not_rows,
-    check_states,
-    chunks,
-    is_streaming,
-    to_numpy,
-)
+from dpnets.pairs import Pairs, PairSegment, check_lag
+from dpnets.states import check_not_rows, check_states, chunks, is_streaming, to_numpy
 
 __all__ = [
     "check_log_weights",
@@ -173,7 +165,7 @@ class RescaledSegment(PairSegment):
     """The pairs of one trajectory in rescaled time: ``(x_states[i[k]], x_states[j[k]])``
     of weight ``w[k]`` (:func:`rescaled_pair_indices`; ``x0 = y0 = 0``, ``n`` pairs), the
     states referenced, never copied; ``span`` is the trajectory's rescaled length in
-    frames. A :class:`dpnets.data.PairSegment` everywhere one is read (:meth:`chunks`,
+    frames. A :class:`dpnets.pairs.PairSegment` everywhere one is read (:meth:`chunks`,
     :meth:`x_chunks`); :func:`weighted_chunks` adds the weights."""
 
     i: np.ndarray
@@ -233,7 +225,7 @@ def rescaled_segments(data: Any, lag: int, log_weights: Any) -> list[RescaledSeg
 
 
 def rescaled_pairs(data: Any, lag: int, log_weights: Any) -> Pairs:
-    """The weighted :class:`dpnets.data.Pairs` (``w``) of :func:`rescaled_segments`, the
+    """The weighted :class:`dpnets.pairs.Pairs` (``w``) of :func:`rescaled_segments`, the
     trajectories' states concatenated (one trajectory's referenced), for the training
     batches of :class:`dpnets.DPNet`."""
     segs = rescaled_segments(data, lag, log_weights)
@@ -256,7 +248,7 @@ def weighted_chunks(
     seg: PairSegment, size: int
 ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray | None]]:
     """``(X, Y, weights)`` chunks of a segment of pairs: a :class:`RescaledSegment`'s
-    weights, None (uniform) for any other :class:`dpnets.data.PairSegment`."""
+    weights, None (uniform) for any other :class:`dpnets.pairs.PairSegment`."""
     if isinstance(seg, RescaledSegment):
         yield from seg.weighted_chunks(size)
         return

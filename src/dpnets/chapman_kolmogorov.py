@@ -340,7 +340,7 @@ def _ck_curves(
     """Predicted and estimated set-to-set probabilities, (len(steps), n_sets, n_sets) each;
     with ``lag0`` both start with the value at lag 0, ``E_pi[m_i m_j] / E_pi[m_i]`` on the
     data (the identity for crisp sets, the self-overlap of fuzzy ones; never drawn)."""
-    from dpnets.data import pairs
+    from dpnets.pairs import pairs
 
     tau = int(model.lag_)
     if not model.holds_training_data:  # a loaded model: its operator re-estimated on trajs

@@ -10,10 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from dpnets.data import (
-    check_lag,
-)
 from dpnets.heldout import HELDOUT_KINDS, basis_score, heldout_pairs
+from dpnets.pairs import check_lag
 from dpnets.params import check_choice, check_int, check_seed
 from dpnets.resampling import (
     TrajectorySums,

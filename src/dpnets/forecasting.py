@@ -31,9 +31,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from dpnets.data import check_not_rows, check_states
 from dpnets.params import check_int, check_real
 from dpnets.resampling import bootstrap_trajectories, interval_of, refit_at_lag
+from dpnets.states import check_not_rows, check_states
 
 __all__ = [
     "delay_embed",

@@ -16,13 +16,6 @@ import torch
 
 from dpnets import diagnostics
 from dpnets.biased import importance_weights
-from dpnets.data import (
-    PairSegment,
-    check_state_shape,
-    check_states,
-    is_streaming,
-    to_numpy,
-)
 from dpnets.diagnostics import ABOVE_ONE_TOL
 from dpnets.estimation import estimate_generator, generator_spectrum
 from dpnets.exceptions import check_is_fitted
@@ -30,6 +23,7 @@ from dpnets.io import arrays_to_tensors, register, tensors_to_arrays
 from dpnets.ito import SDE, check_samples, derivatives_in_chunks, warn_if_piecewise_linear
 from dpnets.moments import Moments
 from dpnets.nn.utils import module_device
+from dpnets.pairs import PairSegment
 from dpnets.params import (
     BATCH_SIZE,
     Constraint,
@@ -49,6 +43,7 @@ from dpnets.spectral import (
     restore_feature_map,
     restore_fitted_state,
 )
+from dpnets.states import check_state_shape, check_states, is_streaming, to_numpy
 
 __all__ = ["Generator"]
 

@@ -20,9 +20,10 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from dpnets.data import TrainingSource, check_state_shape
 from dpnets.ito import SDE, check_samples, derivatives_in_chunks, warn_if_piecewise_linear
 from dpnets.scores import GeneratorLoss
+from dpnets.states import check_state_shape
+from dpnets.training_source import TrainingSource
 
 __all__ = [
     "generator_form",

@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from dpnets.data import Pairs, pairs, resolve_lag
 from dpnets.linalg import spectral_method, sym_matrix_function
+from dpnets.pairs import Pairs, pairs, resolve_lag
 from dpnets.scores import projection_score, vamp_score
 
 __all__ = ["heldout_score", "basis_score", "heldout_pairs", "vamp_e_score", "HELDOUT_KINDS"]

@@ -50,7 +50,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from dpnets.data import chunks
+from dpnets.states import chunks
 
 __all__ = [
     "SDE",
@@ -488,7 +488,7 @@ def check_samples(data: Any) -> Any:
     of arrays (concatenated). Returns a numpy array (1-D input becomes ``(n, 1)``)."""
     import numpy as np
 
-    from dpnets.data import check_states, is_streaming
+    from dpnets.states import check_states, is_streaming
 
     if isinstance(data, tuple):
         raise TypeError(

@@ -9,11 +9,9 @@ from typing import Any
 
 import numpy as np
 
-from dpnets.data import (
-    check_frames,
-)
 from dpnets.diagnostics import ABOVE_ONE_TOL, NOISE_FACTOR
 from dpnets.params import check_int
+from dpnets.states import check_frames
 
 __all__ = ["MetastableSets", "sets_from_gap", "pcca"]
 

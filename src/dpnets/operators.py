@@ -23,15 +23,6 @@ from torch.utils.data import DataLoader
 from dpnets import diagnostics
 from dpnets.base import BaseEstimator, clone, fit_data, is_fitted
 from dpnets.biased import RescaledSegment, rescaled_segments, weighted_chunks
-from dpnets.data import (
-    PairSegment,
-    check_lag,
-    check_state_shape,
-    check_states,
-    is_streaming,
-    pair_segments,
-    resolve_lag,
-)
 from dpnets.diagnostics import Diagnostic
 from dpnets.estimation import (
     REVERSIBLE_CHOICES,
@@ -42,6 +33,7 @@ from dpnets.estimation import (
 from dpnets.exceptions import check_is_fitted
 from dpnets.io import InvalidModelFile, arrays_to_tensors, register, tensors_to_arrays
 from dpnets.moments import FIT_CHUNK, Moments
+from dpnets.pairs import PairSegment, check_lag, pair_segments, resolve_lag
 from dpnets.params import Constraint, boolean, check_choice, one_of, satisfies
 from dpnets.spectral import (
     OPTIONAL_ARRAYS,
@@ -57,6 +49,7 @@ from dpnets.spectral import (
     restore_fitted_state,
     without_state,
 )
+from dpnets.states import check_state_shape, check_states, is_streaming
 
 __all__ = ["TransferOperator", "pair_moments", "dump_operator", "restore_operator"]
 

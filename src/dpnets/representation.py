@@ -17,17 +17,6 @@ from torch.utils.data import DataLoader
 from dpnets import diagnostics
 from dpnets.base import BaseEstimator, TransformerMixin, fit_data
 from dpnets.biased import importance_weights, rescaled_pairs
-from dpnets.data import (
-    Prepared,
-    TrainingSource,
-    check_frames,
-    check_lag,
-    check_state_shape,
-    is_streaming,
-    resolve_lag,
-    standardise,
-    training_source,
-)
 from dpnets.diagnostics import Diagnostic
 from dpnets.distributed import broadcast_int, broadcast_module, world_size
 from dpnets.distributed import is_active as dist_active
@@ -43,6 +32,7 @@ from dpnets.ito import SDE
 from dpnets.nn.mlp import default_mlp
 from dpnets.nn.registry import describe
 from dpnets.nn.utils import encode, module_device, module_dtype
+from dpnets.pairs import check_lag, resolve_lag
 from dpnets.params import (
     Constraint,
     boolean,
@@ -55,6 +45,7 @@ from dpnets.params import (
     satisfies,
 )
 from dpnets.scores import GENERATOR_SCORES, SCORES, MultistepLoss, make_loss
+from dpnets.states import check_frames, check_state_shape, is_streaming
 from dpnets.training import (
     TRAINING_CONSTRAINTS,
     Checkpoint,
@@ -68,6 +59,7 @@ from dpnets.training import (
     run_checkpoint,
     train_estimator,
 )
+from dpnets.training_source import Prepared, TrainingSource, standardise, training_source
 
 __all__ = ["DPNet", "InputScaler", "DEFAULTS", "dump_dpnet", "restore_dpnet"]
 
@@ -474,7 +466,7 @@ class DPNet(TransformerMixin, BaseEstimator):
             fetched whole, otherwise two loaders with its settings are built); one over an
             ``IterableDataset`` or with its own ``batch_sampler`` is used as is, without
             validation (with a warning). Memory-mapped ``.npy`` and HDF5 states larger than
-            :data:`dpnets.data.OUT_OF_CORE_BYTES` are read batch by batch, never copied whole.
+            :data:`dpnets.states.OUT_OF_CORE_BYTES` are read batch by batch, never copied whole.
             Integer and bool states are cast to floats; complex states are refused.
             Generator objectives: samples ``(n, *state_shape)`` of the invariant distribution
             (or a list of such arrays); the lag is ignored.
@@ -846,7 +838,7 @@ class DPNet(TransformerMixin, BaseEstimator):
         self, prepared: Prepared, mode: str, source: TrainingSource, enc: nn.Module
     ) -> None:
         """``input_shift_`` / ``input_scale_`` (float64, from the training states: see
-        :meth:`dpnets.data.TrainingSource.prepare`); inputs left as given are checked for
+        :meth:`dpnets.training_source.TrainingSource.prepare`); inputs left as given are checked for
         an extreme scale under ``standardize="auto"`` (a field fed to an affine first
         operation by its overall scale)."""
         self.input_shift_, self.input_scale_ = prepared.shift, prepared.scale
@@ -889,7 +881,7 @@ class DPNet(TransformerMixin, BaseEstimator):
     def _prepare_settings(
         self, enc: nn.Module, state_ndim: int, rng: torch.Generator, device: torch.device
     ) -> dict[str, Any]:
-        """The settings of :meth:`dpnets.data.TrainingSource.prepare` for this fit: the
+        """The settings of :meth:`dpnets.training_source.TrainingSource.prepare` for this fit: the
         standardisation, validation fraction, batch size, the batches' dtype and device,
         and sharding. The generator objectives standardise inside the feature map (their
         derivatives are taken with respect to the raw states), not the batches."""

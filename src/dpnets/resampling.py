@@ -20,19 +20,14 @@ from typing import Any
 import numpy as np
 
 from dpnets.base import BaseEstimator, clone, is_fitted
-from dpnets.data import (
-    PairSegment,
-    check_not_rows,
-    check_states,
-    chunks,
-    pair_segments,
-)
 from dpnets.diagnostics import DiagnosticWarning
 from dpnets.estimation import OperatorFit, estimate_operator, operator_products
 from dpnets.moments import FIT_CHUNK, Moments
 from dpnets.operators import TransferOperator, pair_moments
+from dpnets.pairs import PairSegment, pair_segments
 from dpnets.params import check_int, check_real, check_seed
 from dpnets.spectral import StateAndFeatures, as_feature_map, without_state
+from dpnets.states import check_not_rows, check_states, chunks
 from dpnets.training import progress_bar
 
 __all__ = ["bootstrap_trajectories", "percentile_interval", "resamples_needed"]
@@ -435,7 +430,7 @@ def check_units(
     trajs: list[np.ndarray], pieces: list[tuple[int, int, int]], lags: Sequence[int]
 ) -> None:
     """The error a fit on these pieces would raise at the first of ``lags`` (in order) that
-    some piece is not longer than (:func:`dpnets.data.pair_segments`), if any."""
+    some piece is not longer than (:func:`dpnets.pairs.pair_segments`), if any."""
     shortest = min(b - a for _, a, b in pieces)
     for lag in lags:
         if shortest <= lag:

@@ -24,14 +24,6 @@ import torch
 from torch.utils.data import IterableDataset, SequentialSampler
 
 from dpnets.base import BaseEstimator, TransformerMixin, clone
-from dpnets.data import (
-    PairSegment,
-    check_frames,
-    check_lag,
-    check_state_shape,
-    check_states,
-    to_numpy,
-)
 from dpnets.diagnostics import (
     ABOVE_ONE_TOL,
     Diagnostic,
@@ -51,7 +43,9 @@ from dpnets.io import (
 from dpnets.linalg import eig_biorthogonal, sym_matrix_function
 from dpnets.moments import FIT_CHUNK
 from dpnets.nn.utils import encode
+from dpnets.pairs import PairSegment, check_lag
 from dpnets.params import Constraint, check_choice, check_real, one_of, real, satisfies
+from dpnets.states import check_frames, check_state_shape, check_states, to_numpy
 
 __all__ = [
     "SpectralModel",

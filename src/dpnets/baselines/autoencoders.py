@@ -4,7 +4,7 @@
 An encoder ``z = enc(x)`` (``r`` latent coordinates), a decoder ``x = dec(z)`` and a linear
 latent operator ``K`` (``z_{t+1} = K z_t``) are trained jointly through
 :func:`dpnets.training.train` on windows ``(x_t, x_{t+lag}, ..., x_{t+S lag})`` of the
-trajectories (``S = n_steps``), drawn by tensor indexing with :class:`dpnets.data.IndexBatcher`.
+trajectories (``S = n_steps``), drawn by tensor indexing with :class:`dpnets.batching.IndexBatcher`.
 Forecasts are ``dec(K^t enc(x))``; the eigenvalues are those of ``K``, and
 ``enc(x)^T r_i`` with ``K^T r_i = lambda_i r_i`` are the (approximate) Koopman
 eigenfunctions. The mean-squared-error losses are:
@@ -33,15 +33,16 @@ from torch import Tensor, nn
 
 from dpnets import diagnostics
 from dpnets.base import fit_data
-from dpnets.data import check_lag, is_streaming, pairs, resolve_lag, training_source
 from dpnets.exceptions import check_is_fitted
 from dpnets.io import jsonable, restore_module, sub_state
 from dpnets.linalg import sym_pinv
 from dpnets.nn.mlp import default_mlp
 from dpnets.nn.registry import describe
 from dpnets.nn.utils import encode, module_dtype
+from dpnets.pairs import check_lag, pairs, resolve_lag
 from dpnets.params import Constraint, instance_of, integer, real, satisfies
 from dpnets.spectral import DiscreteTimeModel
+from dpnets.states import is_streaming
 from dpnets.training import (
     TRAINING_CONSTRAINTS,
     Checkpoint,
@@ -54,6 +55,7 @@ from dpnets.training import (
     run_checkpoint,
     train_estimator,
 )
+from dpnets.training_source import training_source
 
 __all__ = [
     "DynamicAutoencoder",

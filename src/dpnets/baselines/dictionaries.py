@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 from numpy.polynomial import chebyshev
 
-from dpnets.data import check_states
+from dpnets.states import check_states
 
 __all__ = [
     "Dictionary",

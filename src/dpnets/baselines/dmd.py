@@ -19,11 +19,12 @@ import numpy as np
 import scipy.linalg
 
 from dpnets.base import fit_data
-from dpnets.data import chunks, is_streaming, pair_segments, resolve_lag
 from dpnets.moments import FIT_CHUNK
 from dpnets.operators import TransferOperator
+from dpnets.pairs import pair_segments, resolve_lag
 from dpnets.params import Constraint, boolean, checked_in_fit, count, satisfies
 from dpnets.spectral import regression_constraints
+from dpnets.states import chunks, is_streaming
 
 from .dictionaries import (
     DICTIONARIES,

@@ -49,11 +49,12 @@ import scipy.linalg
 
 from dpnets import diagnostics
 from dpnets.base import fit_data
-from dpnets.data import check_states, chunks, is_streaming, pairs, resolve_lag
 from dpnets.exceptions import check_is_fitted
 from dpnets.linalg import default_rtol
+from dpnets.pairs import pairs, resolve_lag
 from dpnets.params import Constraint, boolean, count, real, seed
 from dpnets.spectral import DiscreteTimeModel, regression_constraints
+from dpnets.states import check_states, chunks, is_streaming
 from dpnets.training import progress_bar
 
 __all__ = ["Kernel", "KernelFeatures", "KernelDMD", "NystromKernelDMD", "KERNELS", "ESTIMATORS"]

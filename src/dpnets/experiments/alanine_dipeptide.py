@@ -63,8 +63,8 @@ from typing import Any
 
 import numpy as np
 
-from dpnets.data import pairs
 from dpnets.experiments._common import markdown_table, pyplot, write_results
+from dpnets.pairs import pairs
 from dpnets.spectral import prepend_ones
 
 __all__ = [

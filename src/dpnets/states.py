@@ -1,0 +1,359 @@
+"""States: what ``fit`` accepts as states and where they are read from.
+
+Validation of the states (NaN/inf, complex, sparse, object, empty, shapes; scikit-learn's
+wording; :func:`check_not_rows`: a list of 1-D rows explained, not read as trajectories), and
+the states that are not in memory, side by side: :class:`OutOfCoreStates` (an HDF5 dataset
+or any array with slicing, read by slices of rows) and :class:`MappedStates` (memory-mapped
+or out-of-core states read batch by batch during training), which read rows the same way
+(:func:`read_rows`).
+"""
+
+from __future__ import annotations
+
+import math
+import mmap
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+__all__ = [
+    "to_numpy",
+    "is_sparse",
+    "is_streaming",
+    "check_states",
+    "check_not_rows",
+    "check_frames",
+    "check_state_size",
+    "check_state_shape",
+    "OUT_OF_CORE_BYTES",
+    "is_out_of_core",
+    "is_read_batchwise",
+    "read_rows",
+    "OutOfCoreStates",
+    "MappedStates",
+    "chunks",
+]
+
+
+def to_numpy(a: object) -> np.ndarray:
+    """Convert an array-like or torch tensor to a numpy array (no copy when possible)."""
+    if isinstance(a, torch.Tensor):
+        return a.detach().cpu().numpy()
+    return np.asarray(a)
+
+
+def is_sparse(a: object) -> bool:
+    """A scipy sparse matrix or array (refused: states are dense)."""
+    import scipy.sparse
+
+    return scipy.sparse.issparse(a)
+
+
+def is_streaming(data: object) -> bool:
+    """True for a torch ``Dataset`` or ``DataLoader`` (data consumed in batches)."""
+    return isinstance(data, (Dataset, DataLoader))
+
+
+def check_states(
+    a: object, name: str = "data", min_samples: int = 1, lazy: bool = False
+) -> np.ndarray | OutOfCoreStates:
+    """Validate an array of states of shape ``(n, *state_shape)``.
+
+    Raises ``ValueError`` naming the problem for NaN/inf values, empty or 0-d input, or
+    non-numeric data (``TypeError`` for None). A 1-D array is returned as ``(n, 1)``.
+    Arrays (memory-mapped ones included) are not copied, and the finiteness check reads
+    them in chunks, so a memory-mapped ``.npy`` file is never held in memory as a whole.
+
+    Parameters
+    ----------
+    a : array-like, torch.Tensor, or an out-of-core array
+        The states.
+    name : str, default "data"
+        Name of the argument, used in the error messages.
+    min_samples : int, default 1
+        Fewest samples accepted.
+    lazy : bool, default False
+        Return an out-of-core array (an ``h5py.Dataset`` or any object with ``shape``,
+        ``dtype`` and slicing that is not a numpy array or tensor) as an
+        :class:`OutOfCoreStates`, read chunk by chunk by the fits that accept it, instead of
+        reading it into memory.
+    """
+    arr: np.ndarray | OutOfCoreStates
+    if a is None:
+        raise TypeError(f"{name} is None: pass the states (an array of shape (n_samples, ...))")
+    if is_streaming(a):
+        raise TypeError(
+            f"{name} is a torch {type(a).__name__}: this needs the states themselves (an "
+            "array, a memory map, an HDF5 dataset or a list of them, one per trajectory); a "
+            "Dataset or DataLoader of (X, Y) pairs holds one lag only and cannot be re-paired"
+        )
+    if is_sparse(a):
+        raise TypeError(
+            f"{name} is a sparse matrix; dpnets needs dense arrays of states (sparse input is "
+            "not supported): convert it with .toarray()"
+        )
+    arr = OutOfCoreStates(a) if lazy and is_out_of_core(a) else to_numpy(a)
+    if np.issubdtype(arr.dtype, np.complexfloating):
+        raise ValueError(
+            f"Complex data not supported: {name} is complex ({arr.dtype}); dpnets models real "
+            "states: pass the real and imaginary parts as separate coordinates (e.g. "
+            "np.concatenate([z.real, z.imag], axis=-1))"
+        )
+    if arr.dtype == object and isinstance(arr, np.ndarray):
+        try:  # numbers stored as Python objects
+            arr = arr.astype(np.float64)
+        except (TypeError, ValueError) as err:
+            raise type(err)(
+                f"{name} must be a numeric array; it has dtype object with non-numeric values "
+                f"({err})"
+            ) from None
+    if arr.dtype == object or not (
+        np.issubdtype(arr.dtype, np.number) or np.issubdtype(arr.dtype, np.bool_)
+    ):
+        raise ValueError(f"{name} must be a numeric array, got dtype {arr.dtype}")
+    if arr.ndim == 0:
+        raise ValueError(f"{name} must have at least one dimension (samples), got a scalar")
+    if arr.ndim == 1:
+        arr = arr[:, None] if isinstance(arr, np.ndarray) else OutOfCoreStates(arr.source, True)
+    if arr.shape[0] < min_samples:
+        raise ValueError(f"{name} has {arr.shape[0]} samples; at least {min_samples} needed")
+    check_state_size(arr.shape[1:], name, arr.shape[0])
+    if np.issubdtype(arr.dtype, np.floating):
+        bad = _count_nonfinite(arr)
+        if bad:
+            raise ValueError(f"{name} contains {bad} NaN or inf value(s)")
+    return arr
+
+
+#: elements per chunk of the finiteness check (4 MiB of booleans)
+_FINITE_CHUNK = 1 << 22
+
+
+def _count_nonfinite(arr: np.ndarray | OutOfCoreStates) -> int:
+    """Number of NaN/inf values, read in chunks of rows (no full-size temporary)."""
+    row = int(np.prod(arr.shape[1:], dtype=np.int64))
+    bad = 0
+    for sl in chunks(arr.shape[0], max(1, _FINITE_CHUNK // max(row, 1))):
+        part = np.asarray(arr[sl])
+        finite = np.isfinite(part)
+        if not finite.all():
+            bad += int(finite.size - np.count_nonzero(finite))
+    return bad
+
+
+def _is_scalar(v: object) -> bool:
+    return isinstance(v, (int, float, np.number)) and not isinstance(v, bool)
+
+
+def check_not_rows(data: object, name: str = "X") -> None:
+    """Refuse a list that reads as the rows of one table rather than as trajectories.
+
+    A list is a list of trajectories. A list of plain numbers, or a list of more rows
+    (Python lists or tuples of numbers, all of one length) than each row has numbers, as
+    ``X.tolist()`` gives, would be read as many trajectories of one-dimensional frames: a
+    ``ValueError`` says so and how to pass one trajectory. Trajectories given as arrays
+    are never refused."""
+    if not isinstance(data, list) or len(data) < 2:
+        return
+    if all(_is_scalar(v) for v in data[:64]) and all(map(_is_scalar, data)):
+        raise ValueError(
+            f"{name} is a list of {len(data)} numbers: a list is read as a list of "
+            f"trajectories, and a number is not one. For one trajectory of scalar states pass "
+            f"np.asarray({name}) (shape ({len(data)},))"
+        )
+    first = data[0]
+    if not (isinstance(first, (list, tuple)) and first and all(map(_is_scalar, first))):
+        return
+    width = len(first)
+    if len(data) <= width:
+        return
+    if all(isinstance(r, (list, tuple)) and len(r) == width for r in data):
+        raise ValueError(
+            f"{name} is a list of {len(data)} rows of {width} numbers (as X.tolist() gives): "
+            f"a list is read as a list of trajectories, which would make {len(data)} "
+            f"trajectories of {width} one-dimensional frames each. For one trajectory of "
+            f"{width}-dimensional states pass np.asarray({name}) (shape ({len(data)}, {width})); "
+            "for several trajectories, a list of such arrays (one per trajectory); for "
+            "scalar trajectories, pass each as a numpy array"
+        )
+
+
+def check_frames(X: object, name: str = "X") -> np.ndarray:
+    """The frames of ``X``, as ``fit`` takes it: one trajectory ``(n, *state_shape)``, or a
+    list of trajectories whose frames are concatenated in order (checked like
+    :func:`check_states`; every trajectory must have the same state shape; the rows of
+    one table as a list are refused, :func:`check_not_rows`)."""
+    if not isinstance(X, list):
+        return check_states(X, name)  # type: ignore[return-value]
+    if not X:
+        raise ValueError(f"{name} is an empty list of trajectories")
+    check_not_rows(X, name)
+    parts = [check_states(t, f"{name}[{k}]") for k, t in enumerate(X)]
+    for k, p in enumerate(parts):
+        if p.shape[1:] != parts[0].shape[1:]:
+            raise ValueError(
+                f"{name}[{k}] has state shape {p.shape[1:]}, {name}[0] has {parts[0].shape[1:]}"
+            )
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)  # type: ignore[return-value]
+
+
+def check_state_size(state_shape: tuple, name: str = "X", n: int | None = None) -> None:
+    """Refuse states with no coordinates (a state shape with a zero)."""
+    if math.prod(state_shape) == 0:
+        shape = ("?" if n is None else n, *state_shape)
+        raise ValueError(
+            f"{name} has 0 feature(s) (shape={shape}) while a minimum of 1 is required: each "
+            "state needs at least one coordinate"
+        )
+
+
+def check_state_shape(shape: tuple, expected: tuple, owner: str, name: str = "X") -> None:
+    """Refuse states whose shape is not the one ``owner`` (an estimator's name) was fitted on
+    (scikit-learn's wording for vector states)."""
+    shape, expected = tuple(shape), tuple(expected)
+    if shape == expected:
+        return
+    if len(shape) == 1 and len(expected) == 1:
+        raise ValueError(
+            f"{name} has {shape[0]} features, but {owner} is expecting {expected[0]} features "
+            "as input"
+        )
+    raise ValueError(
+        f"{name} has state shape {shape}, but {owner} is expecting states of shape {expected} "
+        "(those it was fitted on)"
+    )
+
+
+#: Size above which states that are not in memory (memory-mapped ``.npy`` files, HDF5
+#: datasets) are read batch by batch during training instead of converted to one tensor.
+OUT_OF_CORE_BYTES = 2**30
+
+
+def is_out_of_core(a: object) -> bool:
+    """Whether ``a`` is an out-of-core array (an ``h5py.Dataset``, a zarr array, ...):
+    it has ``shape``, ``dtype``, ``len`` and slicing, and is not a numpy array or tensor
+    (nor a pandas object)."""
+    if isinstance(a, OutOfCoreStates):
+        return True
+    if isinstance(a, (np.ndarray, torch.Tensor)) or hasattr(a, "iloc"):
+        return False
+    return all(hasattr(a, k) for k in ("shape", "dtype", "__getitem__", "__len__"))
+
+
+def _memory_mapped(a: np.ndarray) -> bool:
+    """Whether the array's memory is a file mapping (``np.load(mmap_mode=...)``)."""
+    base: object = a
+    while base is not None:
+        if isinstance(base, (np.memmap, mmap.mmap)):
+            return True
+        base = getattr(base, "base", None)
+    return False
+
+
+def is_read_batchwise(a: object, limit: int | None = None) -> bool:
+    """Whether training reads states ``a`` batch by batch (:class:`MappedStates`): they are
+    memory-mapped or out of core (:func:`is_out_of_core`) and larger than ``limit`` bytes
+    (default :data:`OUT_OF_CORE_BYTES`)."""
+    limit = OUT_OF_CORE_BYTES if limit is None else limit
+    if not (_memory_mapped(a) if isinstance(a, np.ndarray) else is_out_of_core(a)):
+        return False
+    return int(np.prod(a.shape)) * np.dtype(a.dtype).itemsize > limit  # type: ignore[attr-defined]
+
+
+def read_rows(source: object, idx: object) -> np.ndarray:
+    """Rows ``idx`` (any order, repeats allowed; flattened) of ``source``, an array on disk
+    (memory-mapped, HDF5, or any array with slicing), as a numpy array in the order of
+    ``idx``: each row read once, in increasing order (as HDF5 needs, and best for the page
+    cache)."""
+    flat = np.asarray(idx, dtype=np.int64).reshape(-1)
+    uniq, inverse = np.unique(flat, return_inverse=True)
+    rows = source[uniq] if uniq.size else source[0:0]  # type: ignore[index]
+    return np.asarray(rows)[inverse]
+
+
+class OutOfCoreStates:
+    """Read-only states of an out-of-core array, read by slices of rows.
+
+    Wraps an ``h5py.Dataset`` (or any object with ``shape``, ``dtype`` and slicing):
+    indexing with a slice or an integer array returns a numpy array of those rows only, so
+    the fits read the file one chunk at a time. ``numpy.asarray`` reads it all.
+
+    Parameters
+    ----------
+    source : array-like
+        The out-of-core array, shape ``(n, *state_shape)``.
+    expand : bool, default False
+        Present a 1-D ``source`` as ``(n, 1)`` (scalar states).
+    """
+
+    def __init__(self, source: object, expand: bool = False) -> None:
+        if isinstance(source, OutOfCoreStates):
+            source = source.source
+        self.source = source
+        self.expand = bool(expand)
+        self.dtype = np.dtype(source.dtype)  # type: ignore[attr-defined]
+        shape = tuple(int(s) for s in source.shape)  # type: ignore[attr-defined]
+        self.shape = shape + (1,) if self.expand else shape
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, key: object) -> np.ndarray:
+        if isinstance(key, slice):
+            out = np.asarray(self.source[key])  # type: ignore[index]
+        else:  # rows by index: h5py reads increasing, unique indices only
+            out = read_rows(self.source, key)
+        return out[..., None] if self.expand else out
+
+    def __array__(self, dtype: object = None, copy: object = None) -> np.ndarray:
+        out = self[0 : self.shape[0]]
+        return out if dtype is None else out.astype(dtype)
+
+    def __repr__(self) -> str:
+        return f"OutOfCoreStates({type(self.source).__name__}, shape={self.shape})"
+
+    def __deepcopy__(self, memo: dict) -> OutOfCoreStates:
+        return self  # a read-only reference to the file, shared (h5py objects do not copy)
+
+
+class MappedStates:
+    """States on disk (memory-mapped or HDF5), indexed by batches of row indices.
+
+    ``states[idx]`` (``idx`` a CPU integer tensor) reads the rows in increasing order (as
+    HDF5 needs, and best for the page cache), applies ``transform`` in float64 and returns
+    a ``dtype`` tensor on ``device`` (through pinned memory on CUDA). Only one batch is in
+    memory at a time.
+    """
+
+    def __init__(
+        self,
+        states: object,
+        device: torch.device,
+        dtype: torch.dtype,
+        transform: Callable[[np.ndarray], np.ndarray] | None = None,
+    ) -> None:
+        self.states = states
+        self.device = device
+        self.dtype = dtype
+        self.transform = transform
+        self.shape = tuple(states.shape)  # type: ignore[attr-defined]
+
+    def __getitem__(self, idx: torch.Tensor) -> torch.Tensor:
+        part = read_rows(self.states, idx.numpy())
+        if self.transform is not None:
+            part = self.transform(np.asarray(part, dtype=np.float64))
+        t = torch.as_tensor(part).reshape(*idx.shape, *self.shape[1:]).to(self.dtype)
+        if self.device.type == "cuda":
+            return t.pin_memory().to(self.device, non_blocking=True)
+        return t.to(self.device)
+
+
+def chunks(n: int, size: int) -> Sequence[slice]:
+    """Slices covering ``range(n)`` in chunks of ``size``."""
+    return [slice(s, min(s + size, n)) for s in range(0, n, size)]
