@@ -133,9 +133,7 @@ def _stream_pairs(data: Any, fmap: FeatureMap, stats: Moments) -> tuple[DataLoad
     in memory together. Returns the loader (the training inputs) and the state shape."""
     loader = data if isinstance(data, DataLoader) else DataLoader(data, batch_size=8192)
     shape = None
-    for xb, yb in loader:
-        xb = check_states(xb, "X batch")
-        yb = check_states(yb, "Y batch")
+    for xb, yb in _loader_pairs(loader):
         add_pairs(stats, fmap, xb, yb)
         shape = tuple(yb.shape[1:])
     if shape is None:
@@ -165,11 +163,13 @@ def _pair_chunks(sources: list) -> Any:
     """The pairs of ``sources`` again, chunk by chunk: ``PairSegment`` chunks, or every
     batch of a DataLoader."""
     for src in sources:
-        if isinstance(src, PairSegment):
-            yield from src.chunks(FIT_CHUNK)
-            continue
-        for xb, yb in src:
-            yield check_states(xb, "X batch"), check_states(yb, "Y batch")
+        yield from src.chunks(FIT_CHUNK) if isinstance(src, PairSegment) else _loader_pairs(src)
+
+
+def _loader_pairs(loader: Any) -> Any:
+    """The validated ``(x, y)`` batches of a DataLoader of pairs."""
+    for xb, yb in loader:
+        yield check_states(xb, "X batch"), check_states(yb, "Y batch")
 
 
 def state_range(span: Any, *states: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
