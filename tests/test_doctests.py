@@ -16,6 +16,7 @@ MODULES = (
     "dpnets.params",
     "dpnets.ito",
     "dpnets.moments",
+    "dpnets.operators",
     "dpnets.generator",
     "dpnets.representation",
     "dpnets.forecasting",

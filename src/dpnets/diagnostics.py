@@ -37,9 +37,9 @@ The checks (documented choices, thresholds in the module constants):
   ``1 - SATURATION_TOL``). At a lag short against the dynamics (Lorenz-63 at ``dt = 0.01``,
   lag 1) nearly every smooth function of the state is almost perfectly correlated with
   itself one lag later, so the score cannot tell features apart: it saturates within a
-  few epochs (4.69 of 5 at epoch 1, 4.99 at epoch 30) and the features need not span the
-  state, which a forecast needs (one-step RMSE 0.84 against persistence 0.65; with the
-  state appended 0.09, with ``r = 8`` 0.35).
+  few epochs and the features need not span the state, which a forecast needs (the
+  forecasting tutorial shows both; the remedies: the state appended to the features, a
+  larger ``r``, a longer ``lag``).
 * **few gradient steps**: a DPNet trained for fewer than ``MIN_GRADIENT_STEPS`` optimiser
   steps (``epochs * ceil(n_train / batch_size)``: 250 frames at the default batch of 1024
   take one step an epoch, 30 in all).

@@ -6,6 +6,11 @@ eigenfunctions, multi-step forecasts through the modal decomposition (Eq. 17 and
 Koopman modes and implied timescales. With ``reversible=True`` (or ``"reweight"``, Koopman
 reweighting of off-equilibrium data first) it fits the reversible estimator on symmetrised
 covariances instead, whose spectrum is real (TICA on the same features).
+
+The class holds what is the estimator's (its parameters, fitted state and hooks of the
+model contract); the mechanics are functions beside it: the pairs of the data into float64
+moments chunk by chunk (:func:`add_pairs`, :func:`pair_moments`, which the bootstrap of
+:mod:`dpnets.resampling` uses too), and the checks of a fit's arguments.
 """
 
 from __future__ import annotations
@@ -51,7 +56,213 @@ from dpnets.spectral import (
 )
 from dpnets.states import check_state_shape, check_states, is_streaming
 
-__all__ = ["TransferOperator", "pair_moments", "dump_operator", "restore_operator"]
+__all__ = [
+    "TransferOperator",
+    "add_pairs",
+    "pair_moments",
+    "dump_operator",
+    "restore_operator",
+]
+
+
+# ---------------------------------------------------------------- the pairs into moments
+def add_pairs(
+    stats: Moments,
+    fmap: FeatureMap,
+    x: np.ndarray,
+    y: np.ndarray,
+    weights: Any = None,
+    phi_x: np.ndarray | None = None,
+) -> None:
+    """Accumulate the features of one chunk of pairs and the ``Y`` states (and the ``X``
+    states when ``stats`` holds their product), weighted by ``weights`` if given."""
+    phi_x = fmap(x) if phi_x is None else phi_x
+    phi_y = fmap(y)
+    if phi_y.shape != phi_x.shape:
+        raise ValueError(f"features of X and Y differ in shape: {phi_x.shape}, {phi_y.shape}")
+    blocks = {"x": phi_x, "y": phi_y, "t": np.reshape(y, (y.shape[0], -1))}
+    if ("y", "s") in stats.products:
+        blocks["s"] = np.reshape(x, (x.shape[0], -1))
+    stats.update(blocks, weights)
+
+
+def _read_pairs(
+    data: Any,
+    pair_lag: int,
+    fmap: FeatureMap,
+    stats: Moments,
+    log_weights: Any = None,
+    span: Any = None,
+    fitted: Any = None,
+) -> tuple[list, tuple[int, ...], Any]:
+    """Add the pairs of ``data`` at ``pair_lag`` to ``stats``, chunk by chunk
+    (:data:`dpnets.moments.FIT_CHUNK` pairs; a Dataset/DataLoader batch by batch); with
+    ``log_weights``, the weighted pairs in rescaled time
+    (:func:`dpnets.biased.rescaled_segments`). With a ``fitted`` model (the earlier pieces
+    of a :meth:`TransferOperator.partial_fit`) the state shape must be its
+    ``state_shape_``, checked before any pair is added (after, for streamed data).
+
+    Returns the sources of the pairs (the training inputs: ``PairSegment`` objects, or the
+    DataLoader), the state shape, and ``span`` (a previous ``(min, max)`` of the states, or
+    None) widened by the states read (:func:`state_range`; None for streamed data).
+    """
+
+    def check_shape(shape: tuple[int, ...]) -> None:
+        if fitted is not None:
+            check_state_shape(shape, fitted.state_shape_, type(fitted).__name__)
+
+    if log_weights is None and is_streaming(data):
+        loader, shape = _stream_pairs(data, fmap, stats)
+        check_shape(shape)
+        return [loader], shape, None
+    if log_weights is not None:
+        sources: list = rescaled_segments(data, pair_lag, log_weights)
+    else:
+        sources = pair_segments(data, pair_lag)
+    shape = sources[0].state_shape
+    check_shape(shape)
+    for seg in sources:
+        for x, y, w in weighted_chunks(seg, FIT_CHUNK):
+            add_pairs(stats, fmap, x, y, w)
+            span = state_range(span, x, y)
+    return sources, shape, span
+
+
+def _stream_pairs(data: Any, fmap: FeatureMap, stats: Moments) -> tuple[DataLoader, tuple]:
+    """Accumulate a Dataset/DataLoader of pairs batch by batch; the states are never held
+    in memory together. Returns the loader (the training inputs) and the state shape."""
+    loader = data if isinstance(data, DataLoader) else DataLoader(data, batch_size=8192)
+    shape = None
+    for xb, yb in _loader_pairs(loader):
+        add_pairs(stats, fmap, xb, yb)
+        shape = tuple(yb.shape[1:])
+    if shape is None:
+        raise ValueError("the Dataset/DataLoader yielded no samples")
+    return loader, shape
+
+
+def pair_moments(
+    sources: list,
+    features: Any,
+    products: tuple[tuple[str, str], ...],
+    weight: Callable[[np.ndarray], np.ndarray] | None = None,
+) -> Moments:
+    """The moments ``products`` of the pairs of ``sources`` (``PairSegment`` objects, or
+    DataLoaders of pairs that can be iterated again) on ``features``, chunk by chunk, each
+    pair weighted by ``weight(phi_x)`` when given (the second pass of Koopman reweighting)."""
+    stats = Moments(products)
+    fmap = as_feature_map(features)
+    for x, y in _pair_chunks(sources):
+        phi_x = fmap(x)
+        w = None if weight is None else weight(phi_x)
+        add_pairs(stats, fmap, x, y, w, phi_x=phi_x)
+    return stats
+
+
+def _pair_chunks(sources: list) -> Any:
+    """The pairs of ``sources`` again, chunk by chunk: ``PairSegment`` chunks, or every
+    batch of a DataLoader."""
+    for src in sources:
+        yield from src.chunks(FIT_CHUNK) if isinstance(src, PairSegment) else _loader_pairs(src)
+
+
+def _loader_pairs(loader: Any) -> Any:
+    """The validated ``(x, y)`` batches of a DataLoader of pairs."""
+    for xb, yb in loader:
+        yield check_states(xb, "X batch"), check_states(yb, "Y batch")
+
+
+def state_range(span: Any, *states: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(min, max)`` of each flattened coordinate over ``states`` and ``span`` (a previous
+    ``(min, max)``, or None)."""
+    flat = [np.reshape(s, (s.shape[0], -1)) for s in states if len(s)]
+    lo = np.min([f.min(axis=0) for f in flat], axis=0).astype(np.float64)
+    hi = np.max([f.max(axis=0) for f in flat], axis=0).astype(np.float64)
+    if span is not None and span[0] is not None:
+        lo, hi = np.minimum(lo, span[0]), np.maximum(hi, span[1])
+    return lo, hi
+
+
+# ------------------------------------------------------- the fit's arguments, checked
+def _unfitted_estimator(features: Any) -> bool:
+    """Whether ``features`` is an unfitted dpnets estimator (the composite model)."""
+    return (
+        isinstance(features, BaseEstimator)
+        and hasattr(features, "transform")
+        and not is_fitted(features)
+    )
+
+
+def _train_features(features: Any, data: Any, lag: int | None, log_weights: Any = None) -> Any:
+    """``features``, or, when it is an unfitted dpnets estimator, a copy of it trained on
+    ``data`` at the operator's ``lag`` (in rescaled time with ``log_weights``): the
+    features of the composite model (:meth:`TransferOperator.fit`)."""
+    if not _unfitted_estimator(features):
+        return features
+    f = clone(features)
+    own = getattr(f, "lag", None)
+    if lag is not None and own is not None and check_lag(lag) != own:
+        warnings.warn(
+            f"the operator's lag={lag} overrides the lag={own} of its unfitted "
+            f"{type(f).__name__}: the features are trained at lag {lag}",
+            stacklevel=5,
+        )
+    if lag is not None and "lag" in f.get_params(deep=False):
+        f.set_params(lag=lag)
+    if log_weights is None:
+        return f.fit(data)
+    if "log_weights" not in inspect.signature(f.fit).parameters:
+        raise ValueError(
+            f"log_weights: the unfitted {type(f).__name__} of features cannot train on "
+            "a biased run (its fit takes no log_weights); fit it first, or use a DPNet"
+        )
+    return f.fit(data, log_weights=log_weights)
+
+
+def _pairing_lag(features: Any, data: Any, lag: Any, stacklevel: int = 3) -> tuple[int, int | None]:
+    """Pairing and model lag; defaults to (and checks against) a DPNet's own lag (a warning
+    ``stacklevel`` frames up: the caller of ``fit`` or ``partial_fit``)."""
+    feature_lag = getattr(without_state(features), "lag_", None)
+    if lag is None and feature_lag is not None:
+        lag = feature_lag
+    elif lag is not None and feature_lag is not None and lag != feature_lag:
+        warnings.warn(
+            f"the operator is fitted at lag={lag} on features trained at lag="
+            f"{feature_lag}; this is intended only when validating across lags (the "
+            "operator's lag sets its timescales)",
+            stacklevel=stacklevel,
+        )
+    return resolve_lag(data, lag)
+
+
+def _piece_lag(data: Any, lag: Any, fitted_lag: int | None) -> tuple[int, int | None]:
+    """Pairing and model lag of a further piece of a ``partial_fit``: the earlier pieces'."""
+    pair_lag, lag_ = resolve_lag(data, fitted_lag if lag is None else lag)
+    if lag_ != fitted_lag:
+        raise ValueError(
+            f"lag={lag_} differs from the lag of the pieces already fitted (lag_="
+            f"{fitted_lag}): pair every piece at the same lag"
+        )
+    return pair_lag, lag_
+
+
+def _check_log_weights(log_weights: Any, reversible: bool | str) -> None:
+    """Refuse ``log_weights`` with ``reversible="reweight"``."""
+    if log_weights is not None and reversible == "reweight":
+        raise ValueError(
+            "log_weights with reversible='reweight': the pairs in rescaled time already "
+            "sample the unbiased law; use reversible=True or False"
+        )
+
+
+def _check_products(needed: tuple[tuple[str, str], ...], m: Moments) -> None:
+    """The accumulated statistics ``m`` must hold the products this fit needs."""
+    if set(needed) - set(m.products):
+        raise ValueError(
+            "reversible was set after the first partial_fit, whose statistics lack the "
+            "moments a reversible fit needs: call fit, or set reversible before the first "
+            "partial_fit"
+        )
 
 
 class TransferOperator(DiscreteTimeModel):
@@ -60,26 +271,13 @@ class TransferOperator(DiscreteTimeModel):
     Fits ``T = (Cx + ridge I)^+ Cxy`` with ``Cx = Phi_X^T Phi_X / n`` and
     ``Cxy = Phi_X^T Phi_Y / n`` (the same feature map on both sides, App. D.3; the
     estimator of Eq. 15 with the empirical covariances of Eq. 8), so that
-    ``E[h(X_t) | X_0 = x] ~ psi(x)^T T^t z`` for ``h = psi^T z``.
-
-    With ``reversible=True`` the covariances are symmetrised over the two time directions
-    (every pair ``(x, y)`` counted also as ``(y, x)``, as for a process in detailed
-    balance):
-
-    ``C0 = (Cx + Cy) / 2``,  ``Ct = (Cxy + Cxy^T) / 2``,  ``T = (C0 + ridge I)^+ Ct``,
-
-    with ``Cy = Phi_Y^T Phi_Y / n``. ``T`` is then self-adjoint in the ``C0`` inner product:
-    its eigenvalues are real and its eigenfunctions real and ``C0``-orthonormal, computed
-    by a symmetric eigensolver (whitening by ``C0^{-1/2}``), so sampling noise can never
-    turn two close eigenvalues into a complex pair. On ``[1, psi]`` (``constant``) the
-    non-trivial eigenvalues are those of TICA (deeptime's ``TICA``, mean-free features with
-    the mean over both time directions) on the same features. ``reversible="reweight"``
-    first estimates Koopman weights ``w(x) = b(x)^T u`` from the non-reversible estimator
-    (``Cxy^T u = Cx u``: the weighted distributions of ``X`` and ``Y`` agree on every basis
-    function ``b``; Wu et al., J. Chem. Phys. 146, 154104, 2017), then symmetrises the
-    covariances weighted by ``w(x)`` of each pair (a second pass over the data):
-    equilibrium estimates from off-equilibrium data (short trajectories started in chosen
-    states), as deeptime's ``KoopmanWeightingEstimator`` with ``TICA``.
+    ``E[h(X_t) | X_0 = x] ~ psi(x)^T T^t z`` for ``h = psi^T z``; its eigen-decomposition
+    (Eq. 16) gives the eigenfunctions, and the modal decomposition (Eq. 17) the forecasts.
+    With ``reversible`` the covariances are symmetrised over the two time directions,
+    ``C0 = (Cx + Cy) / 2``, ``Ct = (Cxy + Cxy^T) / 2`` and ``T = (C0 + ridge I)^+ Ct``
+    (``Cy = Phi_Y^T Phi_Y / n``): a real spectrum from a symmetric eigensolver, TICA's on
+    ``[1, psi]`` (the concepts page of the documentation, "Reversible estimation and Koopman
+    reweighting", has the derivation and its limits).
 
     Parameters
     ----------
@@ -100,14 +298,10 @@ class TransferOperator(DiscreteTimeModel):
         Regress on ``[1, psi]``: the constant function (the stationary eigenfunction, with
         eigenvalue 1 and timescale inf) is added to the features. "auto" adds it unless
         the features already span it on the training data (:func:`constant_in_span`), so
-        every feature map gives correct timescales: DPNets (whose features are centred by
-        default), VAMPNets (centred by construction), autoencoders, dictionaries.
-        ``False`` is plain (E)DMD on the features as given. With the constant the
-        regression works in the basis ``[1, (psi - mean) / std]`` (means and standard
-        deviations of the training inputs' features; for ``reversible``, over both time
-        directions, weighted for ``"reweight"``): the same span, so the same estimator,
-        but well conditioned for features of any offset and scale (raw coordinates in
-        DMD); ``ridge`` then acts on the standardised features.
+        every feature map gives correct timescales. ``False`` is plain (E)DMD on the
+        features as given. With the constant the regression works in the basis
+        ``[1, (psi - mean) / std]`` (the same span, well conditioned for features of any
+        offset and scale); ``ridge`` then acts on the standardised features.
     dt : float, default 1.0
         Physical time between consecutive frames of the data; timescales are in its units
         (``lag_ * dt`` is the time of one estimator step).
@@ -124,40 +318,28 @@ class TransferOperator(DiscreteTimeModel):
         ``False``: the least-squares estimator above, for any dynamics (driven,
         non-equilibrium, or data too short to show detailed balance). ``True``: the
         reversible estimator on symmetrised covariances, for equilibrium data of a process
-        in detailed balance (equilibrium MD without external driving): a real spectrum and
-        real eigenfunctions, lower variance, equal to TICA (and to the reversible
-        symmetrised-count MSM on indicator features). The symmetrised estimator assumes the
-        data sample the equilibrium distribution; for data that do not (many short
-        trajectories started away from equilibrium) use ``"reweight"``, which reweights them
-        to equilibrium first (Koopman reweighting; needs the constant in the span of the
-        features, reads the training data twice, and is as good as the span of the
-        features is for the density ratio ``dpi / drho_0``: exact for indicator features,
-        crude for raw coordinates; weights may be negative, and a weighted ``C0`` that is
-        then indefinite loses every direction not above ``|min eigenvalue|``, as in
-        deeptime). With either, ``cx_``, ``cxy_`` and ``cy_`` hold
-        the symmetrised (weighted) covariances ``C0``, ``Ct`` and ``C0``, ``features_mean_``
-        the mean over both time directions, and :meth:`stationary_weights` the Koopman
-        weights (``reweighting_coef_``; all 1 for ``reversible=True``, which takes the data
-        as equilibrium samples). Forecast coefficients of the state are symmetrised too
-        (the regression of ``Y`` on ``X`` and of ``X`` on ``Y``); an observable given on the
-        training samples (values at ``Y``, :meth:`predict`) is regressed on the forward
-        pairs only (weighted by the Koopman weights for ``"reweight"``).
+        in detailed balance: a real spectrum and real eigenfunctions, lower variance, equal
+        to TICA. ``"reweight"``: for data that do not sample equilibrium (short
+        trajectories started away from it), Koopman weights ``w(x) = b(x)^T u`` from the
+        non-reversible estimator first (``Cxy^T u = Cx u``; Wu et al., J. Chem. Phys. 146,
+        154104, 2017), then covariances symmetrised with these weights (a second pass over
+        the data; needs the constant in the span of the features). With either, ``cx_``,
+        ``cxy_`` and ``cy_`` hold ``C0``, ``Ct`` and ``C0``, ``features_mean_`` the mean over
+        both time directions, and :meth:`stationary_weights` the Koopman weights.
     append_state : bool, default False
         Regress on ``[x, psi(x)]``: the (flattened) state appended to the features
         (:class:`dpnets.spectral.StateAndFeatures`), so the basis contains DMD's and the
-        state's own forecast is a regression on it. The recommended setting for forecasting
-        the state with learned features, which need not span it (issue 40: on a
-        Kuramoto-Sivashinsky field the one-step RMSE of a DPNet's operator fell from 0.394
-        to 0.056, below persistence, 0.064). ``features_`` is then the composite map; a
-        file stores the inner one and this flag.
+        state's own forecast is a regression on it: the recommended setting for forecasting
+        the state with learned features, which need not span it. ``features_`` is then the
+        composite map; a file stores the inner one and this flag.
     stabilize : bool, default False
         The stabilised estimate: eigenvalues of modulus above 1 (sampling noise on a
         stationary or chaotic series, or a growing mode a short series cannot tell from
-        one) are projected onto the unit circle, ``lambda / |lambda|`` (their frequency
-        kept), and ``operator_`` rebuilt from them (eigenvectors unchanged;
+        one) projected onto the unit circle, ``lambda / |lambda|`` (frequency kept), and
+        ``operator_`` rebuilt from them (eigenvectors unchanged;
         :func:`dpnets.estimation.stabilize_spectrum`), as PyDMD's
-        ``BOPDMD(eig_constraints={"stable"})``. Forecasts then stay bounded at every
-        horizon; a genuinely growing process is no longer described. Bootstrap refits
+        ``BOPDMD(eig_constraints={"stable"})``: forecasts bounded at every horizon, a
+        genuinely growing process no longer described. Bootstrap refits
         (:mod:`dpnets.resampling`) are stabilised too.
 
     Attributes
@@ -194,6 +376,22 @@ class TransferOperator(DiscreteTimeModel):
         The training inputs' features, computed on demand (chunk by chunk) from a reference
         to the training inputs; nothing of size ``n`` is stored on the model. None for a
         model loaded from a file.
+
+    Examples
+    --------
+    An AR(1) process ``x_t = 0.9 x_{t-1} + noise`` on the features ``[x, x^2]`` (with the
+    constant, the Hermite polynomials up to degree 2, eigenvalues 1, 0.9 and 0.81):
+
+    >>> import numpy as np
+    >>> rng = np.random.default_rng(0)
+    >>> x = np.zeros((2000, 1))
+    >>> for t in range(1, 2000):
+    ...     x[t] = 0.9 * x[t - 1] + rng.normal(size=1)
+    >>> op = TransferOperator(lambda s: np.hstack([s, s**2])).fit(x)
+    >>> op.eig().real.round(2)
+    array([1.  , 0.9 , 0.82])
+    >>> op.implied_timescales().round(1)
+    array([inf, 9.6, 5. ])
     """
 
     def __init__(
@@ -241,43 +439,8 @@ class TransferOperator(DiscreteTimeModel):
     # ------------------------------------------------------------------ fitting
     def _fit_features(self, data: Any, lag: int | None, log_weights: Any = None) -> Any:
         """The feature map to regress on: ``features``, or a trained copy of an unfitted
-        dpnets estimator (the composite model), trained on the same pairs (in rescaled time
-        with ``log_weights``)."""
-        f = self.features
-        if isinstance(f, BaseEstimator) and hasattr(f, "transform") and not is_fitted(f):
-            f = clone(f)
-            own = getattr(f, "lag", None)
-            if lag is not None and own is not None and check_lag(lag) != own:
-                warnings.warn(
-                    f"the operator's lag={lag} overrides the lag={own} of its unfitted "
-                    f"{type(f).__name__}: the features are trained at lag {lag}",
-                    stacklevel=4,
-                )
-            if lag is not None and "lag" in f.get_params(deep=False):
-                f.set_params(lag=lag)
-            if log_weights is None:
-                return self._with_state(f.fit(data))
-            if "log_weights" not in inspect.signature(f.fit).parameters:
-                raise ValueError(
-                    f"log_weights: the unfitted {type(f).__name__} of features cannot train on "
-                    "a biased run (its fit takes no log_weights); fit it first, or use a DPNet"
-                )
-            return self._with_state(f.fit(data, log_weights=log_weights))
-        return self._with_state(f)
-
-    def _fit_lag(self, features: Any, data: Any, lag: Any) -> tuple[int, int | None]:
-        """Pairing and model lag; defaults to (and checks against) a DPNet's own lag."""
-        feature_lag = getattr(without_state(features), "lag_", None)
-        if lag is None and feature_lag is not None:
-            lag = feature_lag
-        elif lag is not None and feature_lag is not None and lag != feature_lag:
-            warnings.warn(
-                f"the operator is fitted at lag={lag} on features trained at lag="
-                f"{feature_lag}; this is intended only when validating across lags (the "
-                "operator's lag sets its timescales)",
-                stacklevel=3,
-            )
-        return resolve_lag(data, lag)
+        dpnets estimator (the composite model, :func:`_train_features`)."""
+        return self._with_state(_train_features(self.features, data, lag, log_weights))
 
     def fit(
         self, X: Any, y: Any = None, *, lag: int | None = None, log_weights: Any = None
@@ -303,23 +466,16 @@ class TransferOperator(DiscreteTimeModel):
             Deprecated: the lag is the constructor parameter ``lag``; given here it
             overrides it for this fit, with a ``FutureWarning``.
         log_weights : array (n_frames,) or list of arrays, optional
-            Trajectories of a biased simulation: ``beta V`` of every frame (``V`` the bias
-            energy as the engine writes it, ``beta = 1 / kT``; one array of all frames in
-            order, or one per trajectory; :func:`dpnets.read_log_weights` reads PLUMED's
-            files). The pairs are then formed at ``lag`` frames of *rescaled* time, frame
-            ``k`` lasting ``exp(log_weights[k])`` frames, each weighted by the rescaled
-            time it spans (:func:`dpnets.biased.rescaled_pair_indices`; the practice of
-            mlcolvar's ``create_timelagged_dataset`` with ``logweights``): the operator and
-            timescales (``lag * dt`` of unbiased time) of the *unbiased* dynamics, as long
-            as the bias changes slowly compared with the lag (static, or quasi-static
-            well-tempered metadynamics) and barely acts at the transition states (Tiwary and
-            Parrinello, PRL 111, 230602, 2013). A bias that lowers the barrier itself breaks
-            this; learn the generator from the biased samples instead
-            (:class:`dpnets.Generator` with ``sample_weight``). The composite model trains
-            its DPNet on the same weighted pairs. Refused, each in one line: non-finite
-            values, a length other than the frames', a rescaled trajectory not longer than
-            ``lag``, pre-paired or streamed data, and ``reversible="reweight"`` (the rescaled
-            pairs are already reweighted).
+            Trajectories of a biased simulation: ``beta V`` of every frame (one array of
+            all frames in order, or one per trajectory; :func:`dpnets.read_log_weights`
+            reads PLUMED's files). The pairs are then formed at ``lag`` frames of
+            *rescaled* time, each weighted by the rescaled time it spans
+            (:mod:`dpnets.biased`, which says when this is valid): the operator and
+            timescales of the *unbiased* dynamics. The composite model trains its DPNet on
+            the same weighted pairs. Refused, each in one line: non-finite values, a length
+            other than the frames', a rescaled trajectory not longer than ``lag``,
+            pre-paired or streamed data, and ``reversible="reweight"`` (the rescaled pairs
+            are already reweighted).
 
         Returns
         -------
@@ -338,18 +494,10 @@ class TransferOperator(DiscreteTimeModel):
     def _fit_operator(self, data: Any, lag: int | None, log_weights: Any = None) -> None:
         """:meth:`fit` at a resolved ``lag`` (subclasses build their features first)."""
         self._check_params()
-        self._check_log_weights(log_weights)
+        _check_log_weights(log_weights, self._reversible())
         features = self._fit_features(data, lag, log_weights)
-        pair_lag, lag_ = self._fit_lag(features, data, lag)
+        pair_lag, lag_ = _pairing_lag(features, data, lag, stacklevel=4)
         self._accumulate(data, pair_lag, features, lag_, fresh=True, log_weights=log_weights)
-
-    def _check_log_weights(self, log_weights: Any) -> None:
-        """Refuse ``log_weights`` with ``reversible="reweight"``."""
-        if log_weights is not None and self._reversible() == "reweight":
-            raise ValueError(
-                "log_weights with reversible='reweight': the pairs in rescaled time already "
-                "sample the unbiased law; use reversible=True or False"
-            )
 
     def partial_fit(
         self, X: Any, y: Any = None, *, lag: int | None = None, log_weights: Any = None
@@ -391,31 +539,26 @@ class TransferOperator(DiscreteTimeModel):
             next pieces add to it) and a ``ValueError`` asks for more data.
         """
         self._check_params()
-        self._check_log_weights(log_weights)
+        _check_log_weights(log_weights, self._reversible())
         data, lag = fit_data(self, X, y, lag)
-        if getattr(self, "_stats", None) is None:
-            if "operator_" in vars(self):
-                raise ValueError(
-                    "this model holds no accumulated statistics (it was loaded from a file): "
-                    "call fit, or partial_fit on a new model"
-                )
-            features = self._partial_features()
-            pair_lag, lag_ = self._fit_lag(features, data, lag)
-            self._accumulate(data, pair_lag, features, lag_, True, log_weights)
-            return self
-        pair_lag, lag_ = resolve_lag(data, self.lag_ if lag is None else lag)
-        if lag_ != self.lag_:
+        fresh = getattr(self, "_stats", None) is None
+        if fresh and "operator_" in vars(self):
             raise ValueError(
-                f"lag={lag_} differs from the lag of the pieces already fitted (lag_="
-                f"{self.lag_}): pair every piece at the same lag"
+                "this model holds no accumulated statistics (it was loaded from a file): "
+                "call fit, or partial_fit on a new model"
             )
-        self._accumulate(data, pair_lag, self.features_, lag_, False, log_weights)
+        if fresh:
+            features = self._partial_features()
+            pair_lag, lag_ = _pairing_lag(features, data, lag)
+        else:
+            features, (pair_lag, lag_) = self.features_, _piece_lag(data, lag, self.lag_)
+        self._accumulate(data, pair_lag, features, lag_, fresh, log_weights)
         return self
 
     def _partial_features(self) -> Any:
         """The fixed feature map a fresh :meth:`partial_fit` accumulates on."""
         f = self.features
-        if isinstance(f, BaseEstimator) and hasattr(f, "transform") and not is_fitted(f):
+        if _unfitted_estimator(f):
             raise ValueError(
                 f"partial_fit needs a fixed feature map, but features is an unfitted "
                 f"{type(f).__name__}: fit it first (features.fit(data)), or call fit, which "
@@ -437,38 +580,21 @@ class TransferOperator(DiscreteTimeModel):
         fresh: bool,
         log_weights: Any = None,
     ) -> None:
-        """Add the pairs of ``data`` to the statistics (new ones when ``fresh``), then refit;
-        with ``log_weights``, the weighted pairs in rescaled time
-        (:func:`dpnets.biased.rescaled_segments`).
-
-        The statistics change only once the whole piece has been read, so a piece that
-        fails (bad values, a feature map error) leaves the model as it was.
-        """
+        """Add the pairs of ``data`` to the statistics (new ones when ``fresh``;
+        :func:`_read_pairs`), then refit. The statistics change only once the whole piece
+        has been read, so a piece that fails (bad values, a feature map error) leaves the
+        model as it was."""
         if not fresh:
-            self._check_products(self._stats)
+            _check_products(self.moment_products(), self._stats)
         stats = Moments(self.moment_products()) if fresh else copy.deepcopy(self._stats)
-        fmap = as_feature_map(features)
         span = None if fresh else (self.state_min_, self.state_max_)
-        if log_weights is not None:
-            new_inputs: list = rescaled_segments(data, pair_lag, log_weights)
-        elif is_streaming(data):
-            loader, shape = self._stream(data, fmap, stats)
-            new_inputs = [loader]
-        else:
-            new_inputs = pair_segments(data, pair_lag)
-        if log_weights is not None or not is_streaming(data):
-            shape = new_inputs[0].state_shape
-            self._check_piece_shape(shape, fresh)
-            for seg in new_inputs:
-                for x, y, w in weighted_chunks(seg, FIT_CHUNK):
-                    self.add_pairs(stats, fmap, x, y, w)
-                    span = state_range(span, x, y)
-        self._check_piece_shape(shape, fresh)
-        sources = new_inputs if fresh else [*self._train_inputs, *new_inputs]
+        known = fresh or self.state_min_ is not None  # (None after streamed pieces)
+        fmap, fitted = as_feature_map(features), None if fresh else self
+        new, shape, span = _read_pairs(data, pair_lag, fmap, stats, log_weights, span, fitted)
+        sources = new if fresh else [*self._train_inputs, *new]
         self.fit_from_moments(stats, sources, features, lag_, shape)
         # the training range, for predict's out-of-range warning (not from streamed data)
-        known = not is_streaming(data) and (fresh or self.state_min_ is not None)
-        self.state_min_, self.state_max_ = span if known else (None, None)
+        self.state_min_, self.state_max_ = span if known and span else (None, None)
 
     def fit_from_moments(
         self, stats: Moments, sources: list, features: Any, lag_: Any, shape: tuple
@@ -485,7 +611,7 @@ class TransferOperator(DiscreteTimeModel):
         self._stats, self._train_inputs = stats, sources
         self.rescaled_time_ = any(isinstance(src, RescaledSegment) for src in sources)
         self.state_shape_ = tuple(shape)
-        self._check_products(stats)
+        _check_products(self.moment_products(), stats)
         fit = estimate_operator(
             stats,
             ridge=float(self.ridge),
@@ -508,38 +634,8 @@ class TransferOperator(DiscreteTimeModel):
             n, self.n_features_, "basis functions", "fewer features", "a smaller --dim"
         )
 
-    def _check_piece_shape(self, shape: tuple[int, ...], fresh: bool) -> None:
-        if not fresh:
-            check_state_shape(shape, self.state_shape_, type(self).__name__)
-
-    @staticmethod
-    def add_pairs(
-        stats: Moments,
-        fmap: FeatureMap,
-        x: np.ndarray,
-        y: np.ndarray,
-        weights: Any = None,
-        phi_x: np.ndarray | None = None,
-    ) -> None:
-        """Accumulate the features of one chunk of pairs and the ``Y`` states (and the ``X``
-        states when ``stats`` holds their product), weighted by ``weights`` if given."""
-        phi_x = fmap(x) if phi_x is None else phi_x
-        phi_y = fmap(y)
-        if phi_y.shape != phi_x.shape:
-            raise ValueError(f"features of X and Y differ in shape: {phi_x.shape}, {phi_y.shape}")
-        blocks = {"x": phi_x, "y": phi_y, "t": np.reshape(y, (y.shape[0], -1))}
-        if ("y", "s") in stats.products:
-            blocks["s"] = np.reshape(x, (x.shape[0], -1))
-        stats.update(blocks, weights)
-
-    def _check_products(self, m: Moments) -> None:
-        """The accumulated statistics must hold the products this fit needs."""
-        if set(self.moment_products()) - set(m.products):
-            raise ValueError(
-                "reversible was set after the first partial_fit, whose statistics lack the "
-                "moments a reversible fit needs: call fit, or set reversible before the first "
-                "partial_fit"
-            )
+    #: :func:`add_pairs`, also as ``TransferOperator.add_pairs``
+    add_pairs = staticmethod(add_pairs)
 
     def _weighted_moments(self, weight: Callable[[np.ndarray], np.ndarray]) -> Moments:
         """The moments of every training pair weighted by ``weight(phi_x)`` (the second
@@ -588,55 +684,12 @@ class TransferOperator(DiscreteTimeModel):
             return self.transform(X) @ u
         return np.concatenate([phi @ u for phi in self._training_feature_chunks()])
 
-    def _stream(self, data: Any, fmap: FeatureMap, stats: Moments) -> tuple[DataLoader, tuple]:
-        """Accumulate a Dataset/DataLoader of pairs batch by batch; the states are never held
-        in memory together. Returns the loader (the training inputs) and the state shape."""
-        loader = data if isinstance(data, DataLoader) else DataLoader(data, batch_size=8192)
-        shape = None
-        for xb, yb in loader:
-            xb = check_states(xb, "X batch")
-            yb = check_states(yb, "Y batch")
-            self.add_pairs(stats, fmap, xb, yb)
-            shape = tuple(yb.shape[1:])
-        if shape is None:
-            raise ValueError("the Dataset/DataLoader yielded no samples")
-        return loader, shape
-
     features_x_ = property(
         lambda self: features_on_demand(self),
         doc="The training inputs' features in the basis of :meth:`transform`, float64 "
         "(n, r), computed on demand from the training inputs (they are not stored; None "
         "for a model loaded from a file).",
     )
-
-
-def pair_moments(
-    sources: list,
-    features: Any,
-    products: tuple[tuple[str, str], ...],
-    weight: Callable[[np.ndarray], np.ndarray] | None = None,
-) -> Moments:
-    """The moments ``products`` of the pairs of ``sources`` (``PairSegment`` objects, or
-    DataLoaders of pairs that can be iterated again) on ``features``, chunk by chunk, each
-    pair weighted by ``weight(phi_x)`` when given (the second pass of Koopman reweighting)."""
-    stats = Moments(products)
-    fmap = as_feature_map(features)
-    for x, y in _pair_chunks(sources):
-        phi_x = fmap(x)
-        w = None if weight is None else weight(phi_x)
-        TransferOperator.add_pairs(stats, fmap, x, y, w, phi_x=phi_x)
-    return stats
-
-
-def _pair_chunks(sources: list) -> Any:
-    """The pairs of ``sources`` again, chunk by chunk: ``PairSegment`` chunks, or every
-    batch of a DataLoader."""
-    for src in sources:
-        if isinstance(src, PairSegment):
-            yield from src.chunks(FIT_CHUNK)
-            continue
-        for xb, yb in src:
-            yield check_states(xb, "X batch"), check_states(yb, "Y batch")
 
 
 #: saved arrays; the n x r training features are not saved (file size independent of n)
@@ -695,14 +748,3 @@ def restore_operator(cfg: dict, tensors: dict[str, torch.Tensor], **kw: Any) -> 
 
 
 register("TransferOperator", TransferOperator, dump_operator, restore_operator)
-
-
-def state_range(span: Any, *states: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(min, max)`` of each flattened coordinate over ``states`` and ``span`` (a previous
-    ``(min, max)``, or None)."""
-    flat = [np.reshape(s, (s.shape[0], -1)) for s in states if len(s)]
-    lo = np.min([f.min(axis=0) for f in flat], axis=0).astype(np.float64)
-    hi = np.max([f.max(axis=0) for f in flat], axis=0).astype(np.float64)
-    if span is not None and span[0] is not None:
-        lo, hi = np.minimum(lo, span[0]), np.maximum(hi, span[1])
-    return lo, hi

@@ -23,7 +23,7 @@ from dpnets.base import BaseEstimator, clone, is_fitted
 from dpnets.diagnostics import DiagnosticWarning
 from dpnets.estimation import OperatorFit, estimate_operator, operator_products
 from dpnets.moments import FIT_CHUNK, Moments
-from dpnets.operators import TransferOperator, pair_moments
+from dpnets.operators import TransferOperator, add_pairs, pair_moments
 from dpnets.pairs import PairSegment, pair_segments
 from dpnets.params import check_int, check_real, check_seed
 from dpnets.spectral import StateAndFeatures, as_feature_map, without_state
@@ -348,9 +348,7 @@ class TrajectorySums:
             stats = Moments(products)
             for sl in chunks(n - lag, FIT_CHUNK):
                 py = phi[lag:][sl]
-                TransferOperator.add_pairs(
-                    stats, lambda _y, py=py: py, states[sl], states[lag:][sl], phi_x=phi[sl]
-                )
+                add_pairs(stats, lambda _y, py=py: py, states[sl], states[lag:][sl], phi_x=phi[sl])
             # every piece's sums about the first piece's pilots: resamples then add up
             # without moving them (Moments.combine)
             ref = self._reference.setdefault(lag, stats)

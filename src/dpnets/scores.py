@@ -763,9 +763,8 @@ def multistep_penalty(
     is invariant under the transfer operator ``T`` of lag ``tau``, the compression of
     ``T^k`` is the ``k``-th power of that of ``T`` (Chapman–Kolmogorov), so the penalty is
     zero; it grows with the non-invariance that moves eigenvalues, at almost no cost in
-    the projection score. An addition of ours, not in the paper: on the noisy logistic map
-    (r = 7) ``P^gamma`` plus this penalty with weight 30 beats every Table 1 row on both
-    metrics (``benchmarks/results/logistic_map``).
+    the projection score. An addition of ours, not in the paper (``DPNet(consistency=)``;
+    its results on the noisy logistic map: ``benchmarks/results/logistic_map``).
 
     Parameters
     ----------

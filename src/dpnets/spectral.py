@@ -102,8 +102,7 @@ class StateAndFeatures:
     ``psi`` (``TransferOperator(..., append_state=True)``).
 
     Learned features need not span the state, so an operator on ``psi`` alone may forecast
-    the state worse than persistence (issue 40: Kuramoto-Sivashinsky one step ahead, RMSE
-    0.394 on a DPNet's features, 0.056 with the state appended, persistence 0.064). With
+    the state worse than persistence (the forecasting tutorial shows it on Lorenz-63). With
     the state in the basis the regression contains DMD, and the learned features add to it.
     """
 

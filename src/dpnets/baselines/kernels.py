@@ -392,7 +392,8 @@ class _KernelRegression(DiscreteTimeModel):
 
 
 #: above this many pairs, exact :class:`KernelDMD` warns and names :class:`NystromKernelDMD`
-#: (its ``O(n^3)`` eigendecomposition of ``n x n`` Gram matrices: 35 s at n = 6000)
+#: (its ``O(n^3)`` eigendecomposition of ``n x n`` Gram matrices; timing:
+#: ``benchmarks/README.md``)
 EXACT_MAX_SAMPLES = 5000
 #: from this many pairs on, exact :class:`KernelDMD` shows its stages on a progress bar
 PROGRESS_MIN_SAMPLES = 2000
@@ -450,8 +451,8 @@ class KernelDMD(_KernelRegression):
     progress : bool, default True
         Show the stages of fits of at least ``PROGRESS_MIN_SAMPLES`` (2000) pairs on a
         progress bar (needs tqdm). Above ``EXACT_MAX_SAMPLES`` (5000) pairs ``fit`` warns
-        and names :class:`NystromKernelDMD` (the exact fit is ``O(n^3)``: 35 s at
-        n = 6000).
+        and names :class:`NystromKernelDMD` (the exact fit is ``O(n^3)`` in the number of
+        pairs).
 
     Attributes
     ----------
@@ -515,7 +516,7 @@ class KernelDMD(_KernelRegression):
         if n > EXACT_MAX_SAMPLES:
             warnings.warn(
                 f"exact KernelDMD on {n} pairs (above {EXACT_MAX_SAMPLES}) builds {n} x {n} "
-                "Gram matrices and eigendecomposes them, O(n^3) (35 s at n = 6000): use "
+                "Gram matrices and eigendecomposes them, O(n^3): use "
                 "NystromKernelDMD(kernel, n_centers=...) for large data",
                 stacklevel=3,
             )
