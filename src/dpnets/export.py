@@ -21,6 +21,10 @@ Input maps put the engine's quantities in front of the model: :class:`TorsionInp
 :class:`PositionDistances`, :class:`PositionCartesian` (superposed on a reference) and
 :class:`AtomSelection` (the engine's positions, with periodic images when a box is passed;
 the geometry's gradient attached in closed form, so an engine's backward pass stays short).
+The first three are fused with the encoder's first ``Linear`` layer where it has one (the
+default MLP): the features, their Jacobian and the layer's response to the atoms are
+computed without autograd, and the file's autograd graph is one gather of the atoms and one
+product before the rest of the network.
 :mod:`dpnets.engines` exports ``dpnets fit`` folders for an engine's topology and writes the
 engine recipes.
 """
@@ -488,14 +492,6 @@ class PositionCartesian(nn.Module):
 _FUSED_ENTRIES = 32768
 
 
-def _first_order(h0: torch.Tensor, dx: torch.Tensor, wj: torch.Tensor) -> torch.Tensor:
-    """``h0 + dx @ wj`` per state: ``h0 (B, H)``, ``dx (B, k)`` (zero-valued, in the autograd
-    graph), ``wj (B, k, H)`` (without autograd)."""
-    if dx.shape[0] == 1:
-        return torch.addmm(h0, dx, wj[0])
-    return torch.baddbmm(h0.unsqueeze(1), dx.unsqueeze(1), wj).squeeze(1)
-
-
 def _torsion_polynomials() -> dict[str, np.ndarray]:
     """Constant maps of :class:`_FusedTorsions` (rows: torsions): ``bonds`` (12, 9) from a
     torsion's 4 atoms to its bonds ``b1, b2, b3``; ``nn = [n1, n1, n2, n2]`` (the normals
@@ -587,44 +583,48 @@ class _FusedTorsions(nn.Module):
         m, width = int(q.shape[0]), int(weight.shape[0])
         self.m, self.width = m, width
         flat = 3 * q[:, :, None] + np.arange(3)  # (torsion, atom, xyz)
-        self.register_buffer("flat", torch.as_tensor(flat.reshape(1, 12 * m)))
+        self.register_buffer("flat", torch.as_tensor(flat.reshape(12 * m)))
         torsion, part = columns  # each feature column's torsion, 0 for a sine, 1 for a cosine
         w = weight.detach().double()
         wsin = torch.zeros(m, width, dtype=torch.float64)
         wcos = torch.zeros(m, width, dtype=torch.float64)
         for j, (t, p) in enumerate(zip(torsion, part, strict=True)):
             (wcos if p else wsin)[t] = w[:, j]
-        # [cos_t, sin_t] rows 2t, 2t + 1: the layer's value; d h / d theta_t = cos_t wsin_t -
-        # sin_t wcos_t
-        self.register_buffer("value", torch.stack([wcos, wsin], 1).reshape(2 * m, width))
+        # the layer's value from [cos_t, sin_t] (columns 2t, 2t + 1); its slope d h / d theta_t
+        # = [cos_t, sin_t] @ slope[t] = cos_t wsin_t - sin_t wcos_t
+        value = torch.stack([wcos.T, wsin.T], 2).reshape(width, 2 * m)
+        self.register_buffer("value", value)
         self.register_buffer("slope", torch.stack([wsin, -wcos], 1))  # (m, 2, width)
         self.register_buffer("bias", bias.detach().double().clone())
         for name, arr in _torsion_polynomials().items():
             self.register_buffer(name, torch.as_tensor(arr))
 
     def forward(self, x: torch.Tensor, box: torch.Tensor | None = None) -> torch.Tensor:
-        B = x.shape[0]
+        return torch.stack([self.single(x[i], box) for i in range(x.shape[0])])
+
+    @torch.jit.export
+    def single(self, x: torch.Tensor, box: torch.Tensor | None) -> torch.Tensor:
+        """The layer ``(width,)`` on one state's positions ``x (n_atoms, 3)``."""
         m, H = self.m, self.width
-        R = B * m
-        xs = torch.take(x, _take_index(self.flat, x))  # (B, 12 m): (torsion, atom, xyz)
+        xs = torch.take(x, self.flat)  # (12 m): (torsion, atom, xyz)
         with torch.no_grad():
             x0 = xs.clone()  # not detach(): freezing folds x - x.detach() to 0
-            b = torch.mm(x0.view(R, 12), self.bonds)  # (R, 9): b1, b2, b3
+            b = torch.mm(x0.view(m, 12), self.bonds)  # (m, 9): b1, b2, b3
             if box is not None:
-                b = minimum_image(b.view(R, 3, 3), box).view(R, 9)
+                b = minimum_image(b.view(m, 3, 3), box).view(m, 9)
             nn_ = torch.mm(
                 b.index_select(1, self.cross_l) * b.index_select(1, self.cross_r), self.cross
             )
-            v = torch.cat([nn_, b], 1)  # (R, 21): n1, n1, n2, n2, b1, b2, b3
-            p = v.index_select(1, self.dot_l) * v.index_select(1, self.dot_r)  # (R, 21)
+            v = torch.cat([nn_, b], 1)  # (m, 21): n1, n1, n2, n2, b1, b2, b3
+            p = v.index_select(1, self.dot_l) * v.index_select(1, self.dot_r)  # (m, 21)
             mono = torch.exp(torch.mm(torch.log(torch.mm(p, self.positive)), self.expo))
             out = mono * torch.addmm(self.one, p, self.factor)  # cos, sin, cu, a cu, ..
-            grad = torch.mm(out.narrow(1, 2, 12) * nn_, self.normals)  # (R, 12): d theta / dx
-            cs = out.narrow(1, 0, 2)  # (R, 2): cos, sin
-            h0 = torch.addmm(self.bias, cs.reshape(B, 2 * m), self.value)
-            g2 = (grad.unsqueeze(2) * cs.unsqueeze(1)).view(B, m, 12, 2)
-            wj = torch.matmul(g2, self.slope).view(B, 12 * m, H)  # d h / d x
-        return _first_order(h0, xs - x0, wj)
+            grad = torch.mm(out.narrow(1, 2, 12) * nn_, self.normals)  # (m, 12): d theta / dx
+            cs = out.narrow(1, 0, 2)  # (m, 2): cos, sin
+            h0 = torch.addmv(self.bias, self.value, cs.reshape(2 * m))
+            g2 = grad.unsqueeze(2) * cs.unsqueeze(1)  # (m, 12, 2)
+            wj = torch.bmm(g2, self.slope).view(12 * m, H).t()  # d h / d x
+        return torch.addmv(h0, wj, xs - x0)
 
 
 class _LayerAfter(nn.Module):
@@ -641,6 +641,11 @@ class _LayerAfter(nn.Module):
     def forward(self, x: torch.Tensor, box: torch.Tensor | None = None) -> torch.Tensor:
         return torch.addmm(self.bias, self.inputs(x, box), self.wt)
 
+    @torch.jit.export
+    def single(self, x: torch.Tensor, box: torch.Tensor | None) -> torch.Tensor:
+        """The layer ``(width,)`` on one state ``x`` (one input, without the batch axis)."""
+        return torch.addmm(self.bias, self.inputs(x.unsqueeze(0), box), self.wt).squeeze(0)
+
 
 class _FusedDistances(nn.Module):
     """:class:`PositionDistances` fused with a first ``Linear`` layer ``(weight, bias)``: the
@@ -652,29 +657,32 @@ class _FusedDistances(nn.Module):
         pr = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
         self.m = int(pr.shape[0])
         flat = 3 * pr[:, :, None] + np.arange(3)  # (pair, atom, xyz)
-        self.register_buffer("flat", torch.as_tensor(flat.reshape(1, self.m, 6)))
-        self.register_buffer("wt", weight.detach().double().T.contiguous())  # (m, width)
+        self.register_buffer("flat", torch.as_tensor(flat.reshape(self.m, 6)))
+        self.register_buffer("weight", weight.detach().double().clone())  # (width, m)
         self.register_buffer("bias", bias.detach().double().clone())
         ends = np.concatenate([-np.eye(3), np.eye(3)])  # (6, 3): x_j - x_i
         self.register_buffer("ends", torch.tensor(ends))
         self.register_buffer("spread", torch.tensor(ends.T.copy()))  # u -> [-u, u]
 
     def forward(self, x: torch.Tensor, box: torch.Tensor | None = None) -> torch.Tensor:
-        B = x.shape[0]
-        m = self.m
-        xs = torch.take(x, _take_index(self.flat, x))  # (B, m, 6)
+        return torch.stack([self.single(x[i], box) for i in range(x.shape[0])])
+
+    @torch.jit.export
+    def single(self, x: torch.Tensor, box: torch.Tensor | None) -> torch.Tensor:
+        """The layer ``(width,)`` on one state's positions ``x (n_atoms, 3)``."""
+        xs = torch.take(x, self.flat)  # (m, 6)
         with torch.no_grad():
-            raw = torch.mm(xs.view(B * m, 6), self.ends)  # (B m, 3)
+            raw = torch.mm(xs, self.ends)  # (m, 3)
             d = raw if box is None else minimum_image(raw, box)
             dist = torch.linalg.vector_norm(d, dim=1, keepdim=True)
-            w = torch.mm(d / dist, self.spread).view(B, m, 6)  # d dist / d x: -u, u
+            w = torch.mm(d / dist, self.spread)  # (m, 6): d dist / d x: -u, u
             shift = dist  # (frozen: the branch not taken goes)
             if box is not None:  # the image shift's u . s
-                shift = dist.view(B, m) - (xs * w).sum(2)
-        f = (xs * w).sum(2)  # (B, m): u . (x_j - x_i), the distance
+                shift = dist.view(self.m) - (xs * w).sum(1)
+        f = (xs * w).sum(1)  # (m,): u . (x_j - x_i), the distance
         if box is not None:
             f = f + shift
-        return torch.addmm(self.bias, f, self.wt)
+        return torch.addmv(self.bias, self.weight, f)
 
 
 class _FusedCartesian(nn.Module):
@@ -692,7 +700,7 @@ class _FusedCartesian(nn.Module):
         super().__init__()
         n, width = cart.n, int(weight.shape[0])
         self.n, self.width = n, width
-        self.register_buffer("flat", cart.flat.reshape(n, 3).T.reshape(1, 3 * n).clone())
+        self.register_buffer("flat", cart.flat.reshape(n, 3).T.reshape(3 * n).clone())
         corr = cart.corr.double().view(n, 3, 9).permute(1, 0, 2).reshape(3 * n, 9)
         self.register_buffer("corr", corr.contiguous())  # rows (xyz, atom)
         horn = cart.horn.double()  # (9, 16): M -> N
@@ -707,17 +715,16 @@ class _FusedCartesian(nn.Module):
         wc = w - w.mean(1, keepdim=True)  # centred over the atoms: dq = C dx
         self.register_buffer("wr", wc.permute(2, 1, 0).reshape(3, n * width))  # (a, i h)
         shift = w.sum(1) @ cart.centre.double()  # W . (the reference centroid, every atom)
-        self.register_buffer("bias", (bias.detach().double() + shift).view(1, width))
+        self.register_buffer("bias", bias.detach().double() + shift)
 
     def forward(self, x: torch.Tensor, box: torch.Tensor | None = None) -> torch.Tensor:
-        if x.shape[0] == 1:
-            return self.one(x, box)
-        return torch.cat([self.one(x[i : i + 1], box) for i in range(x.shape[0])], 0)
+        return torch.stack([self.single(x[i], box) for i in range(x.shape[0])])
 
-    def one(self, x: torch.Tensor, box: torch.Tensor | None) -> torch.Tensor:
-        """The layer on one state ``x (1, n_atoms, 3)``."""
+    @torch.jit.export
+    def single(self, x: torch.Tensor, box: torch.Tensor | None) -> torch.Tensor:
+        """The layer ``(width,)`` on one state's positions ``x (n_atoms, 3)``."""
         n, H = self.n, self.width
-        xs = torch.take(x, self.flat)  # (1, 3 n): x of every atom, then y, z
+        xs = torch.take(x, self.flat)  # (3 n): x of every atom, then y, z
         with torch.no_grad():
             x0 = xs.clone()  # not detach(): freezing folds x - x.detach() to 0
             p = x0.view(3, n)
@@ -730,7 +737,7 @@ class _FusedCartesian(nn.Module):
             top = vec.narrow(1, 3, 1)  # (4, 1)
             rot = torch.mm(torch.mm(top, top.t()).view(1, 16), self.quat)  # (1, 9): R
             z = torch.mm(self.wq, q.t()).view(H, 9)  # sum_i W_i q_i^T
-            h0 = torch.addmm(self.bias, rot, z.t())
+            h0 = torch.addmv(self.bias, z, rot.view(9))
             # d t = P dN t; d <R, Z_h> = 2 dt . sym(Q_h) t
             other = vec.narrow(1, 0, 3)
             gap = val.narrow(0, 3, 1) - val.narrow(0, 0, 3)
@@ -739,8 +746,8 @@ class _FusedCartesian(nn.Module):
             y = torch.mm(torch.mm(z, self.quat_sym).view(4 * H, 4), top).view(H, 4)
             jm = torch.mm(torch.mm(dn_t, proj), y.t())  # (9, H): d h / d M
             turn = torch.mm(rot.view(3, 3).t(), self.wr).view(3 * n, H)  # W_i R (rows b, i)
-            wj = torch.addmm(turn, self.corr, jm)
-        return torch.addmm(h0, xs - x0, wj)
+            wj = torch.addmm(turn, self.corr, jm).t()
+        return torch.addmv(h0, wj, xs - x0)
 
 
 def _fused_map(given: nn.Module, weight: torch.Tensor, bias: torch.Tensor) -> nn.Module | None:
@@ -848,6 +855,28 @@ class _SlowModes(nn.Module):
         out = torch.addmm(self.bias, phi, self.weight) if self.head else phi
         if single:
             out = out.squeeze(0)
+        return out.to(dtype)
+
+
+class _FusedSlowModes(_SlowModes):
+    """:class:`_SlowModes` whose ``inputs`` is a positions map fused with the encoder's
+    first layer (:func:`_fused_first_layer`) and whose ``features`` is the rest of the
+    encoder: one state ``(n_atoms, 3)`` runs without a batch axis (``inputs.single``), so the
+    engine's autograd graph has no reshaping around the network."""
+
+    def forward(self, x: torch.Tensor, box: torch.Tensor | None = None) -> torch.Tensor:
+        dtype = x.dtype if x.is_floating_point() else self.weight.dtype
+        x = x.to(self.weight.dtype)
+        if box is not None:
+            box = box.to(self.weight.dtype)
+        if x.dim() == self.n_dims:
+            out = self.features(self.inputs.single(x, box))
+            if self.head:
+                out = torch.addmv(self.bias, self.weight.t(), out)
+            return out.to(dtype)
+        out = self.features(self.inputs(x, box))
+        if self.head:
+            out = torch.addmm(self.bias, out, self.weight)
         return out.to(dtype)
 
 
@@ -1017,6 +1046,18 @@ def _split_first_linear(module: nn.Module) -> tuple[nn.Linear, nn.Module] | None
     return None
 
 
+def _last_axis_only(module: nn.Module) -> bool:
+    """Whether ``module`` is made only of layers acting on the last axis (Linear, LayerNorm,
+    the MLP's activations), so that it runs on one state without a batch axis."""
+    from dpnets.nn.mlp import ACTIVATIONS
+
+    layers = (nn.Linear, nn.LayerNorm, nn.Identity, *ACTIVATIONS.values())
+    return all(
+        isinstance(m, layers) or (isinstance(m, nn.Sequential) and _last_axis_only(m))
+        for m in module.children()
+    )
+
+
 def _fused_first_layer(given: nn.Module, folded: nn.Module) -> tuple[nn.Module, nn.Module] | None:
     """``(inputs, rest)``: a positions map fused with the encoder's first ``Linear`` layer
     (:func:`_fused_map`: the map's own autograd graph replaced by one product) and the
@@ -1027,6 +1068,8 @@ def _fused_first_layer(given: nn.Module, folded: nn.Module) -> tuple[nn.Module, 
     ):
         return None
     first, rest = split
+    if not _last_axis_only(rest):  # one state runs without a batch axis
+        return None
     weight = first.weight.detach().double()
     if first.bias is None:
         bias = torch.zeros(weight.shape[0], dtype=torch.float64)
@@ -1326,7 +1369,9 @@ def export(
         A map from what the engine gives to the model's states, applied first
         (:class:`TorsionInputs`, :class:`PositionTorsions`, :class:`PositionDistances`,
         :class:`PositionCartesian`, :class:`AtomSelection`, which also take the box; or any
-        scriptable module with ``forward(x)``); default: the model's states themselves.
+        scriptable module with ``forward(x)``); default: the model's states themselves. The
+        three ``Position*`` feature maps are fused with the encoder's first ``Linear`` layer
+        where it has one (same values and gradients, fewer operations per call).
     input_shape : sequence of int, optional
         Shape of one engine input when ``inputs`` is given (default: the model's state
         shape).
@@ -1456,7 +1501,7 @@ def _export(
             with torch.no_grad():
                 z = None if ex is None else pre(ex.to(dt))
             compiled, loop = _compiled(_prepared(folded, dt), z, "example=")
-        wrapper = _SlowModes(
+        wrapper = (_SlowModes if fused is None else _FusedSlowModes)(
             pre_s,
             compiled,
             weight.to(dt).contiguous(),
