@@ -488,7 +488,6 @@ class PositionCartesian(nn.Module):
 #: torsion or distance map is fused with the layer (a torsion or a pair a row: fast while the
 #: per-operation cost dominates); larger ones (a protein's torsions or contacts) keep their
 #: own graph laid out along the features, where the arithmetic counts
-
 _FUSED_ENTRIES = 32768
 
 
@@ -497,8 +496,8 @@ def _torsion_polynomials() -> dict[str, np.ndarray]:
     torsion's 4 atoms to its bonds ``b1, b2, b3``; ``nn = [n1, n1, n2, n2]`` (the normals
     ``n1 = b1 x b2``, ``n2 = b2 x b3``, each twice) as ``(b[cross_l] * b[cross_r]) @
     cross``; the 21 products ``p = v[dot_l] * v[dot_r]`` of ``v = [nn, b]`` that make ``e
-    = [n1.n1, n2.n2, b2.b2, b1.n2, n1.n2, b1.b2, b3.b2]`` (``positive = p @ pos``: the
-    first three); the monomials of Blondel and Karplus' formula ``exp(log(positive) @
+    = [n1.n1, n2.n2, b2.b2, b1.n2, n1.n2, b1.b2, b3.b2]`` (``p @ positive``: the first
+    three); the monomials of Blondel and Karplus' formula ``exp(log(positive) @
     expo)`` (``r = 1 / (|n1| |n2|)``: ``[r, |b2| r, cu x3, a cu / b1.b2 x3, cv x3, b cv /
     b3.b2 x3]``, ``cu = |b2| / n1.n1``, ``cv = |b2| / n2.n2``) times ``p @ factor + one``
     give ``out = [cos, sin, cu x3, a cu x3, cv x3, b cv x3]``, and ``(out[2:] * nn) @
@@ -627,26 +626,6 @@ class _FusedTorsions(nn.Module):
         return torch.addmv(h0, wj, xs - x0)
 
 
-class _LayerAfter(nn.Module):
-    """A positions map followed by a first ``Linear`` layer ``(weight, bias)``: the map's own
-    graph (laid out along its features: a protein's hundreds of torsions or contacts), the
-    layer without the encoder's reshaping and checks."""
-
-    def __init__(self, inputs: nn.Module, weight: torch.Tensor, bias: torch.Tensor) -> None:
-        super().__init__()
-        self.inputs = copy.deepcopy(inputs).double()
-        self.register_buffer("wt", weight.detach().double().T.contiguous())
-        self.register_buffer("bias", bias.detach().double().clone())
-
-    def forward(self, x: torch.Tensor, box: torch.Tensor | None = None) -> torch.Tensor:
-        return torch.addmm(self.bias, self.inputs(x, box), self.wt)
-
-    @torch.jit.export
-    def single(self, x: torch.Tensor, box: torch.Tensor | None) -> torch.Tensor:
-        """The layer ``(width,)`` on one state ``x`` (one input, without the batch axis)."""
-        return torch.addmm(self.bias, self.inputs(x.unsqueeze(0), box), self.wt).squeeze(0)
-
-
 class _FusedDistances(nn.Module):
     """:class:`PositionDistances` fused with a first ``Linear`` layer ``(weight, bias)``: the
     unit vectors ``u`` of the pairs without autograd, and in the graph the gather, ``u .
@@ -682,7 +661,7 @@ class _FusedDistances(nn.Module):
         f = (xs * w).sum(1)  # (m,): u . (x_j - x_i), the distance
         if box is not None:
             f = f + shift
-        return torch.addmv(self.bias, self.weight, f)
+        return nn.functional.linear(f, self.weight, self.bias)
 
 
 class _FusedCartesian(nn.Module):
@@ -752,19 +731,19 @@ class _FusedCartesian(nn.Module):
 
 def _fused_map(given: nn.Module, weight: torch.Tensor, bias: torch.Tensor) -> nn.Module | None:
     """``given`` (a positions map) fused with the layer ``(weight, bias)`` on its features
-    (float64 buffers), or None for another map or a layer of another width. Maps whose
-    per-call ``W J`` would exceed :data:`_FUSED_ENTRIES` keep their own graph
-    (:class:`_LayerAfter`), laid out along the features."""
+    (float64 buffers), or None for another map, a layer of another width, or a torsion or
+    distance map whose per-call ``W J`` would exceed :data:`_FUSED_ENTRIES` (it keeps its
+    own graph, laid out along the features, and the encoder its first layer)."""
     width = int(weight.shape[0])
     if isinstance(given, PositionTorsions) and weight.shape[1] == 2 * given.n:
         if 12 * given.n * width > _FUSED_ENTRIES:
-            return _LayerAfter(given, weight, bias)
+            return None
         quads = given.flat.reshape(12, given.n)[::3].T.numpy() // 3  # (m, 4) atoms
         part = (given.phase > 0).long().tolist()
         return _FusedTorsions(quads, (given.which.tolist(), part), weight, bias)
     if isinstance(given, PositionDistances) and weight.shape[1] == given.n:
         if 6 * given.n * width > _FUSED_ENTRIES:
-            return _LayerAfter(given, weight, bias)
+            return None
         pairs = given.flat.reshape(6, given.n)[::3].T.numpy() // 3  # (m, 2) atoms
         return _FusedDistances(pairs, weight, bias)
     if isinstance(given, PositionCartesian) and weight.shape[1] == 3 * given.n:
