@@ -18,7 +18,10 @@ encoder scripted bare (same widths and dtype), in one run, float32 and float64:
   features), each a model fitted on features of its width, the exported positions-in file
   against the bare encoder on the features, and against the floor: the bare encoder behind
   a bare gather of the coordinates of the atoms the map reads (one ``torch.take``; what
-  any positions-in file pays before computing a feature);
+  any positions-in file pays before computing a feature). The exported files fuse the map
+  with the encoder's first layer (``dpnets.export``: the features and ``W J`` without
+  autograd, one gather and one product in the graph) where the per-call ``W J`` is small
+  (all three alanine kinds, adk's Cartesians);
 * the same three kinds on adenylate kinase (3341 atoms; MDAnalysisTests' ``adk.psf`` +
   ``adk_dims.dcd``, skipped without them or with ``--no-adk``), float32: its 426 backbone
   torsions (852 features), its 1312 C-alpha pairs within 0.9 nm and its 214 C-alpha

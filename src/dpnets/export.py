@@ -21,6 +21,10 @@ Input maps put the engine's quantities in front of the model: :class:`TorsionInp
 :class:`PositionDistances`, :class:`PositionCartesian` (superposed on a reference) and
 :class:`AtomSelection` (the engine's positions, with periodic images when a box is passed;
 the geometry's gradient attached in closed form, so an engine's backward pass stays short).
+The first three are fused with the encoder's first ``Linear`` layer where it has one (the
+default MLP): the features, their Jacobian and the layer's response to the atoms are
+computed without autograd, and the file's autograd graph is one gather of the atoms and one
+product before the rest of the network.
 :mod:`dpnets.engines` exports ``dpnets fit`` folders for an engine's topology and writes the
 engine recipes.
 """
@@ -469,6 +473,284 @@ class PositionCartesian(nn.Module):
         return (torch.matmul(moved, rot.transpose(1, 2)) + self.centre.to(dt)).view(B, 3 * n)
 
 
+# ------------------------------------------------------------------ the maps fused with a layer
+# :func:`export` fuses a positions map with the encoder's first ``Linear`` layer ``h = W f +
+# b`` where it can see one (:func:`_fused_first_layer`): the features ``f0``, their Jacobian
+# ``J`` and ``W J`` are computed without autograd (products with constant matrices, a
+# torsion or a pair a row), and the engine's autograd graph is ``h = h0 + (x_s - x_s0) W J``:
+# one gather of the atoms' coordinates ``x_s``, a subtraction of ``x_s0`` (a copy made
+# without autograd: not ``detach()``, which freezing folds away) and one matrix product. One
+# state's cost is bound by the number of operations (a few microseconds each, about twice
+# that for an operation in the graph), so the map's own graph and its backward were most of
+# a call.
+
+#: the largest ``coordinates x width`` of the per-call ``W J`` (float entries) for which a
+#: torsion or distance map is fused with the layer (a torsion or a pair a row: fast while the
+#: per-operation cost dominates); larger ones (a protein's torsions or contacts) keep their
+#: own graph laid out along the features, where the arithmetic counts
+_FUSED_ENTRIES = 32768
+
+
+def _torsion_polynomials() -> dict[str, np.ndarray]:
+    """Constant maps of :class:`_FusedTorsions` (rows: torsions): ``bonds`` (12, 9) from a
+    torsion's 4 atoms to its bonds ``b1, b2, b3``; ``nn = [n1, n1, n2, n2]`` (the normals
+    ``n1 = b1 x b2``, ``n2 = b2 x b3``, each twice) as ``(b[cross_l] * b[cross_r]) @
+    cross``; the 21 products ``p = v[dot_l] * v[dot_r]`` of ``v = [nn, b]`` that make ``e
+    = [n1.n1, n2.n2, b2.b2, b1.n2, n1.n2, b1.b2, b3.b2]`` (``p @ positive``: the first
+    three); the monomials of Blondel and Karplus' formula ``exp(log(positive) @
+    expo)`` (``r = 1 / (|n1| |n2|)``: ``[r, |b2| r, cu x3, a cu / b1.b2 x3, cv x3, b cv /
+    b3.b2 x3]``, ``cu = |b2| / n1.n1``, ``cv = |b2| / n2.n2``) times ``p @ factor + one``
+    give ``out = [cos, sin, cu x3, a cu x3, cv x3, b cv x3]``, and ``(out[2:] * nn) @
+    normals`` is the angle's gradient with respect to the 12 coordinates (as in
+    :func:`_torsion_normals`: ``-cu n1``, ``(1 + a) cu n1 + b cv n2``, ``-a cu n1 - (1 + b)
+    cv n2``, ``cv n2``)."""
+    bonds = np.zeros((12, 9))
+    for k in range(3):
+        for c in range(3):
+            bonds[3 * (k + 1) + c, 3 * k + c] += 1.0
+            bonds[3 * k + c, 3 * k + c] -= 1.0
+    cross_l, cross_r, cross = [], [], np.zeros((12, 12))
+    for normal, (u, v) in enumerate(((0, 1), (1, 2))):  # n1 = b1 x b2, n2 = b2 x b3
+        for a in range(3):
+            for sign, i, j in ((1.0, (a + 1) % 3, (a + 2) % 3), (-1.0, (a + 2) % 3, (a + 1) % 3)):
+                for copy_ in range(2):
+                    cross[len(cross_l), 6 * normal + 3 * copy_ + a] = sign
+                cross_l.append(3 * u + i)
+                cross_r.append(3 * v + j)
+    # v = [n1, n1, n2, n2, b1, b2, b3]: n1 at 0, n2 at 6, b_k at 12 + 3 (k - 1)
+    pairs = ((0, 0), (6, 6), (15, 15), (12, 6), (0, 6), (12, 15), (18, 15))
+    dot_l, dot_r, dots = [], [], np.zeros((21, 7))
+    for j, (u, v) in enumerate(pairs):
+        for c in range(3):
+            dots[len(dot_l), j] = 1.0
+            dot_l.append(u + c)
+            dot_r.append(v + c)
+    # the monomials' exponents of (n1.n1, n2.n2, b2.b2) for the 14 columns of out
+    mono = [
+        [-0.5, -0.5, 0.0],  # r
+        [-0.5, -0.5, 0.5],  # |b2| r
+        *[[-1.0, 0.0, 0.5]] * 3,  # cu = |b2| / n1.n1
+        *[[-1.0, 0.0, -0.5]] * 3,  # a cu / b1.b2 = 1 / (|b2| n1.n1)
+        *[[0.0, -1.0, 0.5]] * 3,  # cv
+        *[[0.0, -1.0, -0.5]] * 3,  # b cv / b3.b2
+    ]
+    expo = np.array(mono).T  # (3, 14)
+    factor = np.zeros((7, 14))  # cos = n1.n2 r, sin = b1.n2 |b2| r, a cu, b cv
+    factor[4, 0] = factor[3, 1] = 1.0
+    factor[5, 5:8] = factor[6, 11:14] = 1.0
+    one = np.zeros(14)
+    one[2:5] = one[8:11] = 1.0
+    K = _torsion_normals()  # (2 atom + normal, [cu, a cu, cv, b cv])
+    normals = np.zeros((12, 12))
+    for j, k in enumerate((0, 0, 1, 1)):  # out[2:] * nn: w_j n_k, j's normal k
+        for c in range(3):
+            for s in range(4):
+                normals[3 * j + c, 3 * s + c] = K[2 * s + k, j]
+    return {
+        "bonds": bonds,
+        "cross_l": np.array(cross_l),
+        "cross_r": np.array(cross_r),
+        "cross": cross,
+        "dot_l": np.array(dot_l),
+        "dot_r": np.array(dot_r),
+        "positive": dots[:, :3].copy(),
+        "factor": dots @ factor,
+        "expo": expo,
+        "one": one,
+        "normals": normals,
+    }
+
+
+class _FusedTorsions(nn.Module):
+    """:class:`PositionTorsions` fused with a first ``Linear`` layer ``(weight, bias)``:
+    ``forward(x, box)`` gives ``weight @ features + bias`` with the exact gradient. The
+    torsions' sines, cosines and gradients come without autograd from products with
+    constant matrices (:func:`_torsion_polynomials`: the bonds, the 12 products of their
+    components that make the normals, the 21 that make seven dot products) and one
+    ``exp(log(...) @ E)`` for the monomials of Blondel and Karplus' formula: no ``atan2``,
+    no per-torsion indexing, a torsion a row."""
+
+    def __init__(
+        self,
+        quads: np.ndarray,
+        columns: tuple[list[int], list[int]],
+        weight: torch.Tensor,
+        bias: torch.Tensor,
+    ) -> None:
+        super().__init__()
+        q = np.asarray(quads, dtype=np.int64).reshape(-1, 4)
+        m, width = int(q.shape[0]), int(weight.shape[0])
+        self.m, self.width = m, width
+        flat = 3 * q[:, :, None] + np.arange(3)  # (torsion, atom, xyz)
+        self.register_buffer("flat", torch.as_tensor(flat.reshape(12 * m)))
+        torsion, part = columns  # each feature column's torsion, 0 for a sine, 1 for a cosine
+        w = weight.detach().double()
+        wsin = torch.zeros(m, width, dtype=torch.float64)
+        wcos = torch.zeros(m, width, dtype=torch.float64)
+        for j, (t, p) in enumerate(zip(torsion, part, strict=True)):
+            (wcos if p else wsin)[t] = w[:, j]
+        # the layer's value from [cos_t, sin_t] (columns 2t, 2t + 1); its slope d h / d theta_t
+        # = [cos_t, sin_t] @ slope[t] = cos_t wsin_t - sin_t wcos_t
+        value = torch.stack([wcos.T, wsin.T], 2).reshape(width, 2 * m)
+        self.register_buffer("value", value)
+        self.register_buffer("slope", torch.stack([wsin, -wcos], 1))  # (m, 2, width)
+        self.register_buffer("bias", bias.detach().double().clone())
+        for name, arr in _torsion_polynomials().items():
+            self.register_buffer(name, torch.as_tensor(arr))
+
+    def forward(self, x: torch.Tensor, box: torch.Tensor | None = None) -> torch.Tensor:
+        return torch.stack([self.single(x[i], box) for i in range(x.shape[0])])
+
+    @torch.jit.export
+    def single(self, x: torch.Tensor, box: torch.Tensor | None) -> torch.Tensor:
+        """The layer ``(width,)`` on one state's positions ``x (n_atoms, 3)``."""
+        m, H = self.m, self.width
+        xs = torch.take(x, self.flat)  # (12 m): (torsion, atom, xyz)
+        with torch.no_grad():
+            x0 = xs.clone()  # not detach(): freezing folds x - x.detach() to 0
+            b = torch.mm(x0.view(m, 12), self.bonds)  # (m, 9): b1, b2, b3
+            if box is not None:
+                b = minimum_image(b.view(m, 3, 3), box).view(m, 9)
+            nn_ = torch.mm(
+                b.index_select(1, self.cross_l) * b.index_select(1, self.cross_r), self.cross
+            )
+            v = torch.cat([nn_, b], 1)  # (m, 21): n1, n1, n2, n2, b1, b2, b3
+            p = v.index_select(1, self.dot_l) * v.index_select(1, self.dot_r)  # (m, 21)
+            mono = torch.exp(torch.mm(torch.log(torch.mm(p, self.positive)), self.expo))
+            out = mono * torch.addmm(self.one, p, self.factor)  # cos, sin, cu, a cu, ..
+            grad = torch.mm(out.narrow(1, 2, 12) * nn_, self.normals)  # (m, 12): d theta / dx
+            cs = out.narrow(1, 0, 2)  # (m, 2): cos, sin
+            h0 = torch.addmv(self.bias, self.value, cs.reshape(2 * m))
+            g2 = grad.unsqueeze(2) * cs.unsqueeze(1)  # (m, 12, 2)
+            wj = torch.bmm(g2, self.slope).view(12 * m, H).t()  # d h / d x
+        return torch.addmv(h0, wj, xs - x0)
+
+
+class _FusedDistances(nn.Module):
+    """:class:`PositionDistances` fused with a first ``Linear`` layer ``(weight, bias)``: the
+    unit vectors ``u`` of the pairs without autograd, and in the graph the gather, ``u .
+    (x_j - x_i)`` (the distance, with gradient ``+-u``) and the layer."""
+
+    def __init__(self, pairs: np.ndarray, weight: torch.Tensor, bias: torch.Tensor) -> None:
+        super().__init__()
+        pr = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
+        self.m = int(pr.shape[0])
+        flat = 3 * pr[:, :, None] + np.arange(3)  # (pair, atom, xyz)
+        self.register_buffer("flat", torch.as_tensor(flat.reshape(self.m, 6)))
+        self.register_buffer("weight", weight.detach().double().clone())  # (width, m)
+        self.register_buffer("bias", bias.detach().double().clone())
+        ends = np.concatenate([-np.eye(3), np.eye(3)])  # (6, 3): x_j - x_i
+        self.register_buffer("ends", torch.tensor(ends))
+        self.register_buffer("spread", torch.tensor(ends.T.copy()))  # u -> [-u, u]
+
+    def forward(self, x: torch.Tensor, box: torch.Tensor | None = None) -> torch.Tensor:
+        return torch.stack([self.single(x[i], box) for i in range(x.shape[0])])
+
+    @torch.jit.export
+    def single(self, x: torch.Tensor, box: torch.Tensor | None) -> torch.Tensor:
+        """The layer ``(width,)`` on one state's positions ``x (n_atoms, 3)``."""
+        xs = torch.take(x, self.flat)  # (m, 6)
+        with torch.no_grad():
+            raw = torch.mm(xs, self.ends)  # (m, 3)
+            d = raw if box is None else minimum_image(raw, box)
+            dist = torch.linalg.vector_norm(d, dim=1, keepdim=True)
+            w = torch.mm(d / dist, self.spread)  # (m, 6): d dist / d x: -u, u
+            shift = dist  # (frozen: the branch not taken goes)
+            if box is not None:  # the image shift's u . s
+                shift = dist.view(self.m) - (xs * w).sum(1)
+        f = (xs * w).sum(1)  # (m,): u . (x_j - x_i), the distance
+        if box is not None:
+            f = f + shift
+        return nn.functional.linear(f, self.weight, self.bias)
+
+
+class _FusedCartesian(nn.Module):
+    """:class:`PositionCartesian` fused with a first ``Linear`` layer ``(weight, bias)``: one
+    state at a time (a batch state by state), all without autograd but the final product.
+    ``h = sum_i W_i . (R q_i) + b'`` (``q`` the centred atoms, ``R`` from the top
+    eigenvector ``t`` of Horn's matrix ``N(M)``); its response to the atoms is ``W_i R`` (the
+    rotation fixed) plus the rotation's: ``dt = P dN t`` (``P = sum_k v_k v_k^T / (l_top -
+    l_k)`` over the other eigenvectors: the first-order perturbation of a simple
+    eigenvector), ``dR`` quadratic in ``t``, ``dM = corr^T dq``, contracted with ``Z = sum_i
+    W_i q_i^T``: one ``(9, width)`` matrix, no 3x3 inverse. The coordinates are gathered
+    xyz-major (``x`` of every atom, then ``y``, ``z``), so every product is two-dimensional."""
+
+    def __init__(self, cart: PositionCartesian, weight: torch.Tensor, bias: torch.Tensor) -> None:
+        super().__init__()
+        n, width = cart.n, int(weight.shape[0])
+        self.n, self.width = n, width
+        self.register_buffer("flat", cart.flat.reshape(n, 3).T.reshape(3 * n).clone())
+        corr = cart.corr.double().view(n, 3, 9).permute(1, 0, 2).reshape(3 * n, 9)
+        self.register_buffer("corr", corr.contiguous())  # rows (xyz, atom)
+        horn = cart.horn.double()  # (9, 16): M -> N
+        self.register_buffer("horn", horn.clone())
+        self.register_buffer("horn_rows", horn.reshape(36, 4).clone())  # (M entry, row of N)
+        quat = cart.quat.double()  # (16, 9): t t^T -> R
+        self.register_buffer("quat", quat.clone())
+        sym = quat.T.reshape(9, 4, 4)
+        self.register_buffer("quat_sym", (sym + sym.transpose(1, 2)).reshape(9, 16))
+        w = weight.detach().double().view(width, n, 3)
+        self.register_buffer("wq", w.permute(0, 2, 1).reshape(3 * width, n))  # (h a, i)
+        wc = w - w.mean(1, keepdim=True)  # centred over the atoms: dq = C dx
+        self.register_buffer("wr", wc.permute(2, 1, 0).reshape(3, n * width))  # (a, i h)
+        shift = w.sum(1) @ cart.centre.double()  # W . (the reference centroid, every atom)
+        self.register_buffer("bias", bias.detach().double() + shift)
+
+    def forward(self, x: torch.Tensor, box: torch.Tensor | None = None) -> torch.Tensor:
+        return torch.stack([self.single(x[i], box) for i in range(x.shape[0])])
+
+    @torch.jit.export
+    def single(self, x: torch.Tensor, box: torch.Tensor | None) -> torch.Tensor:
+        """The layer ``(width,)`` on one state's positions ``x (n_atoms, 3)``."""
+        n, H = self.n, self.width
+        xs = torch.take(x, self.flat)  # (3 n): x of every atom, then y, z
+        with torch.no_grad():
+            x0 = xs.clone()  # not detach(): freezing folds x - x.detach() to 0
+            p = x0.view(3, n)
+            if box is not None:
+                a = p.t()
+                p = (a[:1] + minimum_image(a - a[:1], box)).t()
+            q = p - p.mean(1, keepdim=True)  # (3, n)
+            md = torch.mm(q.reshape(1, 3 * n), self.corr)  # M[b, c] = sum_i r_ib q_ic
+            val, vec = torch.linalg.eigh(torch.mm(md, self.horn).view(4, 4))
+            top = vec.narrow(1, 3, 1)  # (4, 1)
+            rot = torch.mm(torch.mm(top, top.t()).view(1, 16), self.quat)  # (1, 9): R
+            z = torch.mm(self.wq, q.t()).view(H, 9)  # sum_i W_i q_i^T
+            h0 = torch.addmv(self.bias, z, rot.view(9))
+            # d t = P dN t; d <R, Z_h> = 2 dt . sym(Q_h) t
+            other = vec.narrow(1, 0, 3)
+            gap = val.narrow(0, 3, 1) - val.narrow(0, 0, 3)
+            proj = torch.mm(other / gap, other.t())  # (4, 4)
+            dn_t = torch.mm(self.horn_rows, top).view(9, 4)  # dN t per M entry
+            y = torch.mm(torch.mm(z, self.quat_sym).view(4 * H, 4), top).view(H, 4)
+            jm = torch.mm(torch.mm(dn_t, proj), y.t())  # (9, H): d h / d M
+            turn = torch.mm(rot.view(3, 3).t(), self.wr).view(3 * n, H)  # W_i R (rows b, i)
+            wj = torch.addmm(turn, self.corr, jm).t()
+        return torch.addmv(h0, wj, xs - x0)
+
+
+def _fused_map(given: nn.Module, weight: torch.Tensor, bias: torch.Tensor) -> nn.Module | None:
+    """``given`` (a positions map) fused with the layer ``(weight, bias)`` on its features
+    (float64 buffers), or None for another map, a layer of another width, or a torsion or
+    distance map whose per-call ``W J`` would exceed :data:`_FUSED_ENTRIES` (it keeps its
+    own graph, laid out along the features, and the encoder its first layer)."""
+    width = int(weight.shape[0])
+    if isinstance(given, PositionTorsions) and weight.shape[1] == 2 * given.n:
+        if 12 * given.n * width > _FUSED_ENTRIES:
+            return None
+        quads = given.flat.reshape(12, given.n)[::3].T.numpy() // 3  # (m, 4) atoms
+        part = (given.phase > 0).long().tolist()
+        return _FusedTorsions(quads, (given.which.tolist(), part), weight, bias)
+    if isinstance(given, PositionDistances) and weight.shape[1] == given.n:
+        if 6 * given.n * width > _FUSED_ENTRIES:
+            return None
+        pairs = given.flat.reshape(6, given.n)[::3].T.numpy() // 3  # (m, 2) atoms
+        return _FusedDistances(pairs, weight, bias)
+    if isinstance(given, PositionCartesian) and weight.shape[1] == 3 * given.n:
+        return _FusedCartesian(given, weight, bias)
+    return None
+
+
 class _NoInputs(nn.Module):
     """The model's own states as the engine inputs."""
 
@@ -552,6 +834,28 @@ class _SlowModes(nn.Module):
         out = torch.addmm(self.bias, phi, self.weight) if self.head else phi
         if single:
             out = out.squeeze(0)
+        return out.to(dtype)
+
+
+class _FusedSlowModes(_SlowModes):
+    """:class:`_SlowModes` whose ``inputs`` is a positions map fused with the encoder's
+    first layer (:func:`_fused_first_layer`) and whose ``features`` is the rest of the
+    encoder: one state ``(n_atoms, 3)`` runs without a batch axis (``inputs.single``), so the
+    engine's autograd graph has no reshaping around the network."""
+
+    def forward(self, x: torch.Tensor, box: torch.Tensor | None = None) -> torch.Tensor:
+        dtype = x.dtype if x.is_floating_point() else self.weight.dtype
+        x = x.to(self.weight.dtype)
+        if box is not None:
+            box = box.to(self.weight.dtype)
+        if x.dim() == self.n_dims:
+            out = self.features(self.inputs.single(x, box))
+            if self.head:
+                out = torch.addmv(self.bias, self.weight.t(), out)
+            return out.to(dtype)
+        out = self.features(self.inputs(x, box))
+        if self.head:
+            out = torch.addmm(self.bias, out, self.weight)
         return out.to(dtype)
 
 
@@ -698,6 +1002,60 @@ def _folded(module: nn.Module) -> nn.Module:
         first.weight.copy_(w.to(first.weight.dtype))
         first.bias.copy_(b.to(first.bias.dtype))
     return enc
+
+
+def _split_first_linear(module: nn.Module) -> tuple[nn.Linear, nn.Module] | None:
+    """``(first, rest)`` with ``module(z) == rest(first(z))`` on ``(B, features)`` inputs
+    when the module starts with a ``Linear`` layer we can see (a Linear, our MLP, a
+    Sequential starting with one; ``rest`` shares their layers), else None."""
+    from dpnets.nn.mlp import MLP
+
+    if isinstance(module, nn.Linear):
+        return module, nn.Sequential()
+    if isinstance(module, MLP):
+        layers = list(module.net)
+        if isinstance(layers[0], nn.Linear):
+            return layers[0], nn.Sequential(*layers[1:])
+        return None
+    if isinstance(module, nn.Sequential) and len(module):
+        head = _split_first_linear(module[0])
+        if head is None:
+            return None
+        return head[0], nn.Sequential(head[1], *list(module)[1:])
+    return None
+
+
+def _last_axis_only(module: nn.Module) -> bool:
+    """Whether ``module`` is made only of layers acting on the last axis (Linear, LayerNorm,
+    the MLP's activations), so that it runs on one state without a batch axis."""
+    from dpnets.nn.mlp import ACTIVATIONS
+
+    layers = (nn.Linear, nn.LayerNorm, nn.Identity, *ACTIVATIONS.values())
+    return all(
+        isinstance(m, layers) or (isinstance(m, nn.Sequential) and _last_axis_only(m))
+        for m in module.children()
+    )
+
+
+def _fused_first_layer(given: nn.Module, folded: nn.Module) -> tuple[nn.Module, nn.Module] | None:
+    """``(inputs, rest)``: a positions map fused with the encoder's first ``Linear`` layer
+    (:func:`_fused_map`: the map's own autograd graph replaced by one product) and the
+    encoder after that layer, or None where the map or the encoder does not allow it."""
+    split = _split_first_linear(folded)
+    if split is None or not isinstance(
+        given, (PositionTorsions, PositionDistances, PositionCartesian)
+    ):
+        return None
+    first, rest = split
+    if not _last_axis_only(rest):  # one state runs without a batch axis
+        return None
+    weight = first.weight.detach().double()
+    if first.bias is None:
+        bias = torch.zeros(weight.shape[0], dtype=torch.float64)
+    else:
+        bias = first.bias.detach().double()
+    fused = _fused_map(given, weight, bias)
+    return None if fused is None else (fused, rest)
 
 
 def _with_head(
@@ -990,7 +1348,9 @@ def export(
         A map from what the engine gives to the model's states, applied first
         (:class:`TorsionInputs`, :class:`PositionTorsions`, :class:`PositionDistances`,
         :class:`PositionCartesian`, :class:`AtomSelection`, which also take the box; or any
-        scriptable module with ``forward(x)``); default: the model's states themselves.
+        scriptable module with ``forward(x)``); default: the model's states themselves. The
+        three ``Position*`` feature maps are fused with the encoder's first ``Linear`` layer
+        where it has one (same values and gradients, fewer operations per call).
     input_shape : sequence of int, optional
         Shape of one engine input when ``inputs`` is given (default: the model's state
         shape).
@@ -1102,19 +1462,25 @@ def _export(
         meta.update(metadata)
     ref = None if ex is None else _reference(model, source, given, ex, outputs)
 
+    fused = _fused_first_layer(given, folded)
+
     def build(dt: torch.dtype) -> torch.jit.ScriptModule:
-        pre = _input_map(given, dt)
-        try:
-            pre_s = torch.jit.script(pre)
-        except Exception as err:  # noqa: BLE001
-            raise ExportError(
-                f"inputs ({type(pre).__name__}) cannot be compiled by torch.jit.script: "
-                f"{' '.join(str(err).split())[:200]}"
-            ) from err
-        with torch.no_grad():
-            z = None if ex is None else pre(ex.to(dt))
-        compiled, loop = _compiled(_prepared(folded, dt), z, "example=")
-        wrapper = _SlowModes(
+        if fused is not None:  # the map and the first layer as one module (scriptable)
+            pre_s = torch.jit.script(_prepared(fused[0], dt))
+            compiled, loop = torch.jit.script(_prepared(fused[1], dt)), False
+        else:
+            pre = _input_map(given, dt)
+            try:
+                pre_s = torch.jit.script(pre)
+            except Exception as err:  # noqa: BLE001
+                raise ExportError(
+                    f"inputs ({type(pre).__name__}) cannot be compiled by torch.jit.script: "
+                    f"{' '.join(str(err).split())[:200]}"
+                ) from err
+            with torch.no_grad():
+                z = None if ex is None else pre(ex.to(dt))
+            compiled, loop = _compiled(_prepared(folded, dt), z, "example=")
+        wrapper = (_SlowModes if fused is None else _FusedSlowModes)(
             pre_s,
             compiled,
             weight.to(dt).contiguous(),
