@@ -25,7 +25,7 @@ from dpnets.io import InvalidModelFile
 from dpnets.nn import MLP
 from dpnets.representation import InputScaler
 from dpnets.systems import MarkovChain, OrnsteinUhlenbeck
-from dpnets.training_source import state_moments
+from dpnets.standardize import state_moments
 from dpnets.validation import pcca
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -14,7 +14,7 @@ features is :class:`dpnets.generator.Generator` (App. E), the SDE maths is in
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -75,24 +75,25 @@ def generator_objective(
     constant: bool,
     device: torch.device,
     dtype: torch.dtype,
-) -> tuple[Callable[[Tensor], tuple[Tensor, Tensor]], GeneratorLoss]:
+) -> tuple[Callable[[Sequence[Tensor]], tuple[Tensor, ...]], GeneratorLoss]:
     """The training objective of a generator mode on the feature module ``fmap`` (on raw
-    states: derivatives are taken with respect to them): ``(derivatives, loss)``, where
-    ``derivatives(xb)`` moves a batch of samples to ``device``/``dtype`` and returns the
-    features and their Itô derivatives (or diffusion Jacobians), and ``loss(*derivatives(xb))``
+    states: derivatives are taken with respect to them): ``(outputs, loss)``, where
+    ``outputs(batch)`` moves a batch of samples (and their importance weights, third, if
+    any) to ``device``/``dtype`` and returns what ``loss`` takes: the features and their
+    Itô derivatives (or diffusion Jacobians), then the weights; ``loss(*outputs(batch))``
     is minus ``P_d^gamma`` (Thm. 2, Eq. 14)."""
     if objective == "generator":
         warn_if_piecewise_linear(fmap)
     form = generator_form(objective)
     loss_fn = GeneratorLoss(float(gamma), form, constant=bool(constant))
 
-    def derivatives(xb: Tensor) -> tuple[Tensor, Tensor]:
-        xb = xb.to(device, non_blocking=True).to(dtype)
+    def outputs(batch: Sequence[Tensor]) -> tuple[Tensor, ...]:
+        xb = batch[0].to(device, non_blocking=True).to(dtype)
         if form == "ito":
-            return sde.ito_derivative(fmap, xb)
-        return sde.diffusion_jacobian(fmap, xb)
+            return (*sde.ito_derivative(fmap, xb), *batch[2:])
+        return (*sde.diffusion_jacobian(fmap, xb), *batch[2:])
 
-    return derivatives, loss_fn
+    return outputs, loss_fn
 
 
 def generator_objective_score(

@@ -2,31 +2,31 @@
 
 A :class:`TrainingSource` holds the input of a neural estimator's ``fit`` (trajectories,
 pre-paired ``(X, Y)``, a Dataset or a DataLoader) as pairs or windows and hands training, in
-one call (:meth:`TrainingSource.prepare`), the input standardisation (:func:`state_moments`,
-applied by :func:`standardise`), the seeded train/validation split into batchers
-(:mod:`dpnets.batching`) and the first two states (:class:`Prepared`).
+one call (:meth:`TrainingSource.prepare`), the input standardisation (a
+:class:`~dpnets.standardize.Scaling`, fitted by :func:`dpnets.standardize.fit_scaling`), the
+seeded train/validation split into batchers (:mod:`dpnets.batching`) and the first two
+states (:class:`Prepared`).
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple
 
 import numpy as np
 import torch
+from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from dpnets.batching import ConvertedLoader, split_batchers, split_loader
 from dpnets.pairs import DatasetPairs, Pairs, fetch_pairs, pairs, windows
+from dpnets.standardize import Scaling, fit_scaling
 from dpnets.states import check_states, chunks
 
 __all__ = [
     "training_source",
     "TrainingSource",
     "Prepared",
-    "state_moments",
-    "standardise",
 ]
 
 
@@ -159,7 +159,8 @@ class TrainingSource:
     def prepare(
         self,
         *,
-        standardize: str,
+        standardize: str | bool,
+        encoder: nn.Module,
         val_fraction: float,
         batch_size: int,
         rng: torch.Generator,
@@ -169,74 +170,37 @@ class TrainingSource:
         standardize_batches: bool = True,
     ) -> Prepared:
         """Everything training takes from the source, in one call and in this order: the
-        input standardisation (``standardize``: ``"coordinate"``, ``"global"`` or
-        ``"none"``; float64 mean and spread of the training states, :func:`state_moments`),
-        the random split into batchers (:meth:`split`; batches standardised unless
-        ``standardize_batches`` is False) and the first two states (:meth:`first`, as
-        given)."""
-        shift = scale = transform = None
-        if standardize != "none":
-            ndim = len(self.state_shape)
-            axes = tuple(range(ndim + 1)) if standardize == "global" else (0,)
-            shift, std = state_moments(self.states(), axes)
-            scale = np.where(np.isfinite(std) & (std > 0), std, 1.0)
-            if standardize_batches:
-                transform = functools.partial(standardise, shift=shift, scale=scale)
+        input standardisation (``standardize`` as the estimators take it, for ``encoder``:
+        :func:`dpnets.standardize.fit_scaling` over :meth:`states`), the random split into
+        batchers (:meth:`split`; batches standardised unless ``standardize_batches`` is
+        False) and the first two states (:meth:`first`, as given)."""
+        scaling = fit_scaling(standardize, encoder, self.states, self.state_shape)
         train, val, n_train = self.split(
             val_fraction=val_fraction,
             batch_size=batch_size,
             rng=rng,
             device=device,
             dtype=dtype,
-            transform=transform,
+            transform=scaling.batch_transform() if standardize_batches else None,
             sharded=sharded,
         )
-        return Prepared(shift, scale, train, val, n_train, self.first())
+        return Prepared(scaling, train, val, n_train, self.first())
 
 
 class Prepared(NamedTuple):
-    """What :meth:`TrainingSource.prepare` hands to training: the standardisation
-    (``shift``, ``scale``; None without), the batchers and the first two states."""
+    """What :meth:`TrainingSource.prepare` hands to training: the input standardisation
+    (a :class:`~dpnets.standardize.Scaling`), the batchers and the first two states."""
 
-    shift: np.ndarray | None
-    scale: np.ndarray | None
+    scaling: Scaling
     train: Any
     val: Any
     n_train: int
     first: np.ndarray
 
-
-def state_moments(
-    parts: Iterable[np.ndarray], axes: tuple[int, ...]
-) -> tuple[np.ndarray, np.ndarray]:
-    """Float64 mean and standard deviation over ``axes`` in one pass over chunks of states.
-
-    Sums are taken around the first chunk's mean, so a large offset (``x + 1e6``) does not
-    cancel the variance away, and in units of the first chunk's spread, so that states of
-    tiny or huge scale (``1e-300 x``, ``1e300 x``) neither underflow nor overflow; nothing
-    but the current chunk is held in memory.
-    """
-    total, pilot, unit, s1, s2 = 0, None, None, 0.0, 0.0
-    for part in parts:
-        part = np.asarray(part, dtype=np.float64)
-        if pilot is None:
-            pilot = part.mean(axis=axes, keepdims=True)
-            if not np.all(np.isfinite(pilot)):  # |x| near the float64 limit: mean of x / 2
-                pilot = (part / 2).mean(axis=axes, keepdims=True) * 2
-            unit = np.abs(part - pilot).max(axis=axes, keepdims=True)
-            unit = np.where(np.isfinite(unit) & (unit > 0), unit, 1.0)
-        d = (part - pilot) / unit
-        s1 = s1 + d.sum(axis=axes, keepdims=True)
-        s2 = s2 + (d * d).sum(axis=axes, keepdims=True)
-        total += part.size // pilot.size
-    mean = s1 / total
-    std = np.sqrt(np.maximum(s2 / total - mean * mean, 0.0)) * unit
-    return (pilot + mean * unit)[0], std[0]
-
-
-def standardise(x: Any, shift: np.ndarray, scale: np.ndarray) -> np.ndarray:
-    """The input standardisation ``(x - shift) / scale``, in float64."""
-    return (np.asarray(x, dtype=np.float64) - shift) / scale
+    @property
+    def state_shape(self) -> tuple[int, ...]:
+        """Shape of one state."""
+        return tuple(self.first.shape[1:])
 
 
 def _plain_loader(loader: DataLoader) -> bool:
