@@ -21,6 +21,7 @@ import torch
 from torch import Tensor, nn
 
 from dpnets.ito import SDE, check_samples, derivatives_in_chunks, warn_if_piecewise_linear
+from dpnets.nn.utils import module_device, module_dtype
 from dpnets.scores import GeneratorLoss
 from dpnets.states import check_state_shape
 from dpnets.training_source import TrainingSource
@@ -105,13 +106,12 @@ def generator_objective_score(
     objective: str,
     gamma: float,
     constant: bool,
-    device: torch.device,
-    dtype: torch.dtype,
 ) -> float:
     """The generator score ``P_d^gamma`` (higher is better) of the fitted feature module
     ``fmap`` on the samples ``data`` (checked: ``(n, *state_shape)``, the fitted shape; ``name``
-    the estimator's, for the error), in chunks without gradients; ``fmap``'s training mode is
-    restored."""
+    the estimator's, for the error), in chunks without gradients on ``fmap``'s device and in
+    its dtype; ``fmap``'s training mode is restored."""
+    device, dtype = module_device(fmap), module_dtype(fmap)
     if not isinstance(sde, SDE):
         raise ValueError(f"objective={objective!r} needs the model's sde (DPNet(..., sde=...))")
     samples = check_samples(data)

@@ -28,8 +28,8 @@ from dpnets.states import (
     check_not_rows,
     check_states,
     chunks,
+    in_memory_unless_large,
     is_out_of_core,
-    is_read_batchwise,
     is_sparse,
     is_streaming,
 )
@@ -112,15 +112,6 @@ def _take(states: np.ndarray, idx: np.ndarray) -> np.ndarray:
     return states[idx]
 
 
-def _in_memory_unless_large(states: np.ndarray | OutOfCoreStates) -> np.ndarray | OutOfCoreStates:
-    """Out-of-core states larger than :data:`~dpnets.states.OUT_OF_CORE_BYTES` stay on disk
-    (read batch by batch by :class:`~dpnets.batching.IndexBatcher`); smaller ones are read
-    into memory."""
-    if isinstance(states, OutOfCoreStates) and not is_read_batchwise(states.source):
-        return np.asarray(states[0 : states.shape[0]])
-    return states
-
-
 def pairs(data: object, lag: int = 1) -> Pairs:
     """Turn ``data`` into validated lagged :class:`Pairs` (states referenced, not copied).
 
@@ -152,7 +143,7 @@ def pairs(data: object, lag: int = 1) -> Pairs:
     if len(segments) == 1:
         s = segments[0]
         idx = np.arange(s.n, dtype=np.int64)
-        x, y = _in_memory_unless_large(s.x_states), _in_memory_unless_large(s.y_states)
+        x, y = in_memory_unless_large(s.x_states), in_memory_unless_large(s.y_states)
         return Pairs(x, x if s.y_states is s.x_states else y, s.x0 + idx, s.y0 + idx)
     trajs = [np.asarray(s.x_states) for s in segments]
     states = np.concatenate(trajs, axis=0)

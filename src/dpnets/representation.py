@@ -6,7 +6,6 @@ import copy
 import functools
 import math
 import os
-import warnings
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -16,7 +15,7 @@ from torch import Tensor, nn
 
 from dpnets import diagnostics
 from dpnets.base import BaseEstimator, TransformerMixin, fit_data
-from dpnets.biased import check_weight_args, importance_weights, rescaled_pairs
+from dpnets.biased import check_weight_args, importance_weights
 from dpnets.diagnostics import Diagnostic
 from dpnets.exceptions import check_is_fitted
 from dpnets.generator_learning import (
@@ -30,7 +29,7 @@ from dpnets.ito import SDE
 from dpnets.nn.mlp import default_mlp
 from dpnets.nn.registry import describe
 from dpnets.nn.utils import encode, module_device, module_dtype
-from dpnets.pairs import check_lag, resolve_lag
+from dpnets.pairs import check_lag
 from dpnets.params import (
     Constraint,
     boolean,
@@ -44,8 +43,8 @@ from dpnets.params import (
 )
 from dpnets.scores import GENERATOR_SCORES, SCORES, make_loss, pair_objective
 from dpnets.standardize import MODES, Scaling
-from dpnets.states import check_frames, check_state_shape, is_streaming
-from dpnets.training import TRAINING_CONSTRAINTS, FitRun, full_batch_score, initial_module
+from dpnets.states import check_frames, check_state_shape
+from dpnets.training import TRAINING_CONSTRAINTS, FitRun, initial_module
 from dpnets.training_source import Prepared, TrainingSource, training_source
 
 __all__ = ["DPNet", "DEFAULTS", "dump_dpnet", "restore_dpnet"]
@@ -66,49 +65,39 @@ class DPNet(TransformerMixin, BaseEstimator):
     """Deep Projection Network: a learned feature map ``psi: X -> R^r``.
 
     Trains ``encoder`` (and optionally a separate ``lagged_encoder`` psi') by mini-batch
-    maximisation of a DPNets score (paper Alg. 1). The training objective (``objective``):
-
-    * ``"relaxed"`` — ``S^gamma`` (Eq. 9), no matrix inversion, the paper's default;
-    * ``"projection"`` — ``P^gamma`` (Eq. 7);
-    * ``"vamp1"``, ``"vamp2"`` — VAMP scores (centred, +1 convention; with ``gamma=0`` this
-      is VAMPNets);
-    * ``"generator"`` — continuous time: the generator score ``P_d^gamma`` (Thm. 2, Eq. 14)
-      of an SDE given as ``sde=``, from Itô derivatives of the features (Eqs. 12-13);
-      ``fit(X)`` then takes samples of the invariant distribution, not pairs;
-    * ``"dirichlet"`` — the same for reversible SDEs through the Dirichlet form (first
-      derivatives only).
+    maximisation of a DPNets score (paper Alg. 1), the ``objective``: ``"projection"``
+    (``P^gamma``, Eq. 7), ``"relaxed"`` (``S^gamma``, Eq. 9, no matrix inversion),
+    ``"vamp1"``/``"vamp2"`` (VAMP scores; VAMPNets with ``gamma=0``), or in continuous time
+    ``"generator"`` (``P_d^gamma`` of the SDE ``sde``, Thm. 2, Eq. 14, from Itô derivatives
+    of the features) and ``"dirichlet"`` (reversible SDEs, first derivatives only), whose
+    ``fit(X)`` takes samples of the invariant distribution, not pairs.
 
     After ``fit``, :meth:`transform` evaluates ``psi`` and :class:`dpnets.TransferOperator`
     regresses the operator on it; :meth:`score` is the held-out VAMP-2 score of ``[1, psi]``
-    (so ``GridSearchCV(DPNet(...), grid)`` selects with its default scoring). To forecast
-    the state itself, regress on ``[x, psi(x)]``:
-    ``TransferOperator(DPNet(...), append_state=True)`` (why: ``docs/concepts.md``, DPNet in
-    practice).
+    (``GridSearchCV``'s default scoring). To forecast the state, regress on ``[x, psi(x)]``:
+    ``TransferOperator(DPNet(...), append_state=True)`` (``docs/concepts.md``).
 
     Parameters
     ----------
     encoder : torch.nn.Module, optional
-        Maps a batch of states ``(batch, *state_shape)`` to ``(batch, r)``. It is copied at
-        ``fit`` (the module passed is never changed); the trained copy is ``encoder_``.
-        ``None`` (default) builds the library's MLP at ``fit``, sized to the data
-        (``dpnets.nn.MLP(d, (64, 64), r, activation="celu")``, ``d`` the flattened state).
+        Maps states ``(batch, *state_shape)`` to ``(batch, r)``; ``fit`` trains a copy,
+        ``encoder_``. ``None``: the library's MLP sized to the data (``dpnets.nn.MLP(d,
+        (64, 64), r, activation="celu")``, ``d`` the flattened state).
     r : int, default 4
         Number of learned features of the default encoder (an encoder you pass sets its
         own ``r``).
     lag : int, optional
-        Lag in frames between the paired states of trajectories (default: 1). For
-        pre-paired ``(X, Y)`` data and Datasets, the lag they were paired at, recorded in
-        ``lag_`` (default: unknown). Ignored by the generator objectives.
+        Lag in frames of the pairs of trajectories (default: 1); for pre-paired data and
+        Datasets, the lag they were paired at (default: unknown).
     lagged_encoder : torch.nn.Module, optional
-        psi' for the evolved states. ``None`` (default) shares psi's weights, which is exact
-        for normal (e.g. reversible) operators and halves the cost.
+        psi' for the evolved states; ``None`` shares psi's weights (exact for normal
+        operators, e.g. reversible ones).
     objective : {"projection", "relaxed", "vamp1", "vamp2", "generator", "dirichlet"}
         The training score. Default "projection"; "relaxed" where the feature covariances
         are too ill-conditioned to invert (:func:`dpnets.scores.relaxed_score`).
     gamma : float, default 0.1
-        Weight of the metric distortion penalty on the paper's scale: the scores subtract
-        ``gamma (R(Cx) + R(Cy)) / (2d)`` (``R`` averaged over the eigenvalues), so
-        ``gamma = 1`` is the paper's setting for any ``r``.
+        Weight of the metric distortion penalty, on the paper's scale for any ``r`` (the
+        scores subtract ``gamma (R(Cx) + R(Cy)) / (2d)``).
     lr : float, default 1e-3
         Learning rate.
     batch_size : int, default 1024
@@ -118,56 +107,37 @@ class DPNet(TransformerMixin, BaseEstimator):
         Fraction of pairs held out (at random) to select the best epoch; 0 disables.
     standardize : {"auto", "coordinate", "global", "none"}, default "auto"
         Input standardisation fitted on the training states and stored with the model
-        (:mod:`dpnets.standardize`). "coordinate": each coordinate to zero mean and unit
-        variance; "global": one shift and scale for all; "none": inputs as given. "auto" is
-        "coordinate" only where that is a reparametrisation of the same function class:
-        vector states ``(T, d)`` and an encoder whose first operation is affine (a
-        ``Linear`` layer, :class:`~dpnets.nn.MLP` and the default encoder, a ``Sequential``
-        starting with one, or a module declaring ``standardize_inputs = True``); other
-        encoders and fields (states ``(T, *shape)`` with several axes) get the inputs as
-        given, with a warning naming the fix when their scale is extreme.
+        (:mod:`dpnets.standardize`): each coordinate to zero mean and unit variance, one
+        shift and scale for all, or none. "auto" is "coordinate" for vector states and an
+        encoder whose first operation is affine (the default MLP, a ``Linear`` layer, a
+        module declaring ``standardize_inputs = True``), else "none".
     constant : bool, default True
-        Complement the ``r`` learned features with the constant function: the score is that
-        of ``[1, psi]`` (:mod:`dpnets.scores`), so ``r`` features describe ``r`` non-trivial
+        Score ``[1, psi]`` (:mod:`dpnets.scores`): ``r`` features for ``r`` non-trivial
         processes. ``False`` is the paper's convention (one output spent on the constant).
     consistency : float, default 0.0
-        Weight ``beta`` of the multi-step (Chapman–Kolmogorov) consistency penalty
-        :func:`dpnets.scores.multistep_penalty` (an addition of ours): training draws
-        windows ``(x_t, x_{t+lag}, ..., x_{t + K lag})``, ``K = consistency_steps``, and
-        minimises ``-score + beta * sum_{k=2}^K ||K_k - K_1^k||_F^2``. Needs trajectories
-        and a shared encoder; 0 disables it.
+        Weight of the multi-step consistency penalty :func:`dpnets.scores.multistep_penalty`
+        on windows of ``consistency_steps`` lags (trajectories and a shared encoder only).
     consistency_steps : int, default 2
-        ``K``, the longest multiple of the lag in the penalty.
     optimizer : str or torch.optim.Optimizer subclass, default "adam"
     optimizer_kwargs : dict, optional
     seed : int, optional
-        Makes a fit reproducible bit for bit (same device and software), whatever torch's
-        global RNG did before: it seeds the split, the batch order, torch's RNG inside
-        ``fit`` only (dropout) and the initial weights (the copies of the encoders are
-        re-initialised from it; see ``init``). ``None`` keeps your own initialisation and
-        draws the split and batches from fresh entropy.
+        Makes a fit reproducible bit for bit: it seeds the split, the batch order, torch's
+        RNG inside ``fit`` only and (``init="seed"``) the initial weights.
     init : {"seed", "module"}, default "seed"
-        Where a seeded fit's initial weights come from: "seed" draws them from ``seed``;
-        "module" starts from the weights of the module(s) you passed (pretrained weights)
-        while ``seed`` still fixes the split, the batch order and dropout.
+        A seeded fit's initial weights: drawn from ``seed``, or those of the module(s)
+        you passed (pretrained weights).
     device : str or torch.device, optional
         Default: CUDA if available, else CPU.
     progress : bool, default True
         Show a tqdm progress bar (if tqdm is installed).
     sde : dpnets.ito.SDE, optional
-        The SDE, required by the generator scores (e.g.
-        :func:`dpnets.ito.overdamped_langevin`); the encoder must be twice differentiable
-        (smooth activations) for ``"generator"``.
+        The SDE of the generator objectives (:func:`dpnets.ito.overdamped_langevin`).
     distributed : {"auto", True, False}, default "auto"
-        Exact global-batch training on several processes (:mod:`dpnets.distributed`;
-        launch with ``torchrun``). "auto" trains distributed when a process group of more
-        than one process is initialised; True requires one; False trains alone. Every
-        process passes the same data (not a DataLoader) and encodes its part of each global
-        batch; the weights do not depend on the number of processes (up to floating-point
-        reduction order); only rank 0 shows progress and writes files.
+        Exact global-batch training on the processes of an initialised process group
+        (:mod:`dpnets.distributed`, ``torchrun``; "auto": when there is one). Every process
+        passes the same data (not a DataLoader).
     autocast : {None, "bf16", "fp16"}, default None
-        Mixed precision for the encoder during training (``torch.autocast``; "fp16" with a
-        gradient scaler); the scores' spectral work stays in float64.
+        Mixed precision for the encoder during training (``torch.autocast``).
     compile : bool, default False
         Train through ``torch.compile(encoder)``.
 
@@ -297,77 +267,49 @@ class DPNet(TransformerMixin, BaseEstimator):
         X : array, list of arrays, tuple (X, Y), Dataset or DataLoader
             One trajectory ``(T, *state_shape)``; a list of trajectories (pairs never cross
             a boundary); already-paired ``(X, Y)``; or a torch ``Dataset``/``DataLoader``
-            yielding ``(x, y)`` pairs. A map-style Dataset is split and batched exactly as
-            the arrays would be (one fetch per batch: a ``TensorDataset`` trains as fast as
-            arrays, and gives the same fit). A DataLoader is split the same way (its
-            ``batch_size`` kept; with default collation and no workers its batches are
-            fetched whole, otherwise two loaders with its settings are built); one over an
-            ``IterableDataset`` or with its own ``batch_sampler`` is used as is, without
-            validation (with a warning). Memory-mapped ``.npy`` and HDF5 states larger than
-            :data:`dpnets.states.OUT_OF_CORE_BYTES` are read batch by batch, never copied whole.
-            Integer and bool states are cast to floats; complex states are refused.
-            Generator objectives: samples ``(n, *state_shape)`` of the invariant distribution
-            (or a list of such arrays); the lag is ignored.
+            of ``(x, y)`` pairs (:func:`dpnets.training_source.training_source`; large
+            memory-mapped or HDF5 states are read batch by batch). Generator objectives:
+            samples ``(n, *state_shape)`` of the invariant distribution.
         y : array, optional
             The time-lagged partner of each row of ``X``: ``fit(X, Y)`` is ``fit((X, Y))``
-            (same checks; :func:`dpnets.base.fit_data`). A 1-D vector of one value per row
-            of multi-dimensional states (scikit-learn's target) is ignored with a warning.
+            (:func:`dpnets.base.fit_data`).
         lag : int, optional
-            Deprecated: the lag is the constructor parameter ``lag``; given here it
-            overrides it for this fit, with a ``FutureWarning``.
+            Deprecated (a ``FutureWarning``): the lag is the constructor parameter ``lag``.
         callback : callable, optional
             ``callback(epoch, model)`` after every epoch, with ``model`` usable (e.g.
-            ``model.transform``) on the current weights — for learning curves of any metric.
+            ``model.transform``) on the current weights.
         checkpoint : path, optional
-            Write the training state (weights, optimiser, random generators, epoch, history,
-            best epoch) there atomically every ``checkpoint_every`` epochs and at the end.
+            Write the training state there atomically every ``checkpoint_every`` epochs.
         checkpoint_every : int, default 1
         resume : bool, default False
-            Continue from ``checkpoint`` if it exists (needs ``seed``, so that the data
-            split is the same); the result equals an uninterrupted fit (bit for bit on CPU).
-            A checkpoint of other data or settings is refused.
+            Continue from ``checkpoint`` (needs ``seed``): the result of an uninterrupted
+            fit (bit for bit on CPU).
         log_weights : array (n_frames,) or list of arrays, optional
-            Data from a biased simulation: ``beta V`` of every frame, ``V`` the bias energy
-            (the engine's, e.g. PLUMED's ``metad.bias``; :func:`dpnets.read_log_weights`),
-            ``beta = 1 / kT``; one array of all frames in order, or one per trajectory.
-            Lagged pairs (``X`` trajectories) are then formed at ``lag`` frames of
-            *rescaled* time, frame ``k`` lasting ``exp(log_weights[k])`` frames, and weighted
-            by the rescaled time they span (:mod:`dpnets.biased`): the unbiased dynamics'
-            slow modes, valid for a bias that changes slowly compared with the lag and barely
-            acts at the transition states (Tiwary and Parrinello 2013; mlcolvar's
-            DeepTICA). Generator objectives: importance weights ``exp(log_weights)`` of the
-            samples instead, valid for any bias (Devergne et al., NeurIPS 2024).
+            Data from a biased simulation: ``beta V`` of every frame (``V`` the bias energy,
+            :func:`dpnets.read_log_weights`), one array of all frames or one per
+            trajectory. Pairs are then formed at ``lag`` frames of *rescaled* time and
+            weighted by the time they span (:mod:`dpnets.biased`); generator objectives take
+            ``exp(log_weights)`` as importance weights of the samples.
         sample_weight : array (n,), optional
-            Generator objectives only: importance weights of the samples (``exp(beta V)``
-            for samples of a biased law, as :meth:`dpnets.Generator.fit` takes them); the
-            covariances of every batch are weighted averages.
+            Generator objectives only: importance weights of the samples.
 
         Returns
         -------
         self
-
-        An interrupted or failed fit (Ctrl-C, an exception in ``callback``, divergence)
-        leaves the estimator exactly as it was before ``fit``.
+            An interrupted or failed fit (Ctrl-C, an exception in ``callback``, divergence)
+            leaves the estimator exactly as it was before ``fit``.
 
         Raises
         ------
         FloatingPointError
-            If training diverges (non-finite score, failed eigendecomposition, or a score
-            that ends below the initial one), with the likely cause and fix. A divergence
-            after some good epochs restores the best epoch with a warning instead.
+            If training diverges before a good epoch (:func:`dpnets.training.train`); later,
+            the best epoch is restored with a warning.
         """
         self._check_params()
         data, lag = fit_data(self, X, y, lag)
-        run = FitRun.start(
-            self,
-            data,
-            callback=callback,
-            checkpoint=checkpoint,
-            checkpoint_every=checkpoint_every,
-            resume=resume,
-        )
+        run = FitRun.start(self, callback, checkpoint, checkpoint_every, resume)
         with run.scope():  # (a shuffling DataLoader draws from torch's seeded RNG)
-            source, model_lag = self._source(data, lag, log_weights, sample_weight)
+            source = self._source(data, lag, log_weights, sample_weight)
             d = int(np.prod(source.state_shape))
             enc = run.initial(self.encoder, functools.partial(default_mlp, d, int(self.r)))
             # the generator objectives standardise inside the feature map (derivatives with
@@ -377,46 +319,42 @@ class DPNet(TransformerMixin, BaseEstimator):
             self.input_shift_, self.input_scale_ = prepared.scaling.shift, prepared.scaling.scale
             if samples:
                 return self._fit_samples(run, prepared, enc)
-            return self._fit_pairs(run, prepared, enc, model_lag, source.steps)
+            return self._fit_pairs(run, prepared, enc, source.lag, source.steps)
 
     def _source(
         self, data: Any, lag: int | None, log_weights: Any, sample_weight: Any
-    ) -> tuple[TrainingSource, int | None]:
-        """The training source of ``data`` for this objective, and the lag recorded in
-        ``lag_``: samples of pi (generator objectives), weighted pairs in rescaled time
-        (a biased run, ``log_weights``), or the pairs or windows of any input."""
-        windows = bool(self.consistency)
-        check_weight_args(log_weights, sample_weight, objective=self.objective, windows=windows)
+    ) -> TrainingSource:
+        """The training source of ``data`` for this objective (its ``lag`` the one recorded
+        in ``lag_``): samples of pi (generator objectives), or pairs, windows (the
+        consistency penalty, a shared encoder) or weighted pairs in rescaled time
+        (:func:`dpnets.training_source.training_source`)."""
+        steps = int(self.consistency_steps) if self.consistency else 0
+        if steps and (self.lagged_encoder is not None or not self._shares_lobes):
+            raise ValueError("consistency > 0 needs a shared encoder (lagged_encoder=None)")
+        check_weight_args(log_weights, sample_weight, objective=self.objective, windows=steps > 0)
         if self.objective in GENERATOR_SCORES:
             weights = functools.partial(importance_weights, sample_weight, log_weights)
-            sde, objective = self.sde, self.objective
-            return generator_samples(data, sde, objective, self.lagged_encoder, weights), None
-        if log_weights is not None:
-            pair_lag, model_lag = resolve_lag(data, lag)
-            return TrainingSource.of_pairs(rescaled_pairs(data, pair_lag, log_weights)), model_lag
-        steps = self._windows_steps(data)
-        pair_lag, model_lag = resolve_lag(data, lag)
-        return training_source(data, pair_lag, steps), model_lag
+            return generator_samples(data, self.sde, self.objective, self.lagged_encoder, weights)
+        return training_source(data, lag, steps, log_weights)
 
     def _fit_samples(self, run: FitRun, prepared: Prepared, enc: nn.Module) -> DPNet:
         """Continuous-time mode: maximise ``P_d^gamma`` (Thm. 2, Eq. 14) on samples of pi
         (:func:`dpnets.generator_learning.generator_objective`), the derivatives taken
         through the standardisation, with respect to the raw states."""
-        dtype = module_dtype(enc)
+        dtype = prepared.dtype
         fmap = prepared.scaling.compose(enc, run.device, dtype)
         outputs, loss = generator_objective(
             fmap, self.sde, self.objective, self.gamma, self.constant, run.device, dtype
         )
-        r = self._check_sizes(run.probe(fmap, prepared.first), prepared.n_train)
+        r = run.probe(fmap, prepared, constant=bool(self.constant))
         self.lag_ = None
         return self._train(run, (enc, None), outputs, loss, prepared, r)
 
     def _lagged_template(self, enc: nn.Module) -> nn.Module | None:
-        """The module psi' starts from (None: shared with psi), given psi's initial module
-        ``enc``; VAMPNet overrides it."""
-        if self.lagged_encoder is None:
-            return None
-        return initial_module(self.lagged_encoder, self.seed, nn.Identity, self.init)
+        """The module psi' starts from (None: shared with psi) given psi's ``enc`` (VAMPNet:
+        a copy of ``enc``); a given ``lagged_encoder`` is copied, never built (no default)."""
+        lagged = self.lagged_encoder
+        return None if lagged is None else initial_module(lagged, self.seed, nn.Identity, self.init)
 
     def _fit_pairs(
         self, run: FitRun, prepared: Prepared, enc: nn.Module, model_lag: int | None, steps: int
@@ -425,16 +363,16 @@ class DPNet(TransformerMixin, BaseEstimator):
         lags; :func:`dpnets.scores.pair_objective`)."""
         template = self._lagged_template(enc)
         lag_enc = None if template is None else run.place(template)
-        dtype = module_dtype(enc)
-        loss = make_loss(self.objective, float(self.gamma), constant=bool(self.constant))
+        dtype, constant = prepared.dtype, bool(self.constant)
+        loss = make_loss(self.objective, float(self.gamma), constant=constant)
         self.lag_ = model_lag
-        first = prepared.scaling.apply(prepared.first)
-        r = self._check_sizes(run.probe(enc, first), prepared.n_train)
+        r = run.probe(enc, prepared, scaled=True, constant=constant)
+        psi = run.forward(enc, dtype)
         psi_lag = None if lag_enc is None else run.forward(lag_enc, dtype)
+        consistency = float(self.consistency)
         outputs, loss = pair_objective(
-            run.forward(enc, dtype), psi_lag, loss, run.device, dtype, steps,
-            float(self.consistency), bool(self.constant),
-        )  # fmt: skip
+            psi, psi_lag, loss, run.device, dtype, steps, consistency, constant
+        )
         return self._train(run, (enc, lag_enc), outputs, loss, prepared, r)
 
     def _train(
@@ -446,112 +384,49 @@ class DPNet(TransformerMixin, BaseEstimator):
         prepared: Prepared,
         r: int,
     ) -> DPNet:
-        """The training shared by the pair and the generator modes: ``loss(*outputs(b))``
-        on the training batches, validated on the whole held-out split."""
-
-        def batch_loss(batch: Any) -> Tensor:
-            return loss(*outputs(batch))
-
+        """The training shared by the pair and the generator modes."""
         # fitted state needed by transform() inside callbacks
         self.encoder_, self.lagged_encoder_ = encoders
         self.state_shape_, self.n_features_ = prepared.state_shape, r
-        run.train(
-            encoders,
-            batch_loss,
-            prepared.train,
-            val_score=full_batch_score(prepared.val, outputs, loss),
-            n_train=prepared.n_train,
-            state_shape=prepared.state_shape,
-            desc=f"{type(self).__name__}[{self.objective}]",
-        )
+        desc = f"{type(self).__name__}[{self.objective}]"
+        run.train_objective(encoders, outputs, loss, prepared, desc)
         self.n_train_ = prepared.n_train
         diagnostics.warn(self._diagnostics())
         return self
 
-    def _check_sizes(self, r: int, n_train: int) -> int:
-        """``r`` (from :meth:`dpnets.training.FitRun.probe`), checked against the number of
-        training samples and the batch size: the covariances of ``r`` features and the
-        constant."""
-        d = r + int(bool(self.constant))
-        if n_train < d:
-            raise ValueError(
-                f"fewer training samples ({n_train}) than features (r={d}); provide more data"
-            )
-        if int(self.batch_size) < d:
-            warnings.warn(
-                f"batch_size={self.batch_size} is smaller than the number of features ({d}): "
-                "batch covariances are rank-deficient",
-                stacklevel=4,
-            )
-        return r
-
     def diagnostics(self) -> list[Diagnostic]:
-        """What makes this fit untrustworthy, each with its remedy
-        (:mod:`dpnets.diagnostics`): training that had not converged (the validation score
-        still rising over the last epochs), too few gradient steps for the data (``epochs``
-        and ``batch_size``), a validation score saturated at its ceiling (the score cannot
-        tell features apart at this lag) and, on lagged pairs, fewer than a few pairs per
-        input coordinate. ``fit`` warns with them
-        (:class:`dpnets.diagnostics.DiagnosticWarning`).
-
-        Returns
-        -------
-        list of Diagnostic
-        """
+        """What makes this fit untrustworthy, each with its remedy (a list of
+        :class:`dpnets.diagnostics.Diagnostic`, :func:`dpnets.diagnostics.fit_diagnostics`):
+        training not converged, too few gradient steps, a validation score saturated at its
+        ceiling and, on lagged pairs, few pairs per input coordinate. ``fit`` warns with
+        them (:class:`dpnets.diagnostics.DiagnosticWarning`)."""
         check_is_fitted(self, "encoder_")
         return self._diagnostics()
 
     def _diagnostics(self) -> list[Diagnostic]:
-        name = f"{self.objective} score"
-        found = diagnostics.training_diagnostics(self.history_, name)
-        n_train = getattr(self, "n_train_", None)
-        if n_train is not None:
-            epochs = len(self.history_.get("train_score", [])) or int(self.epochs)
-            found += diagnostics.steps_diagnostics(n_train, int(self.batch_size), epochs)
-        if self.objective not in GENERATOR_SCORES:
-            trivial = int(bool(self.constant) or self.objective.startswith("vamp"))
-            found += diagnostics.saturation_diagnostics(
-                self.history_, int(self.n_features_), trivial, name
-            )
-        if self.objective not in GENERATOR_SCORES and n_train is not None:
-            # a fixed pre-projection (nn.ProjectedMLP) is what the network sees
-            n_inputs = getattr(self.encoder_, "n_components", None)
-            found += diagnostics.sample_diagnostics(
-                n_train,
-                int(n_inputs or np.prod(self.state_shape_)),
-                "input coordinates",
-                "fewer input coordinates",
-            )
-        return found
+        pairs = self.objective not in GENERATOR_SCORES
+        # a fixed pre-projection (nn.ProjectedMLP) is what the network sees
+        n_inputs = getattr(self.encoder_, "n_components", None) or np.prod(self.state_shape_)
+        return diagnostics.fit_diagnostics(
+            self.history_,
+            f"{self.objective} score",
+            n_train=getattr(self, "n_train_", None),
+            batch_size=int(self.batch_size),
+            epochs=int(self.epochs),
+            n_features=int(self.n_features_) if pairs else None,
+            trivial=int(bool(self.constant) or self.objective.startswith("vamp")),
+            n_inputs=int(n_inputs) if pairs else None,
+        )
 
     #: whether psi' shares psi's weights when ``lagged_encoder`` is None (VAMPNet: separate)
     _shares_lobes = True
 
-    def _windows_steps(self, data: Any) -> int:
-        """``consistency_steps`` when the consistency penalty is on (checked), else 0."""
-        if not self.consistency:
-            return 0
-        if is_streaming(data) or isinstance(data, tuple):
-            raise ValueError(
-                "consistency > 0 needs trajectories (an array or a list of arrays) to draw "
-                "multi-step windows from; pre-paired (X, Y) data and Datasets hold one step"
-            )
-        if self.lagged_encoder is not None or not self._shares_lobes:
-            raise ValueError("consistency > 0 needs a shared encoder (lagged_encoder=None)")
-        return int(self.consistency_steps)
-
     def feature_module(self, lagged: bool = False) -> nn.Module:
-        """The learned feature map on *raw* states as one torch module.
-
-        The input standardisation followed by the trained encoder (``lagged=True``: the
-        lagged encoder psi'), sharing the encoder's weights; differentiable, so derivatives
-        are taken with respect to the raw states (generator learning). The constant
-        function is not included.
-        """
+        """The learned feature map on *raw* states as one differentiable torch module: the
+        input standardisation, then the trained encoder (psi' with ``lagged=True``; the
+        encoder's weights shared, the constant function not included)."""
         check_is_fitted(self, "encoder_")
-        enc = (
-            self.lagged_encoder_ if (lagged and self.lagged_encoder_ is not None) else self.encoder_
-        )
+        enc = self._encoder(lagged)
         return Scaling.of(self).compose(enc, module_device(enc), module_dtype(enc))
 
     # ------------------------------------------------------------------ inference
@@ -559,28 +434,20 @@ class DPNet(TransformerMixin, BaseEstimator):
         check_is_fitted(self, "encoder_")
         x = check_frames(X, "X")  # a list of trajectories: their frames, in order
         check_state_shape(x.shape[1:], self.state_shape_, type(self).__name__)
-        enc = (
-            self.lagged_encoder_ if (lagged and self.lagged_encoder_ is not None) else self.encoder_
+        transform = Scaling.of(self).apply
+        return encode(
+            self._encoder(lagged), x, transform=transform, batch_size=batch_size, name="X"
         )
-        scaling = Scaling.of(self)
-        out = encode(enc, x, transform=scaling.apply, batch_size=batch_size)
-        if out.is_floating_point() and not bool(torch.isfinite(out).all()):
-            bad = int((~torch.isfinite(out)).any(dim=1).sum()) if out.ndim == 2 else -1
-            big = float(np.abs(scaling.apply(np.asarray(x[: min(len(x), 10**5)]))).max())
-            raise ValueError(
-                f"X: the features are NaN or inf on {bad} of {len(x)} states (valid-looking "
-                f"input gives no finite features): the states are far outside the range "
-                f"the model was trained on (standardised |x| up to {big:.3g}) or overflow "
-                f"the encoder's dtype {module_dtype(enc)}"
-            )
-        return out
+
+    def _encoder(self, lagged: bool) -> nn.Module:
+        """psi, or psi' (``lagged``; psi when shared)."""
+        return (
+            self.lagged_encoder_ if lagged and self.lagged_encoder_ is not None else self.encoder_
+        )
 
     def transform(self, X: Any, lagged: bool = False, batch_size: int = 8192) -> np.ndarray:
-        """Learned features ``psi(X)`` (``psi'(X)`` with ``lagged=True``), numpy (n, r).
-
-        The states are standardised as in training; the constant function is not included
-        (:class:`dpnets.TransferOperator` adds it).
-        """
+        """Learned features ``psi(X)`` (``psi'(X)`` with ``lagged=True``), numpy (n, r), of
+        the states standardised as in training (without the constant function)."""
         return self._encode(X, lagged, batch_size).numpy()
 
     __call__ = transform
@@ -610,18 +477,10 @@ class DPNet(TransformerMixin, BaseEstimator):
         objective = objective or self.objective
         g = float(self.gamma) if gamma is None else check_real("gamma", gamma, 0.0)
         if objective in GENERATOR_SCORES:
-            enc = self.encoder_
+            fmap, shape, name = self.feature_module(), self.state_shape_, type(self).__name__
+            constant = bool(self.constant)
             return generator_objective_score(
-                self.feature_module(),
-                data,
-                self.state_shape_,
-                type(self).__name__,
-                self.sde,
-                objective,
-                g,
-                bool(self.constant),
-                module_device(enc),
-                module_dtype(enc),
+                fmap, data, shape, name, self.sde, objective, g, constant
             )
         check_choice("objective", objective, SCORES)
         if lag is None:
@@ -632,16 +491,11 @@ class DPNet(TransformerMixin, BaseEstimator):
             return -float(loss(fx, fy))
 
     def score(self, X: Any, y: Any = None) -> float:
-        """The held-out VAMP-2 score of the learned features on ``X`` (higher is better).
-
-        The unpenalised projection score ``P^0`` of ``[1, psi]`` (Eq. 7 with ``gamma = 0``;
-        equal to the VAMP-2 score of ``psi``, Mardt et al.) on the pairs of ``X`` at the
-        fitted lag: comparable across ``gamma``, objectives and learning rates, so
-        scikit-learn's ``GridSearchCV`` and ``cross_validate`` select with it by default.
-        For the generator objectives, ``X`` holds samples of the invariant distribution and
-        the score is the unpenalised generator score (Eq. 14 with ``gamma = 0``). ``y`` is
-        ignored.
-        """
+        """The held-out VAMP-2 score of the learned features on ``X`` (higher is better):
+        ``P^0`` of ``[1, psi]`` (Eq. 7, ``gamma = 0``) on the pairs of ``X`` at the fitted
+        lag, comparable across ``gamma``, objectives and learning rates (scikit-learn's
+        default scoring); for the generator objectives, the generator score (Eq. 14,
+        ``gamma = 0``) on samples ``X``. ``y`` is ignored."""
         check_is_fitted(self, "encoder_")
         if self.objective in GENERATOR_SCORES:
             return self.evaluate(X, objective=self.objective, gamma=0.0)

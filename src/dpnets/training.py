@@ -182,17 +182,15 @@ class FitRun:
     def start(
         cls,
         est: Any,
-        data: Any,
-        *,
         callback: Callable[[int, Any], None] | None = None,
         checkpoint: str | os.PathLike | None = None,
         checkpoint_every: int = 1,
         resume: bool = False,
     ) -> FitRun:
-        """The run of ``est`` on ``data`` (as :func:`dpnets.base.fit_data` gives it), its
-        options checked: sharding (the estimator's ``distributed``, and data every process
-        can split), the checkpoint options and the device."""
-        sharded = _sharded(est, data)
+        """The run of ``est`` with the options of its ``fit`` (``callback``, ``checkpoint``,
+        ``checkpoint_every``, ``resume``), checked: sharding (the estimator's
+        ``distributed``), the checkpoint options and the device."""
+        sharded = _sharded(est)
         ckpt = fit_checkpoint(est, checkpoint, checkpoint_every, resume)
         seed = est.seed
         if seed is None and sharded:  # rank 0 draws it: all processes draw the same batches
@@ -235,8 +233,11 @@ class FitRun:
     ) -> Any:
         """:meth:`dpnets.training_source.TrainingSource.prepare` for this run: the input
         standardisation for ``encoder``, the split by the run's RNG into batches of the
-        encoder's dtype on the device, and the first two states (a ``Prepared``)."""
+        encoder's dtype on the device (each process's part when sharded: the source
+        checked for it), and the first two states (a ``Prepared``)."""
         est = self.estimator
+        if self.sharded:
+            _check_sharded_source(source, int(est.batch_size))
         return source.prepare(
             standardize=standardize,
             encoder=encoder,
@@ -249,12 +250,23 @@ class FitRun:
             standardize_batches=standardize_batches,
         )
 
-    def probe(self, encoder: nn.Module, states: Any) -> int:
+    def probe(
+        self,
+        encoder: nn.Module,
+        prepared: Any,
+        *,
+        scaled: bool = False,
+        constant: bool | None = None,
+    ) -> int:
         """The number of features ``r`` of ``encoder``, from a forward pass (eval mode, no
-        gradient) on a couple of ``states`` moved to the device in the encoder's dtype;
-        an encoder that does not map ``(batch, *state_shape)`` to ``(batch, r)``, returns
-        no feature, or returns NaN or inf is refused."""
-        sample = torch.as_tensor(states).to(device=self.device, dtype=module_dtype(encoder))
+        gradient) on the first two states of ``prepared`` (standardised when ``scaled``:
+        the batches are) on the device in the batches' dtype. An encoder that does not map
+        ``(batch, *state_shape)`` to ``(batch, r)``, returns no feature, or returns NaN or
+        inf is refused. With ``constant`` (the scores of covariances of ``r`` features, and
+        the constant when True), ``r`` is checked against the number of training samples
+        (refused when fewer) and the batch size (a warning when smaller)."""
+        states = prepared.scaling.apply(prepared.first) if scaled else prepared.first
+        sample = torch.as_tensor(states).to(device=self.device, dtype=prepared.dtype)
         encoder.eval()
         with torch.no_grad():
             out = encoder(sample)
@@ -270,7 +282,11 @@ class FitRun:
                 "the encoder returns NaN or inf on the training states before any training; "
                 "check its initialisation and the input scale (standardize='coordinate')"
             )
-        return int(out.shape[1])
+        r = int(out.shape[1])
+        if constant is not None:
+            d, batch_size = r + int(constant), int(self.estimator.batch_size)
+            _check_feature_count(d, prepared.n_train, batch_size)
+        return r
 
     def forward(self, module: nn.Module, dtype: torch.dtype) -> Callable[[Tensor], Tensor]:
         """The training forward pass of ``module``: compiled (the estimator's ``compile``)
@@ -318,10 +334,33 @@ class FitRun:
             grad_scaler=getattr(est, "autocast", None) == "fp16",
         )
 
+    def train_objective(
+        self,
+        modules: Sequence[nn.Module | None],
+        outputs: Callable[[Any], Sequence[Tensor]],
+        loss: Callable[..., Tensor],
+        prepared: Any,
+        desc: str,
+    ) -> TrainResult:
+        """:meth:`train` on the batches of ``prepared`` minimising ``loss(*outputs(batch))``,
+        validated by the score of the whole held-out split (:func:`full_batch_score`)."""
 
-def _sharded(est: Any, data: Any) -> bool:
-    """Whether ``est`` trains on several processes (its ``distributed``), the data checked
-    for it."""
+        def batch_loss(batch: Any) -> Tensor:
+            return loss(*outputs(batch))
+
+        return self.train(
+            modules,
+            batch_loss,
+            prepared.train,
+            val_score=full_batch_score(prepared.val, outputs, loss),
+            n_train=prepared.n_train,
+            state_shape=prepared.state_shape,
+            desc=desc,
+        )
+
+
+def _sharded(est: Any) -> bool:
+    """Whether ``est`` trains on several processes (its ``distributed``)."""
     distributed = getattr(est, "distributed", False)
     if distributed is True and not dist_active():
         raise ValueError(
@@ -329,21 +368,38 @@ def _sharded(est: Any, data: Any) -> bool:
             "more than one process: launch with torchrun and call "
             "dpnets.distributed.init_from_env() (or torch.distributed.init_process_group)"
         )
-    if distributed is False or not dist_active():
-        return False
-    if isinstance(data, torch.utils.data.DataLoader):
+    return distributed is not False and dist_active()
+
+
+def _check_feature_count(d: int, n_train: int, batch_size: int) -> None:
+    """``d`` features (their covariances) against the training samples and the batch."""
+    if n_train < d:
+        raise ValueError(
+            f"fewer training samples ({n_train}) than features (r={d}); provide more data"
+        )
+    if batch_size < d:
+        warnings.warn(
+            f"batch_size={batch_size} is smaller than the number of features ({d}): "
+            "batch covariances are rank-deficient",
+            stacklevel=5,
+        )
+
+
+def _check_sharded_source(source: Any, batch_size: int) -> None:
+    """Refuse a training source that cannot be sharded over the processes: one of a
+    DataLoader (``loader``, or a plain one's ``batch_size``)."""
+    if source.loader is not None or source.batch_size is not None:
         raise ValueError(
             "distributed training takes arrays (in memory or memory-mapped .npy), lists "
             "of arrays, (X, Y) tuples or a map-style Dataset, the same on every process; "
             "a DataLoader is not sharded: pass its Dataset (or distributed=False to train "
             "on each process alone)"
         )
-    if int(est.batch_size) < world_size():
+    if batch_size < world_size():
         raise ValueError(
-            f"batch_size={est.batch_size} is smaller than the number of processes "
+            f"batch_size={batch_size} is smaller than the number of processes "
             f"({world_size()}): every process needs part of each batch"
         )
-    return True
 
 
 def full_batch_score(

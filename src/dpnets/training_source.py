@@ -19,9 +19,10 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from dpnets.batching import ConvertedLoader, split_batchers, split_loader
-from dpnets.pairs import DatasetPairs, Pairs, fetch_pairs, pairs, windows
+from dpnets.biased import rescaled_pairs
+from dpnets.pairs import DatasetPairs, Pairs, fetch_pairs, pairs, resolve_lag, windows
 from dpnets.standardize import Scaling, fit_scaling
-from dpnets.states import check_states, chunks
+from dpnets.states import check_states, chunks, is_streaming
 
 __all__ = [
     "training_source",
@@ -30,10 +31,30 @@ __all__ = [
 ]
 
 
-def training_source(data: object, lag: int, steps: int = 0) -> TrainingSource:
-    """The one entry from any training input to batches: a :class:`TrainingSource` of
-    ``data`` paired at ``lag`` (multi-step windows of ``steps`` lags when ``steps > 0``)."""
-    return TrainingSource(data, lag, steps)
+def training_source(
+    data: object, lag: int | None = None, steps: int = 0, log_weights: Any = None
+) -> TrainingSource:
+    """The one entry from any training input to batches: ``data`` as a neural estimator's
+    ``fit`` takes it (after :func:`dpnets.base.fit_data`), checked once, as a
+    :class:`TrainingSource`. Trajectories are paired at ``lag`` (default 1), or cut into
+    multi-step windows of ``steps`` lags when ``steps > 0``, or paired in rescaled time
+    with the weights of a biased run (``log_weights``,
+    :func:`dpnets.biased.rescaled_pairs`); pre-paired ``(X, Y)`` data, Datasets and
+    DataLoaders are used as they are, ``lag`` only recorded
+    (:func:`~dpnets.pairs.resolve_lag`). The lag the model records is ``source.lag``."""
+    pair_lag, model_lag = resolve_lag(data, lag)
+    if steps and (isinstance(data, tuple) or is_streaming(data)):
+        raise ValueError(
+            "multi-step windows (DPNet's consistency > 0, the autoencoders' n_steps) need "
+            "trajectories (an array or a list of arrays); pre-paired (X, Y) data and "
+            "Datasets hold one step"
+        )
+    if log_weights is not None:
+        source = TrainingSource.of_pairs(rescaled_pairs(data, pair_lag, log_weights))
+    else:
+        source = TrainingSource(data, pair_lag, steps)
+    source.lag = model_lag
+    return source
 
 
 class TrainingSource:
@@ -56,10 +77,12 @@ class TrainingSource:
         DataLoader that is used as it is.
     steps : int
         Multi-step windows of ``steps`` lags (0: pairs).
+    lag : int or None
+        The lag the model records (None: unknown; samples, pre-paired data without a lag).
     """
 
     def __init__(self, data: object, lag: int, steps: int = 0) -> None:
-        self.steps = int(steps)
+        self.steps, self.lag = int(steps), int(lag)
         self.loader: DataLoader | None = None
         self.batch_size: int | None = None  # a plain DataLoader's own batch size
         if isinstance(data, DataLoader) and _plain_loader(data):
@@ -88,6 +111,7 @@ class TrainingSource:
         :func:`dpnets.biased.rescaled_pairs`; samples, :meth:`of_samples`)."""
         source = cls.__new__(cls)
         source.loader, source.batch_size, source._first, source.steps = None, None, None, 0
+        source.lag = None
         source.pairs = p
         source.state_shape = tuple(p.x_states.shape[1:])
         return source
@@ -184,18 +208,20 @@ class TrainingSource:
             transform=scaling.batch_transform() if standardize_batches else None,
             sharded=sharded,
         )
-        return Prepared(scaling, train, val, n_train, self.first())
+        return Prepared(scaling, train, val, n_train, self.first(), dtype)
 
 
 class Prepared(NamedTuple):
     """What :meth:`TrainingSource.prepare` hands to training: the input standardisation
-    (a :class:`~dpnets.standardize.Scaling`), the batchers and the first two states."""
+    (a :class:`~dpnets.standardize.Scaling`), the batchers, the first two states (as
+    given) and the dtype of the batches."""
 
     scaling: Scaling
     train: Any
     val: Any
     n_train: int
     first: np.ndarray
+    dtype: torch.dtype  # of the batches (the encoder's)
 
     @property
     def state_shape(self) -> tuple[int, ...]:

@@ -157,14 +157,7 @@ class _KoopmanAutoencoder(DiscreteTimeModel):
         data, lag = fit_data(self, X, y, lag)
         if is_streaming(data):
             raise TypeError("autoencoders need in-memory trajectories (array, list or (X, Y))")
-        run = FitRun.start(
-            self,
-            data,
-            callback=callback,
-            checkpoint=checkpoint,
-            checkpoint_every=checkpoint_every,
-            resume=resume,
-        )
+        run = FitRun.start(self, callback, checkpoint, checkpoint_every, resume)
         with run.scope():
             return self._fit(run, data, lag)
 
@@ -173,10 +166,9 @@ class _KoopmanAutoencoder(DiscreteTimeModel):
         source = training_source(data, pair_lag, int(self.n_steps))  # windows
         d = int(np.prod(source.state_shape))
         enc = run.initial(self.encoder, functools.partial(default_mlp, d, int(self.r)))
-        dtype = module_dtype(enc)
         prepared = run.prepare(source, enc)  # no standardisation: the split, the first states
-        # integer and bool states are cast, as in training
-        r = run.probe(enc, prepared.first)
+        dtype = prepared.dtype
+        r = run.probe(enc, prepared)  # integer and bool states: cast
         dec = run.initial(self.decoder, functools.partial(default_mlp, r, d), dtype)
         q, rr = torch.linalg.qr(torch.randn(r, r, generator=run.rng, dtype=torch.float64))
         q = q * torch.sign(torch.diagonal(rr))[None, :]  # a random rotation
