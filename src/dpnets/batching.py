@@ -74,7 +74,7 @@ def split_batchers(
         val = batcher(
             p_val, 8192, device=device, dtype=dtype, shuffle=False, like=train, sharded=sharded
         )
-    return train, val, len(p_train)
+    return train, val, n - n_val
 
 
 class IndexBatcher:

@@ -306,10 +306,9 @@ class DPNet(TransformerMixin, BaseEstimator):
             the best epoch is restored with a warning.
         """
         self._check_params()
-        data, lag = fit_data(self, X, y, lag)
         run = FitRun.start(self, callback, checkpoint, checkpoint_every, resume)
         with run.scope():  # (a shuffling DataLoader draws from torch's seeded RNG)
-            source = self._source(data, lag, log_weights, sample_weight)
+            source = self._source(X, y, lag, log_weights, sample_weight)
             d = int(np.prod(source.state_shape))
             enc = run.initial(self.encoder, functools.partial(default_mlp, d, int(self.r)))
             # the generator objectives standardise inside the feature map (derivatives with
@@ -322,12 +321,12 @@ class DPNet(TransformerMixin, BaseEstimator):
             return self._fit_pairs(run, prepared, enc, source.lag, source.steps)
 
     def _source(
-        self, data: Any, lag: int | None, log_weights: Any, sample_weight: Any
+        self, X: Any, y: Any, lag: int | None, log_weights: Any, sample_weight: Any
     ) -> TrainingSource:
-        """The training source of ``data`` for this objective (its ``lag`` the one recorded
-        in ``lag_``): samples of pi (generator objectives), or pairs, windows (the
-        consistency penalty, a shared encoder) or weighted pairs in rescaled time
-        (:func:`dpnets.training_source.training_source`)."""
+        """The input of ``fit`` (:func:`dpnets.base.fit_data`) as the training source of the
+        objective, its ``lag`` the model's: samples of pi (generator objectives), or pairs,
+        windows or weighted pairs (:func:`dpnets.training_source.training_source`)."""
+        data, lag = fit_data(self, X, y, lag)
         steps = int(self.consistency_steps) if self.consistency else 0
         if steps and (self.lagged_encoder is not None or not self._shares_lobes):
             raise ValueError("consistency > 0 needs a shared encoder (lagged_encoder=None)")

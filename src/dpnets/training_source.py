@@ -42,17 +42,16 @@ def training_source(
     :func:`dpnets.biased.rescaled_pairs`); pre-paired ``(X, Y)`` data, Datasets and
     DataLoaders are used as they are, ``lag`` only recorded
     (:func:`~dpnets.pairs.resolve_lag`). The lag the model records is ``source.lag``."""
-    pair_lag, model_lag = resolve_lag(data, lag)
     if steps and (isinstance(data, tuple) or is_streaming(data)):
         raise ValueError(
             "multi-step windows (DPNet's consistency > 0, the autoencoders' n_steps) need "
             "trajectories (an array or a list of arrays); pre-paired (X, Y) data and "
             "Datasets hold one step"
         )
-    if log_weights is not None:
-        source = TrainingSource.of_pairs(rescaled_pairs(data, pair_lag, log_weights))
-    else:
-        source = TrainingSource(data, pair_lag, steps)
+    if log_weights is None:
+        return TrainingSource(data, lag, steps)
+    pair_lag, model_lag = resolve_lag(data, lag)
+    source = TrainingSource.of_pairs(rescaled_pairs(data, pair_lag, log_weights))
     source.lag = model_lag
     return source
 
@@ -81,8 +80,9 @@ class TrainingSource:
         The lag the model records (None: unknown; samples, pre-paired data without a lag).
     """
 
-    def __init__(self, data: object, lag: int, steps: int = 0) -> None:
-        self.steps, self.lag = int(steps), int(lag)
+    def __init__(self, data: object, lag: int | None = None, steps: int = 0) -> None:
+        pair_lag, self.lag = resolve_lag(data, lag)
+        self.steps = int(steps)
         self.loader: DataLoader | None = None
         self.batch_size: int | None = None  # a plain DataLoader's own batch size
         if isinstance(data, DataLoader) and _plain_loader(data):
@@ -94,7 +94,7 @@ class TrainingSource:
         elif isinstance(data, Dataset):
             self.pairs = DatasetPairs(data)
         else:
-            self.pairs = windows(data, lag, steps) if steps else pairs(data, lag)
+            self.pairs = windows(data, pair_lag, steps) if steps else pairs(data, pair_lag)
         self._first: np.ndarray | None = None
         self.state_shape = tuple(self.first().shape[1:])
 
@@ -199,6 +199,7 @@ class TrainingSource:
         batchers (:meth:`split`; batches standardised unless ``standardize_batches`` is
         False) and the first two states (:meth:`first`, as given)."""
         scaling = fit_scaling(standardize, encoder, self.states, self.state_shape)
+        first = self.first()
         train, val, n_train = self.split(
             val_fraction=val_fraction,
             batch_size=batch_size,
@@ -208,7 +209,7 @@ class TrainingSource:
             transform=scaling.batch_transform() if standardize_batches else None,
             sharded=sharded,
         )
-        return Prepared(scaling, train, val, n_train, self.first(), dtype)
+        return Prepared(scaling, train, val, n_train, first, dtype)
 
 
 class Prepared(NamedTuple):
