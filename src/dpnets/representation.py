@@ -363,14 +363,13 @@ class DPNet(TransformerMixin, BaseEstimator):
         template = self._lagged_template(enc)
         lag_enc = None if template is None else run.place(template)
         dtype, constant = prepared.dtype, bool(self.constant)
-        loss = make_loss(self.objective, float(self.gamma), constant=constant)
         self.lag_ = model_lag
         r = run.probe(enc, prepared, scaled=True, constant=constant)
         psi = run.forward(enc, dtype)
         psi_lag = None if lag_enc is None else run.forward(lag_enc, dtype)
-        consistency = float(self.consistency)
+        gamma, consistency = float(self.gamma), float(self.consistency)
         outputs, loss = pair_objective(
-            psi, psi_lag, loss, run.device, dtype, steps, consistency, constant
+            psi, psi_lag, self.objective, gamma, constant, run.device, dtype, steps, consistency
         )
         return self._train(run, (enc, lag_enc), outputs, loss, prepared, r)
 

@@ -843,19 +843,22 @@ class MultistepLoss(nn.Module):
 def pair_objective(
     psi: Callable[[Tensor], Tensor],
     psi_lag: Callable[[Tensor], Tensor] | None,
-    loss: nn.Module,
+    objective: str,
+    gamma: float,
+    constant: bool,
     device: torch.device,
     dtype: torch.dtype,
     steps: int = 0,
     consistency: float = 0.0,
-    constant: bool = False,
 ) -> tuple[Callable[[Sequence[Tensor]], tuple[Tensor, ...]], nn.Module]:
     """The training objective of lagged pairs: ``(outputs, loss)``, where ``outputs(batch)``
     moves a batch ``(x, y[, weights])`` to ``device``/``dtype`` and returns what ``loss``
-    takes: the features ``psi(x)``, ``psi'(y)`` (``psi_lag``; None: ``psi``, one forward
-    pass on the stacked batch) and the batch's weights, if any. With ``steps`` (windows
-    ``y`` of shape ``(batch, steps, *state_shape)``, a shared encoder), the loss is
-    :class:`MultistepLoss` of ``loss`` with weight ``consistency``."""
+    (:func:`make_loss` of ``objective``, ``gamma``, ``constant``) takes: the features
+    ``psi(x)``, ``psi'(y)`` (``psi_lag``; None: ``psi``, one forward pass on the stacked
+    batch) and the batch's weights, if any. With ``steps`` (windows ``y`` of shape
+    ``(batch, steps, *state_shape)``, a shared encoder), the loss is :class:`MultistepLoss`
+    with weight ``consistency``."""
+    loss = make_loss(objective, float(gamma), constant=bool(constant))
     if steps:
         loss = MultistepLoss(loss, float(consistency), bool(constant))
 

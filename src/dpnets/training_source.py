@@ -37,16 +37,16 @@ def training_source(
     """The one entry from any training input to batches: ``data`` as a neural estimator's
     ``fit`` takes it (after :func:`dpnets.base.fit_data`), checked once, as a
     :class:`TrainingSource`. Trajectories are paired at ``lag`` (default 1), or cut into
-    multi-step windows of ``steps`` lags when ``steps > 0``, or paired in rescaled time
-    with the weights of a biased run (``log_weights``,
+    multi-step windows of ``steps`` lags when ``steps > 0`` (:func:`~dpnets.pairs.windows`),
+    or paired in rescaled time with the weights of a biased run (``log_weights``,
     :func:`dpnets.biased.rescaled_pairs`); pre-paired ``(X, Y)`` data, Datasets and
     DataLoaders are used as they are, ``lag`` only recorded
     (:func:`~dpnets.pairs.resolve_lag`). The lag the model records is ``source.lag``."""
-    if steps and (isinstance(data, tuple) or is_streaming(data)):
+    if steps and is_streaming(data):  # (pre-paired (X, Y): pairs.windows answers)
         raise ValueError(
             "multi-step windows (DPNet's consistency > 0, the autoencoders' n_steps) need "
-            "trajectories (an array or a list of arrays); pre-paired (X, Y) data and "
-            "Datasets hold one step"
+            "trajectories (an array or a list of arrays); a Dataset or DataLoader holds "
+            "one step"
         )
     if log_weights is None:
         return TrainingSource(data, lag, steps)
@@ -209,13 +209,13 @@ class TrainingSource:
             transform=scaling.batch_transform() if standardize_batches else None,
             sharded=sharded,
         )
-        return Prepared(scaling, train, val, n_train, first, dtype)
+        return Prepared(scaling, train, val, n_train, first, dtype, self.state_shape)
 
 
 class Prepared(NamedTuple):
     """What :meth:`TrainingSource.prepare` hands to training: the input standardisation
     (a :class:`~dpnets.standardize.Scaling`), the batchers, the first two states (as
-    given) and the dtype of the batches."""
+    given), the dtype of the batches and the shape of one state."""
 
     scaling: Scaling
     train: Any
@@ -223,11 +223,7 @@ class Prepared(NamedTuple):
     n_train: int
     first: np.ndarray
     dtype: torch.dtype  # of the batches (the encoder's)
-
-    @property
-    def state_shape(self) -> tuple[int, ...]:
-        """Shape of one state."""
-        return tuple(self.first.shape[1:])
+    state_shape: tuple[int, ...]  # of one state
 
 
 def _plain_loader(loader: DataLoader) -> bool:
