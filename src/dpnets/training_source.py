@@ -20,9 +20,9 @@ from torch.utils.data import DataLoader, Dataset
 
 from dpnets.batching import ConvertedLoader, split_batchers, split_loader
 from dpnets.biased import rescaled_pairs
-from dpnets.pairs import DatasetPairs, Pairs, fetch_pairs, pairs, resolve_lag, windows
+from dpnets.pairs import DatasetPairs, Pairs, fetch_pairs, lagged_pairs, resolve_lag, windows
 from dpnets.standardize import Scaling, fit_scaling
-from dpnets.states import check_states, chunks, is_streaming
+from dpnets.states import check_states, chunks, is_read_batchwise, is_streaming
 
 __all__ = [
     "training_source",
@@ -78,6 +78,9 @@ class TrainingSource:
         Multi-step windows of ``steps`` lags (0: pairs).
     lag : int or None
         The lag the model records (None: unknown; samples, pre-paired data without a lag).
+    out_of_core : bool
+        Whether the states of the pairs are read batch by batch in training (decided once,
+        here: :func:`~dpnets.states.is_read_batchwise`).
     """
 
     def __init__(self, data: object, lag: int | None = None, steps: int = 0) -> None:
@@ -94,7 +97,8 @@ class TrainingSource:
         elif isinstance(data, Dataset):
             self.pairs = DatasetPairs(data)
         else:
-            self.pairs = windows(data, pair_lag, steps) if steps else pairs(data, pair_lag)
+            self.pairs = windows(data, pair_lag, steps) if steps else lagged_pairs(data, pair_lag)
+        self.out_of_core = isinstance(self.pairs, Pairs) and is_read_batchwise(self.pairs.x_states)
         self._first: np.ndarray | None = None
         self.state_shape = tuple(self.first().shape[1:])
 
@@ -111,7 +115,7 @@ class TrainingSource:
         :func:`dpnets.biased.rescaled_pairs`; samples, :meth:`of_samples`)."""
         source = cls.__new__(cls)
         source.loader, source.batch_size, source._first, source.steps = None, None, None, 0
-        source.lag = None
+        source.lag, source.out_of_core = None, is_read_batchwise(p.x_states)
         source.pairs = p
         source.state_shape = tuple(p.x_states.shape[1:])
         return source
@@ -178,6 +182,7 @@ class TrainingSource:
             dtype=dtype,
             transform=transform,
             sharded=sharded,
+            out_of_core=self.out_of_core,
         )
 
     def prepare(

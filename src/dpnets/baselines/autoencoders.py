@@ -41,7 +41,7 @@ from dpnets.linalg import sym_pinv
 from dpnets.nn.mlp import default_mlp
 from dpnets.nn.registry import describe
 from dpnets.nn.utils import encode, module_dtype
-from dpnets.pairs import check_lag, pairs, resolve_lag
+from dpnets.pairs import check_lag, lagged_pairs, resolve_lag
 from dpnets.params import Constraint, instance_of, integer, real, satisfies
 from dpnets.spectral import DiscreteTimeModel
 from dpnets.states import is_streaming
@@ -199,7 +199,7 @@ class _KoopmanAutoencoder(DiscreteTimeModel):
 
         # the one-step pairs at the lag: latent covariance (eigenfunction norms) and the
         # samples on which predict(..., observable=) takes its values
-        x_train = pairs(data, pair_lag).X
+        x_train = lagged_pairs(data, pair_lag).X
 
         user_callback = run.callback
 
