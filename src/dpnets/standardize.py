@@ -6,16 +6,15 @@ vector states fed to an encoder whose first operation is affine, :func:`affine_f
 computes it in float64 from one pass over the training states (:func:`state_moments`),
 warns where inputs left as given have an extreme scale, and returns a :class:`Scaling`:
 its ``shift`` and ``scale`` (None when the inputs are used as given), applied to numpy
-states by :meth:`Scaling.apply` (:func:`standardise`), to the training batches through
-:meth:`Scaling.batch_transform`, and put in front of an encoder as an :class:`InputScaler`
-module by :meth:`Scaling.compose` (derivatives with respect to the raw states: generator
-learning, the exported collective variables). A fitted :class:`dpnets.DPNet` stores it as
+states by :meth:`Scaling.apply` (:func:`standardise`; also the transform of the training
+batches), and put in front of an encoder as an :class:`InputScaler` module by
+:meth:`Scaling.compose` (derivatives with respect to the raw states: generator learning,
+the exported collective variables). A fitted :class:`dpnets.DPNet` stores it as
 ``input_shift_`` / ``input_scale_`` (:meth:`Scaling.of`), the keys of its saved file.
 """
 
 from __future__ import annotations
 
-import functools
 import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -88,12 +87,6 @@ class Scaling:
     def apply(self, x: Any) -> Any:
         """Standardised states (float64), or ``x`` itself without standardisation."""
         return x if self.shift is None else standardise(x, self.shift, self.scale)
-
-    def batch_transform(self) -> Callable[[Any], np.ndarray] | None:
-        """The transform of the training batches (:mod:`dpnets.batching`), or None."""
-        if self.shift is None:
-            return None
-        return functools.partial(standardise, shift=self.shift, scale=self.scale)
 
     def compose(self, encoder: nn.Module, device: torch.device, dtype: torch.dtype) -> nn.Module:
         """``encoder`` on raw states: an :class:`InputScaler` in ``dtype`` on ``device``

@@ -211,7 +211,7 @@ class TrainingSource:
             rng=rng,
             device=device,
             dtype=dtype,
-            transform=scaling.batch_transform() if standardize_batches else None,
+            transform=scaling.apply if standardize_batches and scaling.shift is not None else None,
             sharded=sharded,
         )
         return Prepared(scaling, train, val, n_train, first, dtype, self.state_shape)
