@@ -23,9 +23,8 @@ import dpnets
 from dpnets import DPNet, TransferOperator, io
 from dpnets.io import InvalidModelFile
 from dpnets.nn import MLP
-from dpnets.representation import InputScaler
+from dpnets.standardize import InputScaler, state_moments
 from dpnets.systems import MarkovChain, OrnsteinUhlenbeck
-from dpnets.training_source import state_moments
 from dpnets.validation import pcca
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -22,7 +22,7 @@ from dpnets.baselines import DMD, EDMD
 from dpnets.ito import SDE
 from dpnets.linalg import sym_matrix_function
 from dpnets.moments import Moments
-from dpnets.pairs import pair_segments, pairs
+from dpnets.pairs import lagged_pairs, pair_segments
 from dpnets.spectral import constant_in_span
 from dpnets.states import OutOfCoreStates, check_states
 
@@ -370,7 +370,7 @@ def test_check_states_counts_nonfinite_values_over_chunks() -> None:
     with pytest.raises(ValueError, match="contains 3 NaN or inf"):
         check_states(a, "X")
     with pytest.raises(ValueError, match="X contains 3 NaN"):
-        pairs((a, a), 1)
+        lagged_pairs((a, a), 1)
 
 
 # --------------------------------------------------------------------------- Generator

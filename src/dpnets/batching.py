@@ -10,6 +10,7 @@ split by :func:`split_loader` and its batches converted by :class:`ConvertedLoad
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -43,6 +44,7 @@ def split_batchers(
     dtype: torch.dtype,
     transform: Callable[[Any], Any] | None = None,
     sharded: bool = False,
+    out_of_core: bool | None = None,
 ) -> tuple[IndexBatcher, IndexBatcher | None, int]:
     """A random train/validation split of ``p`` (``val_fraction`` of the pairs or windows
     held out) as index batchers: ``(train, val or None, n_train)``. ``p`` is in-memory
@@ -52,6 +54,8 @@ def split_batchers(
     The validation batcher (batches of 8192, in order) shares the converted states of the
     training one; ``transform`` (the input standardisation) is applied once, in float64.
     ``sharded``: distributed training, each process yields its part of every batch.
+    ``out_of_core``: whether the states of :class:`~dpnets.pairs.Pairs` are read batch by
+    batch (None: asked of the states, :func:`~dpnets.states.is_read_batchwise`).
     """
     n = len(p)
     perm = torch.randperm(n, generator=rng).numpy()
@@ -59,7 +63,10 @@ def split_batchers(
     if n - n_val < 1:
         raise ValueError(f"not enough samples ({n}) for training with val_fraction={val_fraction}")
     p_train, p_val = p.subset(np.sort(perm[n_val:])), p.subset(np.sort(perm[:n_val]))
-    batcher = IndexBatcher if isinstance(p, Pairs) else DatasetBatcher
+    if isinstance(p, Pairs):
+        batcher: Any = functools.partial(IndexBatcher, out_of_core=out_of_core)
+    else:
+        batcher = DatasetBatcher
     train = batcher(
         p_train,
         batch_size,
@@ -74,7 +81,7 @@ def split_batchers(
         val = batcher(
             p_val, 8192, device=device, dtype=dtype, shuffle=False, like=train, sharded=sharded
         )
-    return train, val, len(p_train)
+    return train, val, n - n_val
 
 
 class IndexBatcher:

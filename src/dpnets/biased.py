@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 
 from dpnets.pairs import Pairs, PairSegment, check_lag
+from dpnets.scores import GENERATOR_SCORES
 from dpnets.states import check_not_rows, check_states, chunks, is_streaming, to_numpy
 
 __all__ = [
@@ -55,6 +56,7 @@ __all__ = [
     "weighted_chunks",
     "check_sample_weight",
     "importance_weights",
+    "check_weight_args",
 ]
 
 #: segments of rescaled time shorter than this fraction of the shortest frame are dropped
@@ -287,9 +289,33 @@ def importance_weights(
     None when neither is given; both at once are refused."""
     if log_weights is None:
         return check_sample_weight(sample_weight, sum(lengths))
+    check_weight_args(log_weights, sample_weight, objective="generator")
+    return np.exp(np.concatenate(check_log_weights(log_weights, lengths)))
+
+
+def check_weight_args(
+    log_weights: Any, sample_weight: Any, *, objective: str, windows: bool = False
+) -> None:
+    """Refuse weights a fit cannot use, each in one line naming the argument. On samples
+    (``objective`` ``"generator"`` or ``"dirichlet"``) both are importance weights: one or
+    the other. On lagged pairs (any other ``objective``), ``sample_weight`` is refused
+    (``log_weights`` pairs frames in rescaled time), and so are ``log_weights`` with
+    multi-step ``windows`` (rescaled time has none)."""
+    if objective in GENERATOR_SCORES:
+        if log_weights is not None and sample_weight is not None:
+            raise ValueError(
+                "pass either sample_weight (importance weights exp(beta V)) or log_weights "
+                "(beta V), not both"
+            )
+        return
     if sample_weight is not None:
         raise ValueError(
-            "pass either sample_weight (importance weights exp(beta V)) or log_weights "
-            "(beta V), not both"
+            f"sample_weight weighs the samples of the generator objectives, not lagged "
+            f"pairs (objective={objective!r}): for trajectories of a biased run pass "
+            "log_weights (beta V per frame), which pairs them in rescaled time"
         )
-    return np.exp(np.concatenate(check_log_weights(log_weights, lengths)))
+    if log_weights is not None and windows:
+        raise ValueError(
+            "log_weights pairs frames in rescaled time, which has no multi-step windows: "
+            "set consistency=0"
+        )

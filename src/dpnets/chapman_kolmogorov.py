@@ -340,18 +340,18 @@ def _ck_curves(
     """Predicted and estimated set-to-set probabilities, (len(steps), n_sets, n_sets) each;
     with ``lag0`` both start with the value at lag 0, ``E_pi[m_i m_j] / E_pi[m_i]`` on the
     data (the identity for crisp sets, the self-overlap of fuzzy ones; never drawn)."""
-    from dpnets.pairs import pairs
+    from dpnets.pairs import lagged_pairs
 
     tau = int(model.lag_)
     if not model.holds_training_data:  # a loaded model: its operator re-estimated on trajs
         model = refit_at_lag(model, trajs, tau)
-    x0 = pairs(trajs, tau).X
+    x0 = lagged_pairs(trajs, tau).X
     weights = np.real(model.stationary_weights(x0))
     m0 = evaluate_memberships(memberships, x0)
     norm = (weights[:, None] * m0).sum(0)  # E_pi[m_i], up to the sample count
 
     def propagate(op: Any, t: int, lag: int) -> np.ndarray:
-        values = evaluate_memberships(memberships, pairs(trajs, lag).Y)
+        values = evaluate_memberships(memberships, lagged_pairs(trajs, lag).Y)
         km = np.real(op.predict(x0, t=t, observable=values))  # (n, n_sets): K^t m_j at x0
         return (weights[:, None] * m0).T @ km / norm[:, None]
 

@@ -66,6 +66,7 @@ __all__ = [
     "training_diagnostics",
     "saturation_diagnostics",
     "steps_diagnostics",
+    "fit_diagnostics",
     "range_diagnostics",
     "warn",
     "ABOVE_ONE_TOL",
@@ -406,3 +407,31 @@ def range_diagnostics(
             "differences, or the deviations from a trend)",
         )
     ]
+
+
+def fit_diagnostics(
+    history: dict,
+    objective: str,
+    *,
+    n_train: int | None,
+    batch_size: int,
+    epochs: int,
+    n_features: int | None = None,
+    trivial: int = 0,
+    n_inputs: int | None = None,
+) -> list[Diagnostic]:
+    """The findings on the training of a neural feature map: a training run not converged
+    (:func:`training_diagnostics`), too few gradient steps (:func:`steps_diagnostics`,
+    with ``n_train``), a score saturated at its ceiling (:func:`saturation_diagnostics`,
+    with ``n_features``, ``trivial`` of them trivial) and few pairs per input coordinate
+    (:func:`sample_diagnostics`, with ``n_inputs`` and ``n_train``)."""
+    found = training_diagnostics(history, objective)
+    if n_train is not None:
+        epochs = len(history.get("train_score", [])) or int(epochs)
+        found += steps_diagnostics(n_train, int(batch_size), epochs)
+    if n_features is not None:
+        found += saturation_diagnostics(history, int(n_features), trivial, objective)
+    if n_inputs is not None and n_train is not None:
+        what, remedy = "input coordinates", "fewer input coordinates"
+        found += sample_diagnostics(n_train, int(n_inputs), what, remedy)
+    return found

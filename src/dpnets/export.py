@@ -907,7 +907,7 @@ def _float64_standardisation(net: Any, module: nn.Module) -> nn.Module:
     float64 of the fitted ``input_shift_``/``input_scale_`` (the model standardises in
     float64 before casting to the encoder's dtype; the module's buffers are in the
     encoder's): the values folded into the file and its reference are the model's own."""
-    from dpnets.representation import InputScaler
+    from dpnets.standardize import InputScaler
 
     shift = getattr(net, "input_shift_", None)
     if not (
@@ -976,7 +976,7 @@ def _folded(module: nn.Module) -> nn.Module:
     """``module`` with a DPNet's input standardisation folded into the encoder's first
     ``Linear`` layer (``W (x - m) / s + b = (W / s) x + (b - (W / s) m)``, computed in
     float64): one affine map less per call. A copy; the module itself when nothing folds."""
-    from dpnets.representation import InputScaler
+    from dpnets.standardize import InputScaler
 
     if not (
         isinstance(module, nn.Sequential)

@@ -14,13 +14,14 @@ features is :class:`dpnets.generator.Generator` (App. E), the SDE maths is in
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from dpnets.ito import SDE, check_samples, derivatives_in_chunks, warn_if_piecewise_linear
+from dpnets.nn.utils import module_device, module_dtype
 from dpnets.scores import GeneratorLoss
 from dpnets.states import check_state_shape
 from dpnets.training_source import TrainingSource
@@ -75,24 +76,25 @@ def generator_objective(
     constant: bool,
     device: torch.device,
     dtype: torch.dtype,
-) -> tuple[Callable[[Tensor], tuple[Tensor, Tensor]], GeneratorLoss]:
+) -> tuple[Callable[[Sequence[Tensor]], tuple[Tensor, ...]], GeneratorLoss]:
     """The training objective of a generator mode on the feature module ``fmap`` (on raw
-    states: derivatives are taken with respect to them): ``(derivatives, loss)``, where
-    ``derivatives(xb)`` moves a batch of samples to ``device``/``dtype`` and returns the
-    features and their Itô derivatives (or diffusion Jacobians), and ``loss(*derivatives(xb))``
+    states: derivatives are taken with respect to them): ``(outputs, loss)``, where
+    ``outputs(batch)`` moves a batch of samples (and their importance weights, third, if
+    any) to ``device``/``dtype`` and returns what ``loss`` takes: the features and their
+    Itô derivatives (or diffusion Jacobians), then the weights; ``loss(*outputs(batch))``
     is minus ``P_d^gamma`` (Thm. 2, Eq. 14)."""
     if objective == "generator":
         warn_if_piecewise_linear(fmap)
     form = generator_form(objective)
     loss_fn = GeneratorLoss(float(gamma), form, constant=bool(constant))
 
-    def derivatives(xb: Tensor) -> tuple[Tensor, Tensor]:
-        xb = xb.to(device, non_blocking=True).to(dtype)
+    def outputs(batch: Sequence[Tensor]) -> tuple[Tensor, ...]:
+        xb = batch[0].to(device, non_blocking=True).to(dtype)
         if form == "ito":
-            return sde.ito_derivative(fmap, xb)
-        return sde.diffusion_jacobian(fmap, xb)
+            return (*sde.ito_derivative(fmap, xb), *batch[2:])
+        return (*sde.diffusion_jacobian(fmap, xb), *batch[2:])
 
-    return derivatives, loss_fn
+    return outputs, loss_fn
 
 
 def generator_objective_score(
@@ -104,13 +106,12 @@ def generator_objective_score(
     objective: str,
     gamma: float,
     constant: bool,
-    device: torch.device,
-    dtype: torch.dtype,
 ) -> float:
     """The generator score ``P_d^gamma`` (higher is better) of the fitted feature module
     ``fmap`` on the samples ``data`` (checked: ``(n, *state_shape)``, the fitted shape; ``name``
-    the estimator's, for the error), in chunks without gradients; ``fmap``'s training mode is
-    restored."""
+    the estimator's, for the error), in chunks without gradients on ``fmap``'s device and in
+    its dtype; ``fmap``'s training mode is restored."""
+    device, dtype = module_device(fmap), module_dtype(fmap)
     if not isinstance(sde, SDE):
         raise ValueError(f"objective={objective!r} needs the model's sde (DPNet(..., sde=...))")
     samples = check_samples(data)

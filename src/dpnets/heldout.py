@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from dpnets.linalg import spectral_method, sym_matrix_function
-from dpnets.pairs import Pairs, pairs, resolve_lag
+from dpnets.pairs import Pairs, lagged_pairs, resolve_lag
 from dpnets.scores import projection_score, vamp_score
 
 __all__ = ["heldout_score", "basis_score", "heldout_pairs", "vamp_e_score", "HELDOUT_KINDS"]
@@ -27,7 +27,7 @@ HELDOUT_KINDS = ("vamp1", "vamp2", "vampE", "projection")
 
 def heldout_pairs(X: Any, lag: int) -> Pairs:
     """The pairs of held-out data ``X`` (trajectories, or pre-paired ``(X, Y)``) at ``lag``."""
-    return pairs(X, resolve_lag(X, lag)[0])
+    return lagged_pairs(X, resolve_lag(X, lag)[0])
 
 
 def heldout_score(

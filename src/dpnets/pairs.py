@@ -8,8 +8,9 @@ Accepted data forms (everywhere a ``data`` argument appears):
 * a ``torch.utils.data.Dataset`` or ``DataLoader`` yielding ``(x, y)`` pairs, for data that
   does not fit in memory (:class:`DatasetPairs`).
 
-In-memory data is never copied into pairs: :class:`Pairs` keeps the states once and two
-index arrays ``i, j`` (``j = i + lag`` along a trajectory), :func:`windows` the multi-step
+In-memory data is never copied into pairs: :class:`Pairs` (made by :func:`lagged_pairs`)
+keeps the states once and two index arrays ``i, j`` (``j = i + lag`` along a trajectory),
+:func:`windows` the multi-step
 windows, and :func:`pair_segments` the pairs of each trajectory as contiguous segments (the
 chunked fits, out-of-core data).
 """
@@ -28,8 +29,8 @@ from dpnets.states import (
     check_not_rows,
     check_states,
     chunks,
+    in_memory_unless_large,
     is_out_of_core,
-    is_read_batchwise,
     is_sparse,
     is_streaming,
 )
@@ -38,7 +39,7 @@ __all__ = [
     "check_lag",
     "resolve_lag",
     "Pairs",
-    "pairs",
+    "lagged_pairs",
     "PairSegment",
     "pair_segments",
     "windows",
@@ -112,16 +113,7 @@ def _take(states: np.ndarray, idx: np.ndarray) -> np.ndarray:
     return states[idx]
 
 
-def _in_memory_unless_large(states: np.ndarray | OutOfCoreStates) -> np.ndarray | OutOfCoreStates:
-    """Out-of-core states larger than :data:`~dpnets.states.OUT_OF_CORE_BYTES` stay on disk
-    (read batch by batch by :class:`~dpnets.batching.IndexBatcher`); smaller ones are read
-    into memory."""
-    if isinstance(states, OutOfCoreStates) and not is_read_batchwise(states.source):
-        return np.asarray(states[0 : states.shape[0]])
-    return states
-
-
-def pairs(data: object, lag: int = 1) -> Pairs:
+def lagged_pairs(data: object, lag: int = 1) -> Pairs:
     """Turn ``data`` into validated lagged :class:`Pairs` (states referenced, not copied).
 
     One out-of-core trajectory (an ``h5py.Dataset``) larger than
@@ -152,7 +144,7 @@ def pairs(data: object, lag: int = 1) -> Pairs:
     if len(segments) == 1:
         s = segments[0]
         idx = np.arange(s.n, dtype=np.int64)
-        x, y = _in_memory_unless_large(s.x_states), _in_memory_unless_large(s.y_states)
+        x, y = in_memory_unless_large(s.x_states), in_memory_unless_large(s.y_states)
         return Pairs(x, x if s.y_states is s.x_states else y, s.x0 + idx, s.y0 + idx)
     trajs = [np.asarray(s.x_states) for s in segments]
     states = np.concatenate(trajs, axis=0)
@@ -207,7 +199,7 @@ def pair_segments(data: object, lag: int = 1, lazy: bool = True) -> list[PairSeg
     Parameters
     ----------
     data : array, list of arrays, or tuple ``(X, Y)``
-        As :func:`pairs`; the arrays may be memory-mapped (``np.load(path, mmap_mode="r")``)
+        As :func:`lagged_pairs`; the arrays may be memory-mapped (``np.load(path, mmap_mode="r")``)
         or, with ``lazy``, out-of-core arrays such as ``h5py.Dataset`` objects.
     lag : int, default 1
         Time lag in steps between ``X`` and ``Y``. Must be 1 for pre-paired data.
@@ -218,12 +210,12 @@ def pair_segments(data: object, lag: int = 1, lazy: bool = True) -> list[PairSeg
     Returns
     -------
     list of PairSegment
-        In the order of the pairs of :func:`pairs` on the same data.
+        In the order of the pairs of :func:`lagged_pairs` on the same data.
 
     Raises
     ------
     ValueError
-        As :func:`pairs`.
+        As :func:`lagged_pairs`.
     """
     lag = check_lag(lag)
     if is_streaming(data):
@@ -289,7 +281,7 @@ def windows(data: object, lag: int, n_steps: int) -> Pairs:
     """Multi-step windows ``(x_t, x_{t+lag}, ..., x_{t+n_steps lag})`` as :class:`Pairs`
     with a 2-D ``j`` of shape (n, n_steps), ``j[:, k] = i + (k + 1) lag``.
 
-    Windows never cross a trajectory boundary (``pairs`` with lag ``n_steps * lag``), so the
+    Windows never cross a trajectory boundary (``lagged_pairs`` with lag ``n_steps * lag``), so the
     last ``n_steps * lag`` frames of each trajectory start no window. An
     :class:`~dpnets.batching.IndexBatcher` over them yields ``(x, ys)`` with ``ys`` of shape
     ``(batch, n_steps, *state_shape)``. Pre-paired ``(X, Y)`` data hold one step only.
@@ -300,9 +292,9 @@ def windows(data: object, lag: int, n_steps: int) -> Pairs:
                 f"(X, Y) pairs hold one step; n_steps={n_steps} needs trajectories "
                 "(an array or a list of arrays)"
             )
-        p = pairs(data, 1)
+        p = lagged_pairs(data, 1)
         return Pairs(p.x_states, p.y_states, p.i, p.j[:, None])
-    p = pairs(data, lag * n_steps)
+    p = lagged_pairs(data, lag * n_steps)
     offsets = lag * np.arange(1, n_steps + 1, dtype=np.int64)
     return Pairs(p.x_states, p.y_states, p.i, p.i[:, None] + offsets[None, :])
 

@@ -3,23 +3,20 @@
 from __future__ import annotations
 
 import copy
+import functools
 import math
 import os
-import warnings
-from collections.abc import Callable, Iterable
-from typing import Any, ClassVar, NamedTuple
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 from torch import Tensor, nn
-from torch.utils.data import DataLoader
 
 from dpnets import diagnostics
 from dpnets.base import BaseEstimator, TransformerMixin, fit_data
-from dpnets.biased import importance_weights, rescaled_pairs
+from dpnets.biased import check_weight_args, importance_weights
 from dpnets.diagnostics import Diagnostic
-from dpnets.distributed import broadcast_int, broadcast_module, world_size
-from dpnets.distributed import is_active as dist_active
 from dpnets.exceptions import check_is_fitted
 from dpnets.generator_learning import (
     generator_objective,
@@ -32,7 +29,7 @@ from dpnets.ito import SDE
 from dpnets.nn.mlp import default_mlp
 from dpnets.nn.registry import describe
 from dpnets.nn.utils import encode, module_device, module_dtype
-from dpnets.pairs import check_lag, resolve_lag
+from dpnets.pairs import check_lag
 from dpnets.params import (
     Constraint,
     boolean,
@@ -44,24 +41,13 @@ from dpnets.params import (
     real,
     satisfies,
 )
-from dpnets.scores import GENERATOR_SCORES, SCORES, MultistepLoss, make_loss
-from dpnets.states import check_frames, check_state_shape, is_streaming
-from dpnets.training import (
-    TRAINING_CONSTRAINTS,
-    Checkpoint,
-    batch_rng,
-    fit_checkpoint,
-    full_batch_score,
-    initial_module,
-    local_seed,
-    resolve_device,
-    restore_on_failure,
-    run_checkpoint,
-    train_estimator,
-)
-from dpnets.training_source import Prepared, TrainingSource, standardise, training_source
+from dpnets.scores import GENERATOR_SCORES, SCORES, make_loss, pair_objective
+from dpnets.standardize import MODES, Scaling
+from dpnets.states import check_frames, check_state_shape
+from dpnets.training import TRAINING_CONSTRAINTS, FitRun, initial_module
+from dpnets.training_source import Prepared, TrainingSource, training_source
 
-__all__ = ["DPNet", "InputScaler", "DEFAULTS", "dump_dpnet", "restore_dpnet"]
+__all__ = ["DPNet", "DEFAULTS", "dump_dpnet", "restore_dpnet"]
 
 #: The defaults of :class:`DPNet`, chosen on ``benchmarks/bench_out_of_box.py`` (five systems
 #: with reference timescales, raw and rescaled data; see ``benchmarks/results/out_of_box``).
@@ -74,164 +60,44 @@ DEFAULTS: dict[str, Any] = {
     "epochs": 30,
 }
 
-_STANDARDIZE = ("auto", "coordinate", "global", "none")
-
-
-def _affine_first(module: nn.Module) -> bool:
-    """Whether a module's first operation on its input is affine (standardising the input
-    then only reparametrises it): its own ``standardize_inputs`` declaration, else a
-    ``Linear`` layer or a ``Sequential`` whose first child is affine."""
-    declared = getattr(module, "standardize_inputs", None)
-    if declared is not None:
-        return bool(declared)
-    if isinstance(module, nn.Linear):
-        return True
-    if isinstance(module, nn.Sequential) and len(module) > 0:
-        return _affine_first(module[0])
-    return False
-
-
-def _warn_extreme_scale(
-    states: np.ndarray, field: bool = False, low: float = 1e-3, high: float = 1e3
-) -> None:
-    """Warn when inputs left as given under ``standardize="auto"`` have an extreme scale,
-    saying why they were left (the reason true for the encoder at hand) and the fix.
-
-    ``field``: states with several axes and an encoder whose first operation is affine
-    (the default MLP flattens them into a ``Linear`` layer); they are judged by their
-    overall scale, since near-constant pixels are normal in a field, and the fix is
-    ``standardize="global"``. Otherwise (an encoder whose first operation is not affine)
-    every coordinate is judged and the fix is ``"coordinate"`` or a declaration."""
-    x = np.asarray(states, dtype=np.float64).reshape(len(states), -1)
-    if x.shape[0] < 2:
-        return
-    if field:
-        spread, sd = np.abs(x).max(), x.std()
-        if spread <= high and not (0 < sd < low):
-            return
-        warnings.warn(
-            f"the inputs are left as given (standardize='auto': states of shape "
-            f"{tuple(np.shape(states)[1:])} are fields, and z-scoring each of their "
-            f"{x.shape[1]} coordinates would weigh near-constant pixels like the active "
-            f"ones), and their overall scale is extreme (|x| up to {spread:.3g}, standard "
-            f"deviation {sd:.3g}); pass standardize='global' (one shift and scale for the "
-            "whole field)",
-            RuntimeWarning,
-            stacklevel=5,
-        )
-        return
-    spread = np.abs(x).max(axis=0)
-    sd = x.std(axis=0)
-    if np.any(spread > high) or np.any((sd > 0) & (sd < low)):
-        warnings.warn(
-            f"the inputs are left as given (standardize='auto': the encoder's first "
-            f"operation is not affine, so standardising would change its function), and "
-            f"their coordinates have extreme scales (|x| up to {spread.max():.3g}, standard "
-            f"deviations down to {sd[sd > 0].min() if np.any(sd > 0) else 0.0:.3g}); if the "
-            "encoder expects standardised inputs pass standardize='coordinate', or declare "
-            "standardize_inputs = True on it",
-            RuntimeWarning,
-            stacklevel=5,
-        )
-
-
-class InputScaler(nn.Module):
-    """``x -> (x - shift) / scale`` with buffers broadcast over the batch axis.
-
-    The input standardisation of a fitted :class:`DPNet` as a module, so that derivatives
-    (generator learning) are taken with respect to the raw states.
-    """
-
-    def __init__(self, shift: Tensor, scale: Tensor) -> None:
-        super().__init__()
-        shift, scale = torch.as_tensor(shift), torch.as_tensor(scale)
-        if not bool(torch.isfinite(shift).all()) or not bool(
-            (torch.isfinite(scale) & (scale > 0)).all()
-        ):
-            raise ValueError(
-                f"the input standardisation (input_shift_, input_scale_) is not representable "
-                f"in {shift.dtype}: the scale underflows to 0 or the shift/scale overflow "
-                f"(scales from {float(scale.min()):.3g} to {float(scale.max()):.3g}); rescale "
-                "the states, or use a float64 encoder (encoder.double())"
-            )
-        self.register_buffer("shift", shift)
-        self.register_buffer("scale", scale)
-
-    def forward(self, x: Tensor) -> Tensor:
-        return (x - self.shift) / self.scale
-
-
-class _FitRun(NamedTuple):
-    """What every training call of one ``DPNet.fit`` shares."""
-
-    callback: Callable | None  # the user's per-epoch callback
-    checkpoint: Checkpoint | None
-    rng: torch.Generator  # the split and the batch order (seeded with ``seed``)
-
 
 class DPNet(TransformerMixin, BaseEstimator):
     """Deep Projection Network: a learned feature map ``psi: X -> R^r``.
 
     Trains ``encoder`` (and optionally a separate ``lagged_encoder`` psi') by mini-batch
-    maximisation of a DPNets score (paper Alg. 1):
-
-    The training objective (``objective``):
-
-    * ``"relaxed"`` — ``S^gamma`` (Eq. 9), no matrix inversion, the paper's default;
-    * ``"projection"`` — ``P^gamma`` (Eq. 7);
-    * ``"vamp1"``, ``"vamp2"`` — VAMP scores (centred, +1 convention; with ``gamma=0`` this
-      is VAMPNets);
-    * ``"generator"`` — continuous time: the generator score ``P_d^gamma`` (Thm. 2, Eq. 14)
-      of an SDE given as ``sde=``, from Itô derivatives of the features (Eqs. 12-13);
-      ``fit(X)`` then takes samples of the invariant distribution, not pairs;
-    * ``"dirichlet"`` — the same for reversible SDEs through the Dirichlet form (first
-      derivatives only).
+    maximisation of a DPNets score (paper Alg. 1), the ``objective``: ``"projection"``
+    (``P^gamma``, Eq. 7), ``"relaxed"`` (``S^gamma``, Eq. 9, no matrix inversion),
+    ``"vamp1"``/``"vamp2"`` (VAMP scores; VAMPNets with ``gamma=0``), or in continuous time
+    ``"generator"`` (``P_d^gamma`` of the SDE ``sde``, Thm. 2, Eq. 14, from Itô derivatives
+    of the features) and ``"dirichlet"`` (reversible SDEs, first derivatives only), whose
+    ``fit(X)`` takes samples of the invariant distribution, not pairs.
 
     After ``fit``, :meth:`transform` evaluates ``psi`` and :class:`dpnets.TransferOperator`
     regresses the operator on it; :meth:`score` is the held-out VAMP-2 score of ``[1, psi]``
-    (so ``GridSearchCV(DPNet(...), grid)`` selects with its default scoring).
-
-    Forecasting the state: the learned features describe the slow processes and need not
-    span the state itself (Lorenz-63 at lag 1: one-step RMSE 0.84 on ``psi`` alone against
-    persistence 0.65). Append the state in the regression,
-    ``TransferOperator(DPNet(...), append_state=True)``, which regresses on ``[x, psi(x)]``
-    (0.09 there; a KS field: 0.223 against persistence 0.255). That option lives on the
-    operator, not here, by design: as in kooplearn and PyDMD the feature map is one object
-    and the regression's dictionary another, so ``transform``, :meth:`score`, ``r`` and
-    the exported collective variables keep meaning ``psi``; the array of both is
-    ``np.hstack([X, net.transform(X)])``.
+    (``GridSearchCV``'s default scoring). To forecast the state, regress on ``[x, psi(x)]``:
+    ``TransferOperator(DPNet(...), append_state=True)`` (``docs/concepts.md``).
 
     Parameters
     ----------
     encoder : torch.nn.Module, optional
-        Maps a batch of states ``(batch, *state_shape)`` to ``(batch, r)``. It is copied at
-        ``fit`` (the module passed is never changed); the trained copy is ``encoder_``.
-        ``None`` (default) builds the library's MLP at ``fit``, sized to the data: the
-        flattened state, two hidden layers of 64 CELU units, ``r`` outputs
-        (``dpnets.nn.MLP(d, (64, 64), r, activation="celu")``).
+        Maps states ``(batch, *state_shape)`` to ``(batch, r)``; ``fit`` trains a copy,
+        ``encoder_``. ``None``: the library's MLP sized to the data (``dpnets.nn.MLP(d,
+        (64, 64), r, activation="celu")``, ``d`` the flattened state).
     r : int, default 4
-        Number of learned features of the default encoder (``encoder=None``); an encoder
-        you pass sets its own ``r`` (this parameter is then unused).
+        Number of learned features of the default encoder (an encoder you pass sets its
+        own ``r``).
     lag : int, optional
-        Lag in frames between the paired states of trajectories (default: 1). For
-        pre-paired ``(X, Y)`` data and Datasets, the lag they were paired at, recorded in
-        ``lag_`` for :class:`dpnets.TransferOperator` and timescales (default: unknown).
-        Ignored by the generator objectives.
+        Lag in frames of the pairs of trajectories (default: 1); for pre-paired data and
+        Datasets, the lag they were paired at (default: unknown).
     lagged_encoder : torch.nn.Module, optional
-        psi' for the evolved states. ``None`` (default) shares psi's weights, which is exact
-        for normal (e.g. reversible) operators and halves the cost.
+        psi' for the evolved states; ``None`` shares psi's weights (exact for normal
+        operators, e.g. reversible ones).
     objective : {"projection", "relaxed", "vamp1", "vamp2", "generator", "dirichlet"}
-        The training score. Default "projection" (``P^gamma``); "relaxed" (``S^gamma``) is
-        the better choice when the feature covariances are too ill-conditioned to invert
-        (see :func:`dpnets.scores.relaxed_score`). The method :meth:`score` is the held-out
-        VAMP-2 score, whatever the objective.
+        The training score. Default "projection"; "relaxed" where the feature covariances
+        are too ill-conditioned to invert (:func:`dpnets.scores.relaxed_score`).
     gamma : float, default 0.1
-        Weight of the metric distortion penalty on the paper's scale: the scores subtract
-        ``gamma (R(Cx) + R(Cy)) / (2d)`` (``R`` averaged over the eigenvalues, as in the
-        authors' code), so ``gamma = 1`` is the paper's setting for any ``r``. The default
-        0.1 keeps the feature covariances well conditioned while biasing the timescales
-        less than the paper's 1 at a modest budget (the study behind the defaults:
-        ``benchmarks/README.md``).
+        Weight of the metric distortion penalty, on the paper's scale for any ``r`` (the
+        scores subtract ``gamma (R(Cx) + R(Cy)) / (2d)``).
     lr : float, default 1e-3
         Learning rate.
     batch_size : int, default 1024
@@ -240,88 +106,40 @@ class DPNet(TransformerMixin, BaseEstimator):
     val_fraction : float, default 0.1
         Fraction of pairs held out (at random) to select the best epoch; 0 disables.
     standardize : {"auto", "coordinate", "global", "none"}, default "auto"
-        Input standardisation fitted on the training states and stored with the model, so
-        that raw data in any units gives the same result as z-scored data. "coordinate":
-        each state coordinate to zero mean and unit variance; "global": one shift and scale
-        for all coordinates; "none": inputs as given. "auto" standardises ("coordinate")
-        only where that is a reparametrisation of the same function class: vector states
-        ``(T, d)`` and an encoder whose first operation is affine (a ``Linear`` layer, our
-        :class:`~dpnets.nn.MLP` and the default encoder, a ``Sequential`` starting with
-        one, or a module declaring ``standardize_inputs = True``). Any other first
-        operation (periodic embeddings, :class:`~dpnets.nn.ConvEncoder`,
-        :class:`~dpnets.nn.SchNetEncoder`, your own module) gets the inputs as given, since
-        standardising would change the function you wrote; with inputs of extreme scale it
-        then warns and names the fix. Fields (states ``(T, *shape)`` with several axes,
-        e.g. ``(T, 4, 40, 80)`` snapshots) are left as given too, even by the default MLP
-        (which flattens them into a ``Linear`` layer): z-scoring each pixel gives
-        near-constant pixels the weight of the active ones (a cylinder flow: one-step
-        forecasts 15 % worse); a field of extreme overall scale warns naming
-        ``"global"``.
+        Input standardisation fitted on the training states and stored with the model
+        (:mod:`dpnets.standardize`): each coordinate to zero mean and unit variance, one
+        shift and scale for all, or none. "auto" is "coordinate" for vector states and an
+        encoder whose first operation is affine (the default MLP, a ``Linear`` layer, a
+        module declaring ``standardize_inputs = True``), else "none".
     constant : bool, default True
-        Complement the ``r`` learned features with the constant function: the score is that
-        of ``[1, psi]`` (see :mod:`dpnets.scores`), so ``r`` learned features describe ``r``
-        non-trivial processes and come out centred; :class:`dpnets.TransferOperator` adds
-        the constant back. ``False`` is the paper's convention (the network must spend one
-        of its ``r`` outputs on the constant), used by the paper experiments.
+        Score ``[1, psi]`` (:mod:`dpnets.scores`): ``r`` features for ``r`` non-trivial
+        processes. ``False`` is the paper's convention (one output spent on the constant).
     consistency : float, default 0.0
-        Weight ``beta`` of the multi-step (Chapman–Kolmogorov) consistency penalty
-        :func:`dpnets.scores.multistep_penalty` added to the loss (an addition of ours, not
-        in the paper): training then draws windows ``(x_t, x_{t+lag}, ...,
-        x_{t + K lag})`` with ``K = consistency_steps`` from the trajectories and minimises
-        ``-score(psi(x_t), psi(x_{t+lag})) + beta * sum_{k=2}^K ||K_k - K_1^k||_F^2``. It
-        favours an invariant feature span (eigenvalues that hold across lags); on the noisy
-        logistic map ``beta = 30`` beat every row of the paper's Table 1. Needs trajectories
-        (not pre-paired data or a Dataset) and a shared encoder; 0 disables it.
+        Weight of the multi-step consistency penalty :func:`dpnets.scores.multistep_penalty`
+        on windows of ``consistency_steps`` lags (trajectories and a shared encoder only).
     consistency_steps : int, default 2
-        ``K``, the longest multiple of the lag in the penalty (windows need ``K lag`` frames
-        after their start, so the last ``K lag`` frames of a trajectory start none).
     optimizer : str or torch.optim.Optimizer subclass, default "adam"
     optimizer_kwargs : dict, optional
     seed : int, optional
-        Makes a fit reproducible bit for bit (on the same device and software), whatever
-        torch's global RNG did before: it seeds the data split, the batch order, torch's
-        RNG inside ``fit`` only (dropout), and the *initial weights*: the copies of
-        ``encoder`` (and ``lagged_encoder``) that ``fit`` trains are re-initialised from
-        the seed (``reset_parameters()`` of every layer that has one), so the weights of the
-        module you passed do not matter, and that module is never changed. The caller's
-        global RNG state is restored after ``fit``. ``None`` (default) keeps your own
-        initialisation and draws the split and batches from fresh entropy; to start
-        from pretrained weights reproducibly, pass a seed and ``init="module"``.
+        Makes a fit reproducible bit for bit: it seeds the split, the batch order, torch's
+        RNG inside ``fit`` only and (``init="seed"``) the initial weights.
     init : {"seed", "module"}, default "seed"
-        Where a seeded fit's initial weights come from: "seed" draws them from ``seed``
-        (see ``seed``); "module" starts from the weights of the module(s) you passed
-        (pretrained weights, or your own seeded initialisation) while ``seed`` still fixes
-        the split, the batch order and dropout. Without a seed the modules' own weights
-        are used either way.
+        A seeded fit's initial weights: drawn from ``seed``, or those of the module(s)
+        you passed (pretrained weights).
     device : str or torch.device, optional
         Default: CUDA if available, else CPU.
     progress : bool, default True
         Show a tqdm progress bar (if tqdm is installed).
     sde : dpnets.ito.SDE, optional
-        The SDE, required by the generator scores (e.g.
-        :func:`dpnets.ito.overdamped_langevin`); the encoder must be twice differentiable
-        (smooth activations) for ``"generator"``.
+        The SDE of the generator objectives (:func:`dpnets.ito.overdamped_langevin`).
     distributed : {"auto", True, False}, default "auto"
-        Exact global-batch training on several processes (:mod:`dpnets.distributed`;
-        launch with ``torchrun``). "auto" trains distributed when a ``torch.distributed``
-        process group of more than one process is initialised; True requires one; False
-        trains in this process alone. Every process passes the same data (arrays, lists,
-        memory-mapped ``.npy``; not a Dataset); each draws the same global batches of
-        ``batch_size`` pairs (``seed``, or a seed drawn by rank 0) and encodes only its
-        part of each; the score of the whole batch comes from the sums of the covariances
-        over processes, so the weights do not depend on the number of processes (up to
-        floating-point reduction order). The initial weights are rank 0's. All processes
-        end with the same model; only rank 0 shows progress and writes checkpoints and
-        files (:func:`dpnets.save`).
+        Exact global-batch training on the processes of an initialised process group
+        (:mod:`dpnets.distributed`, ``torchrun``; "auto": when there is one). Every process
+        passes the same data (not a DataLoader).
     autocast : {None, "bf16", "fp16"}, default None
-        Mixed precision for the encoder during training (``torch.autocast``; "fp16" with a
-        gradient scaler): the features are cast back to the encoder's dtype before the
-        covariances, and the spectral work of the scores stays in float64, as always.
-        Worth it on GPUs with tensor cores for large encoders; :meth:`transform` runs in
-        the encoder's dtype.
+        Mixed precision for the encoder during training (``torch.autocast``).
     compile : bool, default False
-        Train through ``torch.compile(encoder)`` (the first steps are slower while it
-        compiles; needs a working compiler toolchain).
+        Train through ``torch.compile(encoder)``.
 
     Attributes
     ----------
@@ -418,7 +236,7 @@ class DPNet(TransformerMixin, BaseEstimator):
         "objective": one_of(*SCORES, *GENERATOR_SCORES),
         "gamma": real(0.0),
         **TRAINING_CONSTRAINTS,
-        "standardize": one_of(*_STANDARDIZE, True, False),
+        "standardize": one_of(*MODES, True, False),
         "constant": boolean(),
         "consistency": real(0.0),
         "consistency_steps": integer(2),
@@ -427,16 +245,6 @@ class DPNet(TransformerMixin, BaseEstimator):
         "compile": boolean(),
         "distributed": satisfies(lambda v: v in ("auto", True, False), "'auto', True or False"),
     }
-
-    def _check_params(self) -> None:
-        """The table, then the rules that tie parameters together or ask the environment."""
-        super()._check_params()
-        if self.distributed is True and not dist_active():
-            raise ValueError(
-                "distributed=True needs an initialised torch.distributed process group of "
-                "more than one process: launch with torchrun and call "
-                "dpnets.distributed.init_from_env() (or torch.distributed.init_process_group)"
-            )
 
     # ------------------------------------------------------------------ fitting
     def fit(
@@ -459,500 +267,185 @@ class DPNet(TransformerMixin, BaseEstimator):
         X : array, list of arrays, tuple (X, Y), Dataset or DataLoader
             One trajectory ``(T, *state_shape)``; a list of trajectories (pairs never cross
             a boundary); already-paired ``(X, Y)``; or a torch ``Dataset``/``DataLoader``
-            yielding ``(x, y)`` pairs. A map-style Dataset is split and batched exactly as
-            the arrays would be (one fetch per batch: a ``TensorDataset`` trains as fast as
-            arrays, and gives the same fit). A DataLoader is split the same way (its
-            ``batch_size`` kept; with default collation and no workers its batches are
-            fetched whole, otherwise two loaders with its settings are built); one over an
-            ``IterableDataset`` or with its own ``batch_sampler`` is used as is, without
-            validation (with a warning). Memory-mapped ``.npy`` and HDF5 states larger than
-            :data:`dpnets.states.OUT_OF_CORE_BYTES` are read batch by batch, never copied whole.
-            Integer and bool states are cast to floats; complex states are refused.
-            Generator objectives: samples ``(n, *state_shape)`` of the invariant distribution
-            (or a list of such arrays); the lag is ignored.
+            of ``(x, y)`` pairs (:func:`dpnets.training_source.training_source`; large
+            memory-mapped or HDF5 states are read batch by batch). Generator objectives:
+            samples ``(n, *state_shape)`` of the invariant distribution.
         y : array, optional
             The time-lagged partner of each row of ``X``: ``fit(X, Y)`` is ``fit((X, Y))``
-            (same checks; :func:`dpnets.base.fit_data`). A 1-D vector of one value per row
-            of multi-dimensional states (scikit-learn's target) is ignored with a warning.
+            (:func:`dpnets.base.fit_data`).
         lag : int, optional
-            Deprecated: the lag is the constructor parameter ``lag``; given here it
-            overrides it for this fit, with a ``FutureWarning``.
+            Deprecated (a ``FutureWarning``): the lag is the constructor parameter ``lag``.
         callback : callable, optional
             ``callback(epoch, model)`` after every epoch, with ``model`` usable (e.g.
-            ``model.transform``) on the current weights — for learning curves of any metric.
+            ``model.transform``) on the current weights.
         checkpoint : path, optional
-            Write the training state (weights, optimiser, random generators, epoch, history,
-            best epoch) there atomically every ``checkpoint_every`` epochs and at the end.
+            Write the training state there atomically every ``checkpoint_every`` epochs.
         checkpoint_every : int, default 1
         resume : bool, default False
-            Continue from ``checkpoint`` if it exists (needs ``seed``, so that the data
-            split is the same); the result equals an uninterrupted fit (bit for bit on CPU).
-            A checkpoint of other data or settings is refused.
+            Continue from ``checkpoint`` (needs ``seed``): the result of an uninterrupted
+            fit (bit for bit on CPU).
         log_weights : array (n_frames,) or list of arrays, optional
-            Data from a biased simulation: ``beta V`` of every frame, ``V`` the bias energy
-            (the engine's, e.g. PLUMED's ``metad.bias``; :func:`dpnets.read_log_weights`),
-            ``beta = 1 / kT``; one array of all frames in order, or one per trajectory.
-            Lagged pairs (``X`` trajectories) are then formed at ``lag`` frames of
-            *rescaled* time, frame ``k`` lasting ``exp(log_weights[k])`` frames, and weighted
-            by the rescaled time they span (:mod:`dpnets.biased`): the unbiased dynamics'
-            slow modes, valid for a bias that changes slowly compared with the lag and barely
-            acts at the transition states (Tiwary and Parrinello 2013; mlcolvar's
-            DeepTICA). Generator objectives: importance weights ``exp(log_weights)`` of the
-            samples instead, valid for any bias (Devergne et al., NeurIPS 2024).
+            Data from a biased simulation: ``beta V`` of every frame (``V`` the bias energy,
+            :func:`dpnets.read_log_weights`), one array of all frames or one per
+            trajectory. Pairs are then formed at ``lag`` frames of *rescaled* time and
+            weighted by the time they span (:mod:`dpnets.biased`); generator objectives take
+            ``exp(log_weights)`` as importance weights of the samples.
         sample_weight : array (n,), optional
-            Generator objectives only: importance weights of the samples (``exp(beta V)``
-            for samples of a biased law, as :meth:`dpnets.Generator.fit` takes them); the
-            covariances of every batch are weighted averages.
+            Generator objectives only: importance weights of the samples.
 
         Returns
         -------
         self
-
-        An interrupted or failed fit (Ctrl-C, an exception in ``callback``, divergence)
-        leaves the estimator exactly as it was before ``fit``.
+            An interrupted or failed fit (Ctrl-C, an exception in ``callback``, divergence)
+            leaves the estimator exactly as it was before ``fit``.
 
         Raises
         ------
         FloatingPointError
-            If training diverges (non-finite score, failed eigendecomposition, or a score
-            that ends below the initial one), with the likely cause and fix. A divergence
-            after some good epochs restores the best epoch with a warning instead.
+            If training diverges before a good epoch (:func:`dpnets.training.train`); later,
+            the best epoch is restored with a warning.
         """
         self._check_params()
+        run = FitRun.start(self, callback, checkpoint, checkpoint_every, resume)
+        with run.scope():  # (a shuffling DataLoader draws from torch's seeded RNG)
+            source = self._source(X, y, lag, log_weights, sample_weight)
+            d = int(np.prod(source.state_shape))
+            enc = run.initial(self.encoder, functools.partial(default_mlp, d, int(self.r)))
+            # the generator objectives standardise inside the feature map (derivatives with
+            # respect to the raw states), not the batches
+            samples = self.objective in GENERATOR_SCORES
+            prepared = run.prepare(source, enc, self.standardize, standardize_batches=not samples)
+            self.input_shift_, self.input_scale_ = prepared.scaling.shift, prepared.scaling.scale
+            if samples:
+                return self._fit_samples(run, prepared, enc)
+            return self._fit_pairs(run, prepared, enc, source.lag, source.steps)
+
+    def _source(
+        self, X: Any, y: Any, lag: int | None, log_weights: Any, sample_weight: Any
+    ) -> TrainingSource:
+        """The input of ``fit`` (:func:`dpnets.base.fit_data`) as the training source of the
+        objective, its ``lag`` the model's: samples of pi (generator objectives), or pairs,
+        windows or weighted pairs (:func:`dpnets.training_source.training_source`)."""
         data, lag = fit_data(self, X, y, lag)
-        self._check_weights_args(log_weights, sample_weight)
-        ckpt = fit_checkpoint(self, checkpoint, checkpoint_every, resume)
-        with restore_on_failure(self):
-            if self._sharded():
-                self._check_distributed(data)
-            device = resolve_device(self.device)
-            with local_seed(self.seed, device):  # (a shuffling DataLoader draws from it)
-                if self.objective in GENERATOR_SCORES:  # continuous time: samples of pi
-                    source = generator_samples(
-                        data,
-                        self.sde,
-                        self.objective,
-                        self.lagged_encoder,
-                        lambda n: importance_weights(sample_weight, log_weights, n),
-                    )
-                    model_lag = None
-                elif log_weights is not None:  # a biased run: weighted pairs in rescaled time
-                    pair_lag, model_lag = resolve_lag(data, lag)
-                    source = TrainingSource.of_pairs(rescaled_pairs(data, pair_lag, log_weights))
-                else:  # the one entry from any input to batches (pairs, or windows)
-                    steps = self._windows_steps(data)
-                    pair_lag, model_lag = resolve_lag(data, lag)
-                    source = training_source(data, pair_lag, steps)
-                run = _FitRun(callback, ckpt, self._rng())
-                enc = self._initial_module(self.encoder, source.state_shape).to(device)
-                if self._sharded():
-                    broadcast_module(enc)
-                settings = self._prepare_settings(enc, len(source.state_shape), run.rng, device)
-                prepared = source.prepare(**settings)  # standardisation, split, first states
-                self._set_scaler(prepared, settings["standardize"], source, enc)
-                sizes = (source.state_shape, source.steps)
-                if self.objective in GENERATOR_SCORES:
-                    return self._fit_samples(prepared, sizes, enc, run, device)
-                return self._fit_pairs(prepared, sizes, model_lag, enc, run, device)
-
-    def _check_weights_args(self, log_weights: Any, sample_weight: Any) -> None:
-        """Refuse weights the objective cannot use, each in one line naming the argument."""
+        steps = int(self.consistency_steps) if self.consistency else 0
+        if steps and (self.lagged_encoder is not None or not self._shares_lobes):
+            raise ValueError("consistency > 0 needs a shared encoder (lagged_encoder=None)")
+        check_weight_args(log_weights, sample_weight, objective=self.objective, windows=steps > 0)
         if self.objective in GENERATOR_SCORES:
-            if log_weights is not None and sample_weight is not None:
-                raise ValueError(
-                    "pass either sample_weight (importance weights exp(beta V)) or "
-                    "log_weights (beta V), not both"
-                )
-            return
-        if sample_weight is not None:
-            raise ValueError(
-                f"sample_weight weighs the samples of the generator objectives, not lagged "
-                f"pairs (objective={self.objective!r}): for trajectories of a biased run pass "
-                "log_weights (beta V per frame), which pairs them in rescaled time"
-            )
-        if log_weights is not None and self.consistency:
-            raise ValueError(
-                "log_weights pairs frames in rescaled time, which has no multi-step windows: "
-                "set consistency=0"
-            )
+            weights = functools.partial(importance_weights, sample_weight, log_weights)
+            return generator_samples(data, self.sde, self.objective, self.lagged_encoder, weights)
+        return training_source(data, lag, steps, log_weights)
 
-    def _fit_samples(
-        self,
-        prepared: Prepared,
-        sizes: tuple[tuple[int, ...], int],
-        enc: nn.Module,
-        run: _FitRun,
-        device: torch.device,
-    ) -> DPNet:
+    def _fit_samples(self, run: FitRun, prepared: Prepared, enc: nn.Module) -> DPNet:
         """Continuous-time mode: maximise ``P_d^gamma`` (Thm. 2, Eq. 14) on samples of pi
-        (``prepared``: batches of raw samples; ``sizes``: ``(state_shape, 0)``); the
-        objective is :func:`dpnets.generator_learning.generator_objective`."""
-        dtype = module_dtype(enc)
-        # derivatives are taken through the standardisation, with respect to the raw states
-        fmap = self._compose(enc, device, dtype)
-        derivatives, loss_fn = generator_objective(
-            fmap, self.sde, self.objective, self.gamma, self.constant, device, dtype
+        (:func:`dpnets.generator_learning.generator_objective`), the derivatives taken
+        through the standardisation, with respect to the raw states."""
+        dtype = prepared.dtype
+        fmap = prepared.scaling.compose(enc, run.device, dtype)
+        outputs, loss = generator_objective(
+            fmap, self.sde, self.objective, self.gamma, self.constant, run.device, dtype
         )
-        sample = torch.as_tensor(prepared.first).to(device=device, dtype=dtype)
-        r = self._feature_dim(fmap, sample, prepared.n_train)
-
-        # batches of weighted samples carry the weights third (importance weights)
-        def batch_loss(batch: tuple[Tensor, ...]) -> Tensor:
-            return loss_fn(*derivatives(batch[0]), *batch[2:])
-
-        val_score = full_batch_score(prepared.val, lambda b: (*derivatives(b[0]), *b[2:]), loss_fn)
+        r = run.probe(fmap, prepared, constant=bool(self.constant))
         self.lag_ = None
-        return self._train(
-            (enc, None), batch_loss, prepared.train, val_score, run, (prepared.n_train, sizes[0], r)
-        )
-
-    def _initial_module(self, module: nn.Module | None, state_shape: Any) -> nn.Module:
-        """The module training starts from: a copy of ``module`` (re-initialised from
-        ``seed`` when one is given), or the default MLP sized to ``state_shape``. Runs
-        inside :func:`dpnets.training.local_seed`, so the draws are the seed's."""
-
-        def default() -> nn.Module:
-            return default_mlp(int(np.prod(state_shape)), int(self.r))
-
-        return initial_module(module, self.seed, default, self.init)
+        return self._train(run, (enc, None), outputs, loss, prepared, r)
 
     def _lagged_template(self, enc: nn.Module) -> nn.Module | None:
-        """The module psi' starts from (None: shared with psi), given psi's initial module
-        ``enc``; VAMPNet overrides it."""
-        if self.lagged_encoder is None:
-            return None
-        return self._initial_module(self.lagged_encoder, None)
+        """The module psi' starts from (None: shared with psi) given psi's ``enc`` (VAMPNet:
+        a copy of ``enc``); a given ``lagged_encoder`` is copied, never built (no default)."""
+        lagged = self.lagged_encoder
+        return None if lagged is None else initial_module(lagged, self.seed, nn.Identity, self.init)
 
     def _fit_pairs(
-        self,
-        prepared: Prepared,
-        sizes: tuple[tuple[int, ...], int],
-        model_lag: int | None,
-        enc: nn.Module,
-        run: _FitRun,
-        device: torch.device,
+        self, run: FitRun, prepared: Prepared, enc: nn.Module, model_lag: int | None, steps: int
     ) -> DPNet:
-        """Discrete-time mode: maximise the score on lagged pairs (or windows); ``sizes``
-        is ``(state_shape, steps)``."""
-        state_shape, steps = sizes
+        """Discrete-time mode: maximise the score on lagged pairs (or windows of ``steps``
+        lags; :func:`dpnets.scores.pair_objective`)."""
         template = self._lagged_template(enc)
-        lag_enc = template.to(device) if template is not None else None
-        if lag_enc is not None and self._sharded():
-            broadcast_module(lag_enc)
-        dtype = module_dtype(enc)
-        loss_fn = make_loss(self.objective, float(self.gamma), constant=bool(self.constant))
-        if steps:
-            loss_fn = MultistepLoss(loss_fn, float(self.consistency), bool(self.constant))
-        train_batches, val_batches, n_train = prepared.train, prepared.val, prepared.n_train
-        sample = torch.as_tensor(self._scaled(prepared.first))
-
-        def to_dev(t: Tensor) -> Tensor:  # batches are standardised at conversion
-            return t.to(device, non_blocking=True).to(dtype)
-
+        lag_enc = None if template is None else run.place(template)
+        dtype, constant = prepared.dtype, bool(self.constant)
         self.lag_ = model_lag
-        r = self._feature_dim(enc, sample.to(device=device, dtype=dtype), n_train)
-
-        psi = self._forward(enc, device, dtype)
-        psi_lag = None if lag_enc is None else self._forward(lag_enc, device, dtype)
-
-        def features(xb: Tensor, yb: Tensor) -> tuple[Tensor, Tensor]:
-            if steps:  # windows: yb is (batch, K, *state_shape); the encoder is shared
-                fx, fy = psi(torch.cat([xb, yb.flatten(0, 1)])).split(
-                    [xb.shape[0], yb.shape[0] * steps]
-                )
-                return fx, fy.unflatten(0, (xb.shape[0], steps))
-            if psi_lag is None:  # shared weights: one forward pass on the stacked batch
-                fx, fy = psi(torch.cat([xb, yb])).split([xb.shape[0], yb.shape[0]])
-                return fx, fy
-            return psi(xb), psi_lag(yb)
-
-        # batches of weighted pairs (a biased run in rescaled time) carry the weights third
-        def batch_loss(batch: tuple[Tensor, ...]) -> Tensor:
-            return loss_fn(*features(to_dev(batch[0]), to_dev(batch[1])), *batch[2:])
-
-        val_score = full_batch_score(
-            val_batches, lambda b: (*features(to_dev(b[0]), to_dev(b[1])), *b[2:]), loss_fn
+        r = run.probe(enc, prepared, scaled=True, constant=constant)
+        psi = run.forward(enc, dtype)
+        psi_lag = None if lag_enc is None else run.forward(lag_enc, dtype)
+        gamma, consistency = float(self.gamma), float(self.consistency)
+        outputs, loss = pair_objective(
+            psi, psi_lag, self.objective, gamma, constant, run.device, dtype, steps, consistency
         )
-        return self._train(
-            (enc, lag_enc),
-            batch_loss,
-            train_batches,
-            val_score,
-            run,
-            (n_train, tuple(state_shape), r),
-        )
+        return self._train(run, (enc, lag_enc), outputs, loss, prepared, r)
 
     def _train(
         self,
+        run: FitRun,
         encoders: tuple[nn.Module, nn.Module | None],
-        batch_loss: Callable[[Any], Tensor],
-        batches: Iterable[Any],
-        val_score: Callable[[], float] | None,
-        run: _FitRun,
-        sizes: tuple[int, tuple[int, ...], int],
+        outputs: Callable[[Any], tuple[Tensor, ...]],
+        loss: nn.Module,
+        prepared: Prepared,
+        r: int,
     ) -> DPNet:
-        """The training call shared by the pair and the generator modes; ``sizes`` is
-        ``(n_train, state_shape, r)``."""
-        callback, ckpt, rng = run
-        n_train, state_shape, r = sizes
-        enc, lag_enc = encoders
+        """The training shared by the pair and the generator modes."""
         # fitted state needed by transform() inside callbacks
-        self.encoder_, self.lagged_encoder_ = enc, lag_enc
-        self.state_shape_, self.n_features_ = state_shape, r
-        train_estimator(
-            self,
-            [m for m in encoders if m is not None],
-            batch_loss,
-            batches,
-            val_score=val_score,
-            desc=f"{type(self).__name__}[{self.objective}]",
-            callback=callback,
-            checkpoint=run_checkpoint(self, ckpt, rng, n_train, state_shape),
-            distributed=self._sharded(),
-            grad_scaler=self.autocast == "fp16",
-        )
-        self.n_train_ = n_train
+        self.encoder_, self.lagged_encoder_ = encoders
+        self.state_shape_, self.n_features_ = prepared.state_shape, r
+        desc = f"{type(self).__name__}[{self.objective}]"
+        run.train_objective(encoders, outputs, loss, prepared, desc)
+        self.n_train_ = prepared.n_train
         diagnostics.warn(self._diagnostics())
         return self
 
     def diagnostics(self) -> list[Diagnostic]:
-        """What makes this fit untrustworthy, each with its remedy
-        (:mod:`dpnets.diagnostics`): training that had not converged (the validation score
-        still rising over the last epochs), too few gradient steps for the data (``epochs``
-        and ``batch_size``), a validation score saturated at its ceiling (the score cannot
-        tell features apart at this lag) and, on lagged pairs, fewer than a few pairs per
-        input coordinate. ``fit`` warns with them
-        (:class:`dpnets.diagnostics.DiagnosticWarning`).
-
-        Returns
-        -------
-        list of Diagnostic
-        """
+        """What makes this fit untrustworthy, each with its remedy (a list of
+        :class:`dpnets.diagnostics.Diagnostic`, :func:`dpnets.diagnostics.fit_diagnostics`):
+        training not converged, too few gradient steps, a validation score saturated at its
+        ceiling and, on lagged pairs, few pairs per input coordinate. ``fit`` warns with
+        them (:class:`dpnets.diagnostics.DiagnosticWarning`)."""
         check_is_fitted(self, "encoder_")
         return self._diagnostics()
 
     def _diagnostics(self) -> list[Diagnostic]:
-        name = f"{self.objective} score"
-        found = diagnostics.training_diagnostics(self.history_, name)
-        n_train = getattr(self, "n_train_", None)
-        if n_train is not None:
-            epochs = len(self.history_.get("train_score", [])) or int(self.epochs)
-            found += diagnostics.steps_diagnostics(n_train, int(self.batch_size), epochs)
-        if self.objective not in GENERATOR_SCORES:
-            trivial = int(bool(self.constant) or self.objective.startswith("vamp"))
-            found += diagnostics.saturation_diagnostics(
-                self.history_, int(self.n_features_), trivial, name
-            )
-        if self.objective not in GENERATOR_SCORES and n_train is not None:
-            # a fixed pre-projection (nn.ProjectedMLP) is what the network sees
-            n_inputs = getattr(self.encoder_, "n_components", None)
-            found += diagnostics.sample_diagnostics(
-                n_train,
-                int(n_inputs or np.prod(self.state_shape_)),
-                "input coordinates",
-                "fewer input coordinates",
-            )
-        return found
-
-    def _forward(
-        self, module: nn.Module, device: torch.device, dtype: torch.dtype
-    ) -> Callable[[Tensor], Tensor]:
-        """The training forward pass of an encoder: compiled (``compile``) and under
-        ``autocast``, with the features returned in ``dtype`` for the scores."""
-        fwd: Callable[[Tensor], Tensor] = torch.compile(module) if self.compile else module
-        if self.autocast is None:
-            return fwd
-        low = torch.bfloat16 if self.autocast == "bf16" else torch.float16
-
-        def run(x: Tensor) -> Tensor:
-            with torch.autocast(device.type, dtype=low):
-                out = fwd(x)
-            return out.to(dtype)
-
-        return run
+        pairs = self.objective not in GENERATOR_SCORES
+        # a fixed pre-projection (nn.ProjectedMLP) is what the network sees
+        n_inputs = getattr(self.encoder_, "n_components", None) or np.prod(self.state_shape_)
+        return diagnostics.fit_diagnostics(
+            self.history_,
+            f"{self.objective} score",
+            n_train=getattr(self, "n_train_", None),
+            batch_size=int(self.batch_size),
+            epochs=int(self.epochs),
+            n_features=int(self.n_features_) if pairs else None,
+            trivial=int(bool(self.constant) or self.objective.startswith("vamp")),
+            n_inputs=int(n_inputs) if pairs else None,
+        )
 
     #: whether psi' shares psi's weights when ``lagged_encoder`` is None (VAMPNet: separate)
     _shares_lobes = True
 
-    def _windows_steps(self, data: Any) -> int:
-        """``consistency_steps`` when the consistency penalty is on (checked), else 0."""
-        if not self.consistency:
-            return 0
-        if is_streaming(data) or isinstance(data, tuple):
-            raise ValueError(
-                "consistency > 0 needs trajectories (an array or a list of arrays) to draw "
-                "multi-step windows from; pre-paired (X, Y) data and Datasets hold one step"
-            )
-        if self.lagged_encoder is not None or not self._shares_lobes:
-            raise ValueError("consistency > 0 needs a shared encoder (lagged_encoder=None)")
-        return int(self.consistency_steps)
-
-    def _rng(self) -> torch.Generator:
-        """The torch RNG of the split and batch order (seeded with ``seed``; in distributed training
-        without a seed, with one drawn by rank 0, so that all processes draw the same
-        batches)."""
-        seed = self.seed
-        if seed is None and self._sharded():
-            seed = broadcast_int(int(torch.randint(0, 2**62, (1,)).item()))
-        return batch_rng(seed)
-
-    def _sharded(self) -> bool:
-        """Whether this fit trains on several processes (``distributed``)."""
-        return self.distributed is not False and dist_active()
-
-    def _check_distributed(self, data: Any) -> None:
-        if isinstance(data, DataLoader):
-            raise ValueError(
-                "distributed training takes arrays (in memory or memory-mapped .npy), lists "
-                "of arrays, (X, Y) tuples or a map-style Dataset, the same on every process; "
-                "a DataLoader is not sharded: pass its Dataset (or distributed=False to train "
-                "on each process alone)"
-            )
-        if int(self.batch_size) < world_size():
-            raise ValueError(
-                f"batch_size={self.batch_size} is smaller than the number of processes "
-                f"({world_size()}): every process needs part of each batch"
-            )
-
-    # ------------------------------------------------------------------ standardisation
-    def _standardize_mode(self, enc: nn.Module, state_ndim: int) -> str:
-        """The standardisation of this fit. ``"auto"``: "coordinate" for vector states and
-        an encoder whose first operation is affine, else "none". Fields (states with
-        several axes) are left as given even when the encoder flattens them into a
-        ``Linear`` layer (the default MLP): z-scoring each pixel lifts near-constant ones
-        (the far field, 734 of 12800 coordinates with a spread below 1e-3 on a 40 x 80
-        cylinder flow) to the weight of the wake. Measured there (500 snapshots, default
-        DPNet, seeds 0/1): one-step RMSE 0.066/0.062 as given, 0.076/0.074 with
-        "coordinate" (validation score at epoch 1: 3.76/4.01 against 1.46/2.49), and
-        0.064/0.075 with "global"."""
-        mode = self.standardize
-        if mode is True:
-            return "coordinate"
-        if mode is False:
-            return "none"
-        if mode == "auto":
-            return "coordinate" if state_ndim == 1 and _affine_first(enc) else "none"
-        return mode
-
-    def _set_scaler(
-        self, prepared: Prepared, mode: str, source: TrainingSource, enc: nn.Module
-    ) -> None:
-        """``input_shift_`` / ``input_scale_`` (float64, from the training states: see
-        :meth:`dpnets.training_source.TrainingSource.prepare`); inputs left as given are checked for
-        an extreme scale under ``standardize="auto"`` (a field fed to an affine first
-        operation by its overall scale)."""
-        self.input_shift_, self.input_scale_ = prepared.shift, prepared.scale
-        if mode == "none" and self.standardize == "auto":
-            field = len(source.state_shape) > 1 and _affine_first(enc)
-            _warn_extreme_scale(next(iter(source.states())), field)
-
-    def _scaled(self, x: np.ndarray) -> np.ndarray:
-        """Standardised states (float64), or ``x`` itself without standardisation."""
-        if getattr(self, "input_shift_", None) is None:
-            return x
-        return standardise(x, self.input_shift_, self.input_scale_)
-
-    def _scaler_module(self, device: torch.device, dtype: torch.dtype) -> InputScaler | None:
-        if getattr(self, "input_shift_", None) is None:
-            return None
-        return InputScaler(
-            torch.as_tensor(self.input_shift_, dtype=dtype),
-            torch.as_tensor(self.input_scale_, dtype=dtype),
-        ).to(device)
-
-    def _compose(self, enc: nn.Module, device: torch.device, dtype: torch.dtype) -> nn.Module:
-        scaler = self._scaler_module(device, dtype)
-        return enc if scaler is None else nn.Sequential(scaler, enc)
-
     def feature_module(self, lagged: bool = False) -> nn.Module:
-        """The learned feature map on *raw* states as one torch module.
-
-        The input standardisation followed by the trained encoder (``lagged=True``: the
-        lagged encoder psi'), sharing the encoder's weights; differentiable, so derivatives
-        are taken with respect to the raw states (generator learning). The constant
-        function is not included.
-        """
+        """The learned feature map on *raw* states as one differentiable torch module: the
+        input standardisation, then the trained encoder (psi' with ``lagged=True``; the
+        encoder's weights shared, the constant function not included)."""
         check_is_fitted(self, "encoder_")
-        enc = (
-            self.lagged_encoder_ if (lagged and self.lagged_encoder_ is not None) else self.encoder_
-        )
-        return self._compose(enc, module_device(enc), module_dtype(enc))
-
-    def _prepare_settings(
-        self, enc: nn.Module, state_ndim: int, rng: torch.Generator, device: torch.device
-    ) -> dict[str, Any]:
-        """The settings of :meth:`dpnets.training_source.TrainingSource.prepare` for this fit: the
-        standardisation, validation fraction, batch size, the batches' dtype and device,
-        and sharding. The generator objectives standardise inside the feature map (their
-        derivatives are taken with respect to the raw states), not the batches."""
-        return {
-            "standardize": self._standardize_mode(enc, state_ndim),
-            "val_fraction": self.val_fraction,
-            "batch_size": self.batch_size,
-            "rng": rng,
-            "device": device,
-            "dtype": module_dtype(enc),
-            "sharded": self._sharded(),
-            "standardize_batches": self.objective not in GENERATOR_SCORES,
-        }
-
-    def _feature_dim(self, enc: nn.Module, sample: Tensor, n_train: int) -> int:
-        """``r`` from a forward pass on a couple of states; checks ``n_train >= r``."""
-        enc.eval()
-        with torch.no_grad():
-            out = enc(sample)
-        enc.train()
-        if out.ndim != 2 or out.shape[0] != sample.shape[0]:
-            raise ValueError(
-                f"encoder must map (batch, *state_shape) to (batch, r); got {tuple(out.shape)}"
-            )
-        r = int(out.shape[1])
-        if r < 1:
-            raise ValueError("encoder returns r = 0 features; it must return at least one")
-        if not torch.all(torch.isfinite(out)):
-            raise FloatingPointError(
-                "the encoder returns NaN or inf on the training states before any training; "
-                "check its initialisation and the input scale (standardize='coordinate')"
-            )
-        d = r + int(bool(self.constant))
-        if n_train < d:
-            raise ValueError(
-                f"fewer training samples ({n_train}) than features (r={d}); provide more data"
-            )
-        if int(self.batch_size) < d:
-            warnings.warn(
-                f"batch_size={self.batch_size} is smaller than the number of features ({d}): "
-                "batch covariances are rank-deficient",
-                stacklevel=3,
-            )
-        return r
+        enc = self._encoder(lagged)
+        return Scaling.of(self).compose(enc, module_device(enc), module_dtype(enc))
 
     # ------------------------------------------------------------------ inference
     def _encode(self, X: Any, lagged: bool, batch_size: int) -> Tensor:
         check_is_fitted(self, "encoder_")
         x = check_frames(X, "X")  # a list of trajectories: their frames, in order
         check_state_shape(x.shape[1:], self.state_shape_, type(self).__name__)
-        enc = (
-            self.lagged_encoder_ if (lagged and self.lagged_encoder_ is not None) else self.encoder_
+        transform = Scaling.of(self).apply
+        return encode(
+            self._encoder(lagged), x, transform=transform, batch_size=batch_size, name="X"
         )
-        out = encode(enc, x, transform=self._scaled, batch_size=batch_size)
-        if out.is_floating_point() and not bool(torch.isfinite(out).all()):
-            bad = int((~torch.isfinite(out)).any(dim=1).sum()) if out.ndim == 2 else -1
-            big = float(np.abs(self._scaled(np.asarray(x[: min(len(x), 10**5)]))).max())
-            raise ValueError(
-                f"X: the features are NaN or inf on {bad} of {len(x)} states (valid-looking "
-                f"input gives no finite features): the states are far outside the range "
-                f"the model was trained on (standardised |x| up to {big:.3g}) or overflow "
-                f"the encoder's dtype {module_dtype(enc)}"
-            )
-        return out
+
+    def _encoder(self, lagged: bool) -> nn.Module:
+        """psi, or psi' (``lagged``; psi when shared)."""
+        return (
+            self.lagged_encoder_ if lagged and self.lagged_encoder_ is not None else self.encoder_
+        )
 
     def transform(self, X: Any, lagged: bool = False, batch_size: int = 8192) -> np.ndarray:
-        """Learned features ``psi(X)`` (``psi'(X)`` with ``lagged=True``), numpy (n, r).
-
-        The states are standardised as in training; the constant function is not included
-        (:class:`dpnets.TransferOperator` adds it).
-        """
+        """Learned features ``psi(X)`` (``psi'(X)`` with ``lagged=True``), numpy (n, r), of
+        the states standardised as in training (without the constant function)."""
         return self._encode(X, lagged, batch_size).numpy()
 
     __call__ = transform
@@ -982,18 +475,10 @@ class DPNet(TransformerMixin, BaseEstimator):
         objective = objective or self.objective
         g = float(self.gamma) if gamma is None else check_real("gamma", gamma, 0.0)
         if objective in GENERATOR_SCORES:
-            enc = self.encoder_
+            fmap, shape, name = self.feature_module(), self.state_shape_, type(self).__name__
+            constant = bool(self.constant)
             return generator_objective_score(
-                self.feature_module(),
-                data,
-                self.state_shape_,
-                type(self).__name__,
-                self.sde,
-                objective,
-                g,
-                bool(self.constant),
-                module_device(enc),
-                module_dtype(enc),
+                fmap, data, shape, name, self.sde, objective, g, constant
             )
         check_choice("objective", objective, SCORES)
         if lag is None:
@@ -1004,16 +489,11 @@ class DPNet(TransformerMixin, BaseEstimator):
             return -float(loss(fx, fy))
 
     def score(self, X: Any, y: Any = None) -> float:
-        """The held-out VAMP-2 score of the learned features on ``X`` (higher is better).
-
-        The unpenalised projection score ``P^0`` of ``[1, psi]`` (Eq. 7 with ``gamma = 0``;
-        equal to the VAMP-2 score of ``psi``, Mardt et al.) on the pairs of ``X`` at the
-        fitted lag: comparable across ``gamma``, objectives and learning rates, so
-        scikit-learn's ``GridSearchCV`` and ``cross_validate`` select with it by default.
-        For the generator objectives, ``X`` holds samples of the invariant distribution and
-        the score is the unpenalised generator score (Eq. 14 with ``gamma = 0``). ``y`` is
-        ignored.
-        """
+        """The held-out VAMP-2 score of the learned features on ``X`` (higher is better):
+        ``P^0`` of ``[1, psi]`` (Eq. 7, ``gamma = 0``) on the pairs of ``X`` at the fitted
+        lag, comparable across ``gamma``, objectives and learning rates (scikit-learn's
+        default scoring); for the generator objectives, the generator score (Eq. 14,
+        ``gamma = 0``) on samples ``X``. ``y`` is ignored."""
         check_is_fitted(self, "encoder_")
         if self.objective in GENERATOR_SCORES:
             return self.evaluate(X, objective=self.objective, gamma=0.0)

@@ -54,7 +54,7 @@ Numerical choices
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -95,6 +95,7 @@ __all__ = [
     "with_constant",
     "multistep_penalty",
     "MultistepLoss",
+    "pair_objective",
 ]
 
 
@@ -836,6 +837,49 @@ class MultistepLoss(nn.Module):
             return loss
         penalty = multistep_penalty(x, ys, constant=self.constant)
         return loss + (self.weight * penalty).to(loss.dtype)
+
+
+def pair_objective(
+    psi: Callable[[Tensor], Tensor],
+    psi_lag: Callable[[Tensor], Tensor] | None,
+    objective: str,
+    gamma: float,
+    constant: bool,
+    device: torch.device,
+    dtype: torch.dtype,
+    steps: int = 0,
+    consistency: float = 0.0,
+) -> tuple[Callable[[Sequence[Tensor]], tuple[Tensor, ...]], nn.Module]:
+    """The training objective of lagged pairs: ``(outputs, loss)``, where ``outputs(batch)``
+    moves a batch ``(x, y[, weights])`` to ``device``/``dtype`` and returns what ``loss``
+    (:func:`make_loss` of ``objective``, ``gamma``, ``constant``) takes: the features
+    ``psi(x)``, ``psi'(y)`` (``psi_lag``; None: ``psi``, one forward pass on the stacked
+    batch) and the batch's weights, if any. With ``steps`` (windows ``y`` of shape
+    ``(batch, steps, *state_shape)``, a shared encoder), the loss is :class:`MultistepLoss`
+    with weight ``consistency``."""
+    loss = make_loss(objective, float(gamma), constant=bool(constant))
+    if steps:
+        loss = MultistepLoss(loss, float(consistency), bool(constant))
+
+    def to_dev(t: Tensor) -> Tensor:  # batches are standardised at conversion
+        return t.to(device, non_blocking=True).to(dtype)
+
+    def features(xb: Tensor, yb: Tensor) -> tuple[Tensor, Tensor]:
+        if steps:  # windows: yb is (batch, K, *state_shape); the encoder is shared
+            fx, fy = psi(torch.cat([xb, yb.flatten(0, 1)])).split(
+                [xb.shape[0], yb.shape[0] * steps]
+            )
+            return fx, fy.unflatten(0, (xb.shape[0], steps))
+        if psi_lag is None:  # shared weights: one forward pass on the stacked batch
+            fx, fy = psi(torch.cat([xb, yb])).split([xb.shape[0], yb.shape[0]])
+            return fx, fy
+        return psi(xb), psi_lag(yb)
+
+    # batches of weighted pairs (a biased run in rescaled time) carry the weights third
+    def outputs(batch: Sequence[Tensor]) -> tuple[Tensor, ...]:
+        return (*features(to_dev(batch[0]), to_dev(batch[1])), *batch[2:])
+
+    return outputs, loss
 
 
 #: Score names accepted by :class:`dpnets.DPNet` and :func:`make_loss`.

@@ -30,6 +30,7 @@ __all__ = [
     "OUT_OF_CORE_BYTES",
     "is_out_of_core",
     "is_read_batchwise",
+    "in_memory_unless_large",
     "read_rows",
     "OutOfCoreStates",
     "MappedStates",
@@ -357,3 +358,11 @@ class MappedStates:
 def chunks(n: int, size: int) -> Sequence[slice]:
     """Slices covering ``range(n)`` in chunks of ``size``."""
     return [slice(s, min(s + size, n)) for s in range(0, n, size)]
+
+
+def in_memory_unless_large(states: np.ndarray | OutOfCoreStates) -> np.ndarray | OutOfCoreStates:
+    """Out-of-core states larger than :data:`OUT_OF_CORE_BYTES` stay on disk (read batch by
+    batch by :class:`~dpnets.batching.IndexBatcher`); smaller ones are read into memory."""
+    if isinstance(states, OutOfCoreStates) and not is_read_batchwise(states.source):
+        return np.asarray(states[0 : states.shape[0]])
+    return states

@@ -1,7 +1,11 @@
-"""The one training loop, shared by DPNet, VAMPNets and the autoencoder baselines.
+"""The one training scaffold, shared by DPNet, VAMPNets and the autoencoder baselines.
 
-It owns the optimiser, the epoch loop, the progress bar, the ``history_`` of train and
-validation scores, the non-finite-loss guard and the restore of the best validation epoch.
+:class:`FitRun` is one fit, assembled once: device, torch RNG of the split and batch order,
+sharding over processes, checkpoint, the scope that seeds torch and restores the estimator
+on failure, the initial modules, the preparation of the data (standardisation, split), the
+probe of the encoder and the training call. :func:`train` is the one training loop. It owns
+the optimiser, the epoch loop, the progress bar, the ``history_`` of train and validation
+scores, the non-finite-loss guard and the restore of the best validation epoch.
 Models supply three things: the modules to optimise, a function mapping a batch to a loss,
 and (optionally) a function returning a validation *score* (higher is better).
 """
@@ -24,8 +28,11 @@ from torch import Tensor, nn
 from dpnets.distributed import (
     all_equal_int,
     average_gradients,
+    broadcast_int,
+    broadcast_module,
     is_main_process,
     statistics_reduced,
+    world_size,
 )
 from dpnets.distributed import is_active as dist_active
 from dpnets.io import atomic_write
@@ -44,6 +51,7 @@ from dpnets.params import (
 from dpnets.params import seed as seed_or_none
 
 __all__ = [
+    "FitRun",
     "batch_rng",
     "TRAINING_CONSTRAINTS",
     "full_batch_score",
@@ -138,6 +146,260 @@ def batch_rng(seed: int | None) -> torch.Generator:
     else:
         rng.seed()
     return rng
+
+
+@dataclass(frozen=True)
+class FitRun:
+    """One fit of a neural estimator (DPNet, VAMPNet, the autoencoders), built once by
+    :meth:`start` and handed down: what every estimator assembled by hand before.
+
+    Attributes
+    ----------
+    estimator : estimator
+        The estimator being fitted (its ``seed``, ``init``, ``val_fraction``,
+        ``batch_size`` and optimisation settings are read from it).
+    device : torch.device
+        The training device (:func:`resolve_device`).
+    rng : torch.Generator
+        The torch RNG of the data split and the batch order (:func:`batch_rng`; in
+        distributed training without a seed, seeded by rank 0 for all processes).
+    sharded : bool
+        Whether this fit trains on several processes (the estimator's ``distributed``).
+    checkpoint : Checkpoint or None
+        The checked ``fit(checkpoint=, checkpoint_every=, resume=)`` options.
+    callback : callable or None
+        ``callback(epoch, estimator)`` after every epoch.
+    """
+
+    estimator: Any
+    device: torch.device
+    rng: torch.Generator
+    sharded: bool = False
+    checkpoint: Checkpoint | None = None
+    callback: Callable[[int, Any], None] | None = None
+
+    @classmethod
+    def start(
+        cls,
+        est: Any,
+        callback: Callable[[int, Any], None] | None = None,
+        checkpoint: str | os.PathLike | None = None,
+        checkpoint_every: int = 1,
+        resume: bool = False,
+    ) -> FitRun:
+        """The run of ``est`` with the options of its ``fit`` (``callback``, ``checkpoint``,
+        ``checkpoint_every``, ``resume``), checked: sharding (the estimator's
+        ``distributed``), the checkpoint options and the device."""
+        sharded = _sharded(est)
+        ckpt = fit_checkpoint(est, checkpoint, checkpoint_every, resume)
+        seed = est.seed
+        if seed is None and sharded:  # rank 0 draws it: all processes draw the same batches
+            seed = broadcast_int(int(torch.randint(0, 2**62, (1,)).item()))
+        return cls(est, resolve_device(est.device), batch_rng(seed), sharded, ckpt, callback)
+
+    @contextlib.contextmanager
+    def scope(self) -> Iterator[None]:
+        """The block of the fit: torch seeded with the estimator's ``seed``
+        (:func:`local_seed`) and its fitted state restored on failure
+        (:func:`restore_on_failure`)."""
+        with restore_on_failure(self.estimator), local_seed(self.estimator.seed, self.device):
+            yield
+
+    def initial(
+        self,
+        module: nn.Module | None,
+        default: Callable[[], nn.Module],
+        dtype: torch.dtype | None = None,
+    ) -> nn.Module:
+        """The module training starts from (:func:`initial_module` with the estimator's
+        ``seed`` and ``init``), placed by :meth:`place`."""
+        est = self.estimator
+        return self.place(initial_module(module, est.seed, default, est.init), dtype)
+
+    def place(self, module: nn.Module, dtype: torch.dtype | None = None) -> nn.Module:
+        """``module`` on the device (in ``dtype`` when given), with rank 0's weights when
+        sharded."""
+        module = module.to(self.device) if dtype is None else module.to(self.device, dtype)
+        if self.sharded:
+            broadcast_module(module)
+        return module
+
+    def prepare(
+        self,
+        source: Any,
+        encoder: nn.Module,
+        standardize: str | bool = "none",
+        standardize_batches: bool = True,
+    ) -> Any:
+        """:meth:`dpnets.training_source.TrainingSource.prepare` for this run: the input
+        standardisation for ``encoder``, the split by the run's RNG into batches of the
+        encoder's dtype on the device (each process's part when sharded: the source
+        checked for it), and the first two states (a ``Prepared``)."""
+        est = self.estimator
+        if self.sharded:
+            _check_sharded_source(source, int(est.batch_size))
+        return source.prepare(
+            standardize=standardize,
+            encoder=encoder,
+            val_fraction=est.val_fraction,
+            batch_size=est.batch_size,
+            rng=self.rng,
+            device=self.device,
+            dtype=module_dtype(encoder),
+            sharded=self.sharded,
+            standardize_batches=standardize_batches,
+        )
+
+    def probe(
+        self,
+        encoder: nn.Module,
+        prepared: Any,
+        *,
+        scaled: bool = False,
+        constant: bool | None = None,
+    ) -> int:
+        """The number of features ``r`` of ``encoder``, from a forward pass (eval mode, no
+        gradient) on the first two states of ``prepared`` (standardised when ``scaled``:
+        the batches are) on the device in the batches' dtype. An encoder that does not map
+        ``(batch, *state_shape)`` to ``(batch, r)``, returns no feature, or returns NaN or
+        inf is refused. With ``constant`` (the scores of covariances of ``r`` features, and
+        the constant when True), ``r`` is checked against the number of training samples
+        (refused when fewer) and the batch size (a warning when smaller)."""
+        states = prepared.scaling.apply(prepared.first) if scaled else prepared.first
+        sample = torch.as_tensor(states).to(device=self.device, dtype=prepared.dtype)
+        encoder.eval()
+        with torch.no_grad():
+            out = encoder(sample)
+        encoder.train()
+        if out.ndim != 2 or out.shape[0] != sample.shape[0]:
+            raise ValueError(
+                f"encoder must map (batch, *state_shape) to (batch, r); got {tuple(out.shape)}"
+            )
+        if out.shape[1] < 1:
+            raise ValueError("encoder returns r = 0 features; it must return at least one")
+        if not torch.all(torch.isfinite(out)):
+            raise FloatingPointError(
+                "the encoder returns NaN or inf on the training states before any training; "
+                "check its initialisation and the input scale (standardize='coordinate')"
+            )
+        r = int(out.shape[1])
+        if constant is not None:
+            d, batch_size = r + int(constant), int(self.estimator.batch_size)
+            _check_feature_count(d, prepared.n_train, batch_size)
+        return r
+
+    def forward(self, module: nn.Module, dtype: torch.dtype) -> Callable[[Tensor], Tensor]:
+        """The training forward pass of ``module``: compiled (the estimator's ``compile``)
+        and under its ``autocast``, the features returned in ``dtype`` for the scores."""
+        est = self.estimator
+        compiled = getattr(est, "compile", False)
+        fwd: Callable[[Tensor], Tensor] = torch.compile(module) if compiled else module
+        autocast = getattr(est, "autocast", None)
+        if autocast is None:
+            return fwd
+        low = torch.bfloat16 if autocast == "bf16" else torch.float16
+
+        def run(x: Tensor) -> Tensor:
+            with torch.autocast(self.device.type, dtype=low):
+                out = fwd(x)
+            return out.to(dtype)
+
+        return run
+
+    def train(
+        self,
+        modules: Sequence[nn.Module | None],
+        batch_loss: Callable[[Any], Tensor],
+        batches: Iterable[Any],
+        *,
+        val_score: Callable[[], float] | None,
+        n_train: int,
+        state_shape: tuple[int, ...],
+        desc: str,
+    ) -> TrainResult:
+        """:func:`train_estimator` of ``modules`` (None entries skipped) with the run's
+        callback, checkpoint (bound to the run, :func:`run_checkpoint`) and sharding; fp16
+        autocast scales the gradients."""
+        est = self.estimator
+        return train_estimator(
+            est,
+            [m for m in modules if m is not None],
+            batch_loss,
+            batches,
+            val_score=val_score,
+            desc=desc,
+            callback=self.callback,
+            checkpoint=run_checkpoint(est, self.checkpoint, self.rng, n_train, state_shape),
+            distributed=self.sharded,
+            grad_scaler=getattr(est, "autocast", None) == "fp16",
+        )
+
+    def train_objective(
+        self,
+        modules: Sequence[nn.Module | None],
+        outputs: Callable[[Any], Sequence[Tensor]],
+        loss: Callable[..., Tensor],
+        prepared: Any,
+        desc: str,
+    ) -> TrainResult:
+        """:meth:`train` on the batches of ``prepared`` minimising ``loss(*outputs(batch))``,
+        validated by the score of the whole held-out split (:func:`full_batch_score`)."""
+
+        def batch_loss(batch: Any) -> Tensor:
+            return loss(*outputs(batch))
+
+        return self.train(
+            modules,
+            batch_loss,
+            prepared.train,
+            val_score=full_batch_score(prepared.val, outputs, loss),
+            n_train=prepared.n_train,
+            state_shape=prepared.state_shape,
+            desc=desc,
+        )
+
+
+def _sharded(est: Any) -> bool:
+    """Whether ``est`` trains on several processes (its ``distributed``)."""
+    distributed = getattr(est, "distributed", False)
+    if distributed is True and not dist_active():
+        raise ValueError(
+            "distributed=True needs an initialised torch.distributed process group of "
+            "more than one process: launch with torchrun and call "
+            "dpnets.distributed.init_from_env() (or torch.distributed.init_process_group)"
+        )
+    return distributed is not False and dist_active()
+
+
+def _check_feature_count(d: int, n_train: int, batch_size: int) -> None:
+    """``d`` features (their covariances) against the training samples and the batch."""
+    if n_train < d:
+        raise ValueError(
+            f"fewer training samples ({n_train}) than features (r={d}); provide more data"
+        )
+    if batch_size < d:
+        warnings.warn(
+            f"batch_size={batch_size} is smaller than the number of features ({d}): "
+            "batch covariances are rank-deficient",
+            stacklevel=5,
+        )
+
+
+def _check_sharded_source(source: Any, batch_size: int) -> None:
+    """Refuse a training source that cannot be sharded over the processes: one of a
+    DataLoader (``loader``, or a plain one's ``batch_size``)."""
+    if source.loader is not None or source.batch_size is not None:
+        raise ValueError(
+            "distributed training takes arrays (in memory or memory-mapped .npy), lists "
+            "of arrays, (X, Y) tuples or a map-style Dataset, the same on every process; "
+            "a DataLoader is not sharded: pass its Dataset (or distributed=False to train "
+            "on each process alone)"
+        )
+    if batch_size < world_size():
+        raise ValueError(
+            f"batch_size={batch_size} is smaller than the number of processes "
+            f"({world_size()}): every process needs part of each batch"
+        )
 
 
 def full_batch_score(

@@ -2,38 +2,58 @@
 
 A :class:`TrainingSource` holds the input of a neural estimator's ``fit`` (trajectories,
 pre-paired ``(X, Y)``, a Dataset or a DataLoader) as pairs or windows and hands training, in
-one call (:meth:`TrainingSource.prepare`), the input standardisation (:func:`state_moments`,
-applied by :func:`standardise`), the seeded train/validation split into batchers
-(:mod:`dpnets.batching`) and the first two states (:class:`Prepared`).
+one call (:meth:`TrainingSource.prepare`), the input standardisation (a
+:class:`~dpnets.standardize.Scaling`, fitted by :func:`dpnets.standardize.fit_scaling`), the
+seeded train/validation split into batchers (:mod:`dpnets.batching`) and the first two
+states (:class:`Prepared`).
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple
 
 import numpy as np
 import torch
+from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from dpnets.batching import ConvertedLoader, split_batchers, split_loader
-from dpnets.pairs import DatasetPairs, Pairs, fetch_pairs, pairs, windows
-from dpnets.states import check_states, chunks
+from dpnets.biased import rescaled_pairs
+from dpnets.pairs import DatasetPairs, Pairs, fetch_pairs, lagged_pairs, resolve_lag, windows
+from dpnets.standardize import Scaling, fit_scaling
+from dpnets.states import check_states, chunks, is_read_batchwise, is_streaming
 
 __all__ = [
     "training_source",
     "TrainingSource",
     "Prepared",
-    "state_moments",
-    "standardise",
 ]
 
 
-def training_source(data: object, lag: int, steps: int = 0) -> TrainingSource:
-    """The one entry from any training input to batches: a :class:`TrainingSource` of
-    ``data`` paired at ``lag`` (multi-step windows of ``steps`` lags when ``steps > 0``)."""
-    return TrainingSource(data, lag, steps)
+def training_source(
+    data: object, lag: int | None = None, steps: int = 0, log_weights: Any = None
+) -> TrainingSource:
+    """The one entry from any training input to batches: ``data`` as a neural estimator's
+    ``fit`` takes it (after :func:`dpnets.base.fit_data`), checked once, as a
+    :class:`TrainingSource`. Trajectories are paired at ``lag`` (default 1), or cut into
+    multi-step windows of ``steps`` lags when ``steps > 0`` (:func:`~dpnets.pairs.windows`),
+    or paired in rescaled time with the weights of a biased run (``log_weights``,
+    :func:`dpnets.biased.rescaled_pairs`); pre-paired ``(X, Y)`` data, Datasets and
+    DataLoaders are used as they are, ``lag`` only recorded
+    (:func:`~dpnets.pairs.resolve_lag`). The lag the model records is ``source.lag``."""
+    if steps and is_streaming(data):  # (pre-paired (X, Y): pairs.windows answers)
+        raise ValueError(
+            "multi-step windows (DPNet's consistency > 0, the autoencoders' n_steps) need "
+            "trajectories (an array or a list of arrays); a Dataset or DataLoader holds "
+            "one step"
+        )
+    if log_weights is None:
+        return TrainingSource(data, lag, steps)
+    pair_lag, model_lag = resolve_lag(data, lag)
+    source = TrainingSource.of_pairs(rescaled_pairs(data, pair_lag, log_weights))
+    source.lag = model_lag
+    return source
 
 
 class TrainingSource:
@@ -56,9 +76,15 @@ class TrainingSource:
         DataLoader that is used as it is.
     steps : int
         Multi-step windows of ``steps`` lags (0: pairs).
+    lag : int or None
+        The lag the model records (None: unknown; samples, pre-paired data without a lag).
+    out_of_core : bool
+        Whether the states of the pairs are read batch by batch in training (decided once,
+        here: :func:`~dpnets.states.is_read_batchwise`).
     """
 
-    def __init__(self, data: object, lag: int, steps: int = 0) -> None:
+    def __init__(self, data: object, lag: int | None = None, steps: int = 0) -> None:
+        pair_lag, self.lag = resolve_lag(data, lag)
         self.steps = int(steps)
         self.loader: DataLoader | None = None
         self.batch_size: int | None = None  # a plain DataLoader's own batch size
@@ -71,7 +97,8 @@ class TrainingSource:
         elif isinstance(data, Dataset):
             self.pairs = DatasetPairs(data)
         else:
-            self.pairs = windows(data, lag, steps) if steps else pairs(data, lag)
+            self.pairs = windows(data, pair_lag, steps) if steps else lagged_pairs(data, pair_lag)
+        self.out_of_core = isinstance(self.pairs, Pairs) and is_read_batchwise(self.pairs.x_states)
         self._first: np.ndarray | None = None
         self.state_shape = tuple(self.first().shape[1:])
 
@@ -88,6 +115,7 @@ class TrainingSource:
         :func:`dpnets.biased.rescaled_pairs`; samples, :meth:`of_samples`)."""
         source = cls.__new__(cls)
         source.loader, source.batch_size, source._first, source.steps = None, None, None, 0
+        source.lag, source.out_of_core = None, is_read_batchwise(p.x_states)
         source.pairs = p
         source.state_shape = tuple(p.x_states.shape[1:])
         return source
@@ -154,12 +182,14 @@ class TrainingSource:
             dtype=dtype,
             transform=transform,
             sharded=sharded,
+            out_of_core=self.out_of_core,
         )
 
     def prepare(
         self,
         *,
-        standardize: str,
+        standardize: str | bool,
+        encoder: nn.Module,
         val_fraction: float,
         batch_size: int,
         rng: torch.Generator,
@@ -169,74 +199,36 @@ class TrainingSource:
         standardize_batches: bool = True,
     ) -> Prepared:
         """Everything training takes from the source, in one call and in this order: the
-        input standardisation (``standardize``: ``"coordinate"``, ``"global"`` or
-        ``"none"``; float64 mean and spread of the training states, :func:`state_moments`),
-        the random split into batchers (:meth:`split`; batches standardised unless
-        ``standardize_batches`` is False) and the first two states (:meth:`first`, as
-        given)."""
-        shift = scale = transform = None
-        if standardize != "none":
-            ndim = len(self.state_shape)
-            axes = tuple(range(ndim + 1)) if standardize == "global" else (0,)
-            shift, std = state_moments(self.states(), axes)
-            scale = np.where(np.isfinite(std) & (std > 0), std, 1.0)
-            if standardize_batches:
-                transform = functools.partial(standardise, shift=shift, scale=scale)
+        input standardisation (``standardize`` as the estimators take it, for ``encoder``:
+        :func:`dpnets.standardize.fit_scaling` over :meth:`states`), the random split into
+        batchers (:meth:`split`; batches standardised unless ``standardize_batches`` is
+        False) and the first two states (:meth:`first`, as given)."""
+        scaling = fit_scaling(standardize, encoder, self.states, self.state_shape)
+        first = self.first()
         train, val, n_train = self.split(
             val_fraction=val_fraction,
             batch_size=batch_size,
             rng=rng,
             device=device,
             dtype=dtype,
-            transform=transform,
+            transform=scaling.apply if standardize_batches and scaling.shift is not None else None,
             sharded=sharded,
         )
-        return Prepared(shift, scale, train, val, n_train, self.first())
+        return Prepared(scaling, train, val, n_train, first, dtype, self.state_shape)
 
 
 class Prepared(NamedTuple):
-    """What :meth:`TrainingSource.prepare` hands to training: the standardisation
-    (``shift``, ``scale``; None without), the batchers and the first two states."""
+    """What :meth:`TrainingSource.prepare` hands to training: the input standardisation
+    (a :class:`~dpnets.standardize.Scaling`), the batchers, the first two states (as
+    given), the dtype of the batches and the shape of one state."""
 
-    shift: np.ndarray | None
-    scale: np.ndarray | None
+    scaling: Scaling
     train: Any
     val: Any
     n_train: int
     first: np.ndarray
-
-
-def state_moments(
-    parts: Iterable[np.ndarray], axes: tuple[int, ...]
-) -> tuple[np.ndarray, np.ndarray]:
-    """Float64 mean and standard deviation over ``axes`` in one pass over chunks of states.
-
-    Sums are taken around the first chunk's mean, so a large offset (``x + 1e6``) does not
-    cancel the variance away, and in units of the first chunk's spread, so that states of
-    tiny or huge scale (``1e-300 x``, ``1e300 x``) neither underflow nor overflow; nothing
-    but the current chunk is held in memory.
-    """
-    total, pilot, unit, s1, s2 = 0, None, None, 0.0, 0.0
-    for part in parts:
-        part = np.asarray(part, dtype=np.float64)
-        if pilot is None:
-            pilot = part.mean(axis=axes, keepdims=True)
-            if not np.all(np.isfinite(pilot)):  # |x| near the float64 limit: mean of x / 2
-                pilot = (part / 2).mean(axis=axes, keepdims=True) * 2
-            unit = np.abs(part - pilot).max(axis=axes, keepdims=True)
-            unit = np.where(np.isfinite(unit) & (unit > 0), unit, 1.0)
-        d = (part - pilot) / unit
-        s1 = s1 + d.sum(axis=axes, keepdims=True)
-        s2 = s2 + (d * d).sum(axis=axes, keepdims=True)
-        total += part.size // pilot.size
-    mean = s1 / total
-    std = np.sqrt(np.maximum(s2 / total - mean * mean, 0.0)) * unit
-    return (pilot + mean * unit)[0], std[0]
-
-
-def standardise(x: Any, shift: np.ndarray, scale: np.ndarray) -> np.ndarray:
-    """The input standardisation ``(x - shift) / scale``, in float64."""
-    return (np.asarray(x, dtype=np.float64) - shift) / scale
+    dtype: torch.dtype  # of the batches (the encoder's)
+    state_shape: tuple[int, ...]  # of one state
 
 
 def _plain_loader(loader: DataLoader) -> bool:

@@ -24,6 +24,8 @@ included; both models use a constant ``K`` as in Azencot et al.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -39,22 +41,11 @@ from dpnets.linalg import sym_pinv
 from dpnets.nn.mlp import default_mlp
 from dpnets.nn.registry import describe
 from dpnets.nn.utils import encode, module_dtype
-from dpnets.pairs import check_lag, pairs, resolve_lag
+from dpnets.pairs import check_lag, lagged_pairs, resolve_lag
 from dpnets.params import Constraint, instance_of, integer, real, satisfies
 from dpnets.spectral import DiscreteTimeModel
 from dpnets.states import is_streaming
-from dpnets.training import (
-    TRAINING_CONSTRAINTS,
-    Checkpoint,
-    batch_rng,
-    fit_checkpoint,
-    initial_module,
-    local_seed,
-    resolve_device,
-    restore_on_failure,
-    run_checkpoint,
-    train_estimator,
-)
+from dpnets.training import TRAINING_CONSTRAINTS, FitRun
 from dpnets.training_source import training_source
 
 __all__ = [
@@ -166,58 +157,29 @@ class _KoopmanAutoencoder(DiscreteTimeModel):
         data, lag = fit_data(self, X, y, lag)
         if is_streaming(data):
             raise TypeError("autoencoders need in-memory trajectories (array, list or (X, Y))")
-        ckpt = fit_checkpoint(self, checkpoint, checkpoint_every, resume)
-        device = resolve_device(self.device)
-        with restore_on_failure(self), local_seed(self.seed, device):
-            return self._fit(data, lag, callback, device, ckpt)
+        run = FitRun.start(self, callback, checkpoint, checkpoint_every, resume)
+        with run.scope():
+            return self._fit(run, data, lag)
 
-    def _fit(
-        self,
-        data: Any,
-        lag: int | None,
-        callback: Callable[[int, Any], None] | None,
-        device: torch.device,
-        ckpt: Checkpoint | None = None,
-    ) -> _KoopmanAutoencoder:
-        rng = batch_rng(self.seed)
+    def _fit(self, run: FitRun, data: Any, lag: int | None) -> _KoopmanAutoencoder:
         pair_lag, model_lag = resolve_lag(data, lag)
         source = training_source(data, pair_lag, int(self.n_steps))  # windows
         d = int(np.prod(source.state_shape))
-        enc = initial_module(
-            self.encoder, self.seed, lambda: default_mlp(d, int(self.r)), self.init
-        )
-        enc = enc.to(device)
-        dtype = module_dtype(enc)
-        batches, val_batches, n_train = source.split(
-            val_fraction=self.val_fraction,
-            batch_size=self.batch_size,
-            rng=rng,
-            device=device,
-            dtype=dtype,
-        )
-        state_shape = tuple(source.state_shape)
-        with torch.no_grad():
-            enc.eval()
-            sample = torch.as_tensor(source.first()).to(device)
-            z = enc(sample.to(dtype))  # integer and bool states are cast, as in training
-            enc.train()
-        if z.ndim != 2 or z.shape[0] != sample.shape[0]:
-            raise ValueError(
-                f"encoder must map (batch, *state_shape) to (batch, r); got {tuple(z.shape)}"
-            )
-        r = int(z.shape[1])
-        dec = initial_module(self.decoder, self.seed, lambda: default_mlp(r, d), self.init)
-        dec = dec.to(device=device, dtype=dtype)
-        q, rr = torch.linalg.qr(torch.randn(r, r, generator=rng, dtype=torch.float64))
+        enc = run.initial(self.encoder, functools.partial(default_mlp, d, int(self.r)))
+        prepared = run.prepare(source, enc)  # no standardisation: the split, the first states
+        dtype = prepared.dtype
+        r = run.probe(enc, prepared)  # integer and bool states: cast
+        dec = run.initial(self.decoder, functools.partial(default_mlp, r, d), dtype)
+        q, rr = torch.linalg.qr(torch.randn(r, r, generator=run.rng, dtype=torch.float64))
         q = q * torch.sign(torch.diagonal(rr))[None, :]  # a random rotation
-        latent = LatentLinear(r).to(device=device, dtype=dtype)
-        back = LatentLinear(r).to(device=device, dtype=dtype) if self._backward else None
+        latent = LatentLinear(r).to(device=run.device, dtype=dtype)
+        back = LatentLinear(r).to(device=run.device, dtype=dtype) if self._backward else None
         with torch.no_grad():
             latent.weight.copy_(q.to(dtype))
             if back is not None:
                 back.weight.copy_(q.T.to(dtype))  # the inverse of the rotation
         self.encoder_, self.decoder_, self.latent_, self.backward_latent_ = enc, dec, latent, back
-        self.state_shape_, self.n_features_ = state_shape, r
+        self.state_shape_, self.n_features_ = prepared.state_shape, r
         self.features_, self.lag_ = enc, model_lag
         modules = [m for m in (enc, dec, latent, back) if m is not None]
 
@@ -225,33 +187,36 @@ class _KoopmanAutoencoder(DiscreteTimeModel):
             return self._loss(batch[0], batch[1])
 
         val_score = None
-        if val_batches is not None:
+        if prepared.val is not None:
 
             def val_score() -> float:
                 with torch.no_grad():
                     total, count = 0.0, 0
-                    for xb, yb in val_batches:
+                    for xb, yb in prepared.val:
                         total += float(self._loss(xb, yb)) * xb.shape[0]
                         count += xb.shape[0]
                     return -total / count
 
         # the one-step pairs at the lag: latent covariance (eigenfunction norms) and the
         # samples on which predict(..., observable=) takes its values
-        x_train = pairs(data, pair_lag).X
+        x_train = lagged_pairs(data, pair_lag).X
+
+        user_callback = run.callback
 
         def on_epoch(epoch: int, model: Any) -> None:
             self._finish(x_train)
-            callback(epoch, model)
+            user_callback(epoch, model)
 
-        train_estimator(
-            self,
+        if user_callback is not None:  # the spectral state is current in the callback
+            run = dataclasses.replace(run, callback=on_epoch)
+        run.train(
             modules,
             batch_loss,
-            batches,
+            prepared.train,
             val_score=val_score,
+            n_train=prepared.n_train,
+            state_shape=prepared.state_shape,
             desc=self._desc,
-            callback=None if callback is None else on_epoch,
-            checkpoint=run_checkpoint(self, ckpt, rng, n_train, state_shape),
         )
         self._finish(x_train)
         diagnostics.warn(self._diagnostics())

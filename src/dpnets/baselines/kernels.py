@@ -51,7 +51,7 @@ from dpnets import diagnostics
 from dpnets.base import fit_data
 from dpnets.exceptions import check_is_fitted
 from dpnets.linalg import default_rtol
-from dpnets.pairs import pairs, resolve_lag
+from dpnets.pairs import lagged_pairs, resolve_lag
 from dpnets.params import Constraint, boolean, count, real, seed
 from dpnets.spectral import DiscreteTimeModel, regression_constraints
 from dpnets.states import check_states, chunks, is_streaming
@@ -343,7 +343,7 @@ class _KernelRegression(DiscreteTimeModel):
         data, lag = fit_data(self, X, y, lag)
         if is_streaming(data):
             raise TypeError("kernel estimators need in-memory data (array, list or (X, Y))")
-        p = pairs(data, resolve_lag(data, lag)[0])
+        p = lagged_pairs(data, resolve_lag(data, lag)[0])
         n = len(p)
         if n < 2:
             raise ValueError(f"at least 2 pairs are needed, got {n}")

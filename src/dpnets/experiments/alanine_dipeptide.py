@@ -64,7 +64,7 @@ from typing import Any
 import numpy as np
 
 from dpnets.experiments._common import markdown_table, pyplot, write_results
-from dpnets.pairs import pairs
+from dpnets.pairs import lagged_pairs
 from dpnets.spectral import prepend_ones
 
 __all__ = [
@@ -177,14 +177,14 @@ def _ensemble_pairs(
     arrays: list[np.ndarray], which: list[int], lag: int, n: int, rng: np.random.Generator
 ) -> tuple[np.ndarray, np.ndarray]:
     """``n`` random pairs ``(x_t, x_{t+lag})`` from the trajectories ``which`` (never across)."""
-    p = pairs([arrays[i] for i in which], lag)
+    p = lagged_pairs([arrays[i] for i in which], lag)
     sub = p.subset(np.sort(rng.choice(len(p), size=min(n, len(p)), replace=False)))
     return sub.X, sub.Y
 
 
 def _lagged(feats: list[np.ndarray], which: list[int], lag: int) -> tuple[np.ndarray, np.ndarray]:
     """All lagged pairs of the trajectories ``which`` (features without the constant)."""
-    p = pairs([feats[i][:, 1:] for i in which], lag)
+    p = lagged_pairs([feats[i][:, 1:] for i in which], lag)
     return p.X, p.Y
 
 

@@ -49,13 +49,15 @@ def encode(
     batch_size: int = 8192,
     device: torch.device | None = None,
     dtype: torch.dtype | None = None,
+    name: str | None = None,
 ) -> Tensor:
     """``module(x)`` in chunks of ``batch_size`` states, without gradients, as a CPU tensor.
 
     Each chunk goes through ``transform`` (e.g. the input standardisation, in float64) and
     is cast to the module's dtype on its device; integer and bool states are cast too, so a
     module taking integer inputs must be given ``dtype`` explicitly. A module is run in eval
-    mode and left in the mode it was in.
+    mode and left in the mode it was in. With ``name`` (the argument the states came in),
+    floating-point features that are NaN or inf raise a ``ValueError`` naming it.
     """
     is_module = isinstance(module, nn.Module)
     if device is None:
@@ -78,4 +80,15 @@ def encode(
             module.train()
     if not out:
         raise ValueError("no states to encode (an empty array)")
-    return torch.cat(out)
+    out = torch.cat(out)
+    if name is not None and out.is_floating_point() and not bool(torch.isfinite(out).all()):
+        bad = int((~torch.isfinite(out)).any(dim=1).sum()) if out.ndim == 2 else -1
+        head = x[: min(len(x), 10**5)]
+        big = float(np.abs(head if transform is None else transform(np.asarray(head))).max())
+        raise ValueError(
+            f"{name}: the features are NaN or inf on {bad} of {len(x)} states (valid-looking "
+            f"input gives no finite features): the states are far outside the range the "
+            f"model was trained on (standardised |x| up to {big:.3g}) or overflow the "
+            f"encoder's dtype {dtype}"
+        )
+    return out
