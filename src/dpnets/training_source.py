@@ -148,9 +148,10 @@ class TrainingSource:
             batches: Iterable[Any] = (fetch_pairs(p.dataset, idx[sl]) for sl in chunks(n, 8192))
         else:
             batches = self.loader  # type: ignore[assignment]
-        for b in batches:
-            for k in (0, 1):
-                yield check_states(b[k], "batch")
+        for b in batches:  # both sides of a batch checked, then handed on
+            x, y = check_states(b[0], "batch"), check_states(b[1], "batch")
+            yield x
+            yield y
 
     def split(
         self,
