@@ -18,10 +18,11 @@ import dpnets
 from dpnets.batching import IndexBatcher
 from dpnets.nn import MLP
 from dpnets.pairs import DatasetPairs, Pairs, PairSegment
+from dpnets.states import Trajectories
 from dpnets.training_source import TrainingSource
 
 ROOT = os.path.dirname(dpnets.__file__)
-KINDS = (Pairs, DatasetPairs, PairSegment, TrainingSource, IndexBatcher)
+KINDS = (Trajectories, Pairs, DatasetPairs, PairSegment, TrainingSource, IndexBatcher)
 
 
 def walk(data, carries_only: bool) -> list[str]:

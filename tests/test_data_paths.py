@@ -101,3 +101,37 @@ def test_mapped_states_gather_rows_in_any_order(states):
     idx = torch.tensor([[7, 3], [3, 0]])
     expected = 2 * states[idx.numpy()].astype(np.float64)
     np.testing.assert_array_equal(rows[idx].numpy(), expected)
+
+
+def test_the_input_is_normalised_once(states, tmp_path, monkeypatch):
+    """``states.trajectories`` validates the input once; pairing takes the record as it is
+    (no second check) and gives the pairs of the raw input."""
+    from dpnets.pairs import lagged_pairs, pair_segments, resolve_lag
+    from dpnets.states import trajectories
+
+    two = [states[:1000], states[1000:]]
+    traj = trajectories(two)
+    assert traj.listed and not traj.paired and traj.streamed is None
+    assert traj.state_shape == (3,) and len(traj.parts) == 2 and not traj.read_batchwise
+    calls = []
+    check = dpnets.states.check_states
+    monkeypatch.setattr(
+        dpnets.states, "check_states", lambda *a, **k: calls.append(1) or check(*a, **k)
+    )
+    p, q = lagged_pairs(traj, 3), lagged_pairs(two, 3)
+    assert len(calls) == 2  # the raw list's two trajectories; the record is not checked again
+    np.testing.assert_array_equal(p.X, q.X)
+    np.testing.assert_array_equal(p.Y, q.Y)
+    assert len(p) == (1000 - 3) + (1500 - 3)
+    assert resolve_lag(traj, None) == (1, 1)
+    xy = trajectories((states[:-1], states[1:]))
+    assert xy.paired and resolve_lag(xy, 4) == (1, 4)
+    with pytest.raises(ValueError, match="already lagged"):
+        pair_segments(xy, 2)
+    with pytest.raises(ValueError, match=r"lag=1000 is not shorter than trajectory 1"):
+        pair_segments(trajectories([states[:2000], states[2000:]]), 1000)
+    np.save(tmp_path / "x.npy", states)
+    mapped = np.load(tmp_path / "x.npy", mmap_mode="r")
+    monkeypatch.setattr(dpnets.states, "OUT_OF_CORE_BYTES", 0)
+    assert trajectories(mapped, lazy="large").read_batchwise
+    assert not trajectories([mapped, mapped]).read_batchwise  # several: concatenated

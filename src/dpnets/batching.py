@@ -57,19 +57,20 @@ def split_batchers(
     ``out_of_core``: whether the states of :class:`~dpnets.pairs.Pairs` are read batch by
     batch (None: asked of the states, :func:`~dpnets.states.is_read_batchwise`).
     """
-    n = len(p)
+    n = int((p.i if isinstance(p, Pairs) else p.indices).shape[0])
     perm = torch.randperm(n, generator=rng).numpy()
     n_val = int(round(float(val_fraction) * n))
     if n - n_val < 1:
         raise ValueError(f"not enough samples ({n}) for training with val_fraction={val_fraction}")
-    p_train, p_val = p.subset(np.sort(perm[n_val:])), p.subset(np.sort(perm[:n_val]))
+    rows_train, rows_val = np.sort(perm[n_val:]), np.sort(perm[:n_val])
     if isinstance(p, Pairs):
         batcher: Any = functools.partial(IndexBatcher, out_of_core=out_of_core)
     else:
         batcher = DatasetBatcher
     train = batcher(
-        p_train,
+        p,
         batch_size,
+        rows=rows_train,
         device=device,
         dtype=dtype,
         rng=rng,
@@ -79,7 +80,14 @@ def split_batchers(
     val = None
     if n_val > 0:
         val = batcher(
-            p_val, 8192, device=device, dtype=dtype, shuffle=False, like=train, sharded=sharded
+            p,
+            8192,
+            rows=rows_val,
+            device=device,
+            dtype=dtype,
+            shuffle=False,
+            like=train,
+            sharded=sharded,
         )
     return train, val, n - n_val
 
@@ -93,7 +101,8 @@ class IndexBatcher:
     ``batch_size`` samples (score estimates from tiny trailing batches are avoided).
     ``transform`` (e.g. the input standardisation) is applied once, in float64, while the
     states are converted; ``like`` reuses the converted states of another batcher over the
-    same :class:`~dpnets.pairs.Pairs` states (a validation subset). States that are not in
+    same :class:`~dpnets.pairs.Pairs` states (a validation subset); ``rows`` (indices into
+    the pairs) keeps only those pairs (a split). States that are not in
     memory and larger than :data:`~dpnets.states.OUT_OF_CORE_BYTES` (a memory-mapped
     ``.npy``, an HDF5 dataset; see :func:`~dpnets.states.is_read_batchwise`) are instead read
     batch by batch (:class:`~dpnets.states.MappedStates`), never copied whole;
@@ -115,6 +124,7 @@ class IndexBatcher:
         like: IndexBatcher | None = None,
         sharded: bool = False,
         out_of_core: bool | None = None,
+        rows: np.ndarray | None = None,
     ) -> None:
         if out_of_core is None:
             out_of_core = like.out_of_core if like is not None else is_read_batchwise(p.x_states)
@@ -130,10 +140,13 @@ class IndexBatcher:
                 else convert(p.y_states, device, dtype, transform)
             )
         index_device = torch.device("cpu") if self.out_of_core else device
-        self.i = torch.as_tensor(p.i, device=index_device)
-        self.j = torch.as_tensor(p.j, device=index_device)
+        i, j, w = p.i, p.j, p.w
+        if rows is not None:  # the pairs of a split
+            i, j, w = i[rows], j[rows], None if w is None else w[rows]
+        self.i = torch.as_tensor(i, device=index_device)
+        self.j = torch.as_tensor(j, device=index_device)
         # pair weights (float64, normalised per batch by the scores), batches' third tensor
-        self.w = None if p.w is None else torch.as_tensor(p.w, dtype=torch.float64).to(device)
+        self.w = None if w is None else torch.as_tensor(w, dtype=torch.float64).to(device)
         self.batch_size = int(batch_size)
         self.shuffle = shuffle
         self.rng = rng
@@ -157,7 +170,8 @@ class DatasetBatcher:
 
     The same permutation and split into ``max(1, n // batch_size)`` batches as
     :class:`IndexBatcher` (so a ``TensorDataset`` of the pairs gives the batches of the
-    arrays); each batch is fetched at once by :func:`~dpnets.pairs.fetch_pairs` (no
+    arrays; ``rows`` keeps those pairs only); each batch is fetched at once by
+    :func:`~dpnets.pairs.fetch_pairs` (no
     per-sample collation for a ``TensorDataset``) and converted by :func:`batch_to_tensor`.
     """
 
@@ -175,8 +189,10 @@ class DatasetBatcher:
         transform: Callable[[np.ndarray], np.ndarray] | None = None,
         like: object = None,
         sharded: bool = False,
+        rows: np.ndarray | None = None,
     ) -> None:
-        self.p = p
+        self.dataset = p.dataset
+        self.indices = p.indices if rows is None else p.indices[rows]
         self.batch_size = int(batch_size)
         self.device, self.dtype = device, dtype
         self.shuffle = shuffle
@@ -185,12 +201,12 @@ class DatasetBatcher:
         self.sharded = bool(sharded)
 
     def __len__(self) -> int:
-        return max(1, len(self.p) // self.batch_size)
+        return max(1, int(self.indices.shape[0]) // self.batch_size)
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        n = len(self.p)
+        n = int(self.indices.shape[0])
         for b in batch_indices(n, len(self), self.shuffle, self.rng, self.sharded):
-            x, y = fetch_pairs(self.p.dataset, self.p.indices[b.numpy()])
+            x, y = fetch_pairs(self.dataset, self.indices[b.numpy()])
             yield (
                 batch_to_tensor(x, self.device, self.dtype, self.transform),
                 batch_to_tensor(y, self.device, self.dtype, self.transform),

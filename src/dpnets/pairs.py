@@ -18,7 +18,7 @@ chunked fits, out-of-core data).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -26,13 +26,11 @@ from torch.utils.data import Dataset
 
 from dpnets.states import (
     OutOfCoreStates,
-    check_not_rows,
-    check_states,
+    Trajectories,
     chunks,
     in_memory_unless_large,
-    is_out_of_core,
-    is_sparse,
     is_streaming,
+    trajectories,
 )
 
 __all__ = [
@@ -61,8 +59,13 @@ def resolve_lag(data: object, lag: object) -> tuple[int, int | None]:
     Trajectories are paired at ``lag`` (default 1), which is also the model's lag. Pre-paired
     ``(X, Y)`` tuples and Datasets are used as they are: ``lag`` then only *records* the lag
     at which the pairs were made (``None``: unknown, and timescales will ask for it).
+    ``data`` may be the normalised input (:class:`~dpnets.states.Trajectories`).
     """
-    if isinstance(data, tuple) or is_streaming(data):
+    if isinstance(data, Trajectories):
+        prepaired = data.paired or data.streamed is not None
+    else:
+        prepaired = isinstance(data, tuple) or is_streaming(data)
+    if prepaired:
         return 1, (None if lag is None else check_lag(lag))
     lag = 1 if lag is None else check_lag(lag)
     return lag, lag
@@ -123,9 +126,10 @@ def lagged_pairs(data: object, lag: int = 1) -> Pairs:
 
     Parameters
     ----------
-    data : array, list of arrays, or tuple ``(X, Y)``
+    data : array, list of arrays, tuple ``(X, Y)``, or Trajectories
         See the module docstring. A ``tuple`` of two arrays means already-paired samples; use
-        a ``list`` for several trajectories.
+        a ``list`` for several trajectories. Input already normalised by
+        :func:`dpnets.states.trajectories` (``lazy="large"``) is used as it is.
     lag : int, default 1
         Time lag in steps between ``X`` and ``Y``. Must be 1 for pre-paired data.
 
@@ -140,12 +144,15 @@ def lagged_pairs(data: object, lag: int = 1) -> Pairs:
     pair_segments : the same pairs per trajectory, without concatenating the trajectories
         (for the chunked fits and out-of-core data).
     """
-    segments = pair_segments(data, lag, lazy=True)
+    if not isinstance(data, Trajectories):
+        data = trajectories(data, lazy="large")
+    elif data.lazy is True:  # out-of-core states kept on disk only where training would
+        data = replace(data, parts=tuple(map(in_memory_unless_large, data.parts)), lazy="large")
+    segments = pair_segments(data, lag)
     if len(segments) == 1:
         s = segments[0]
         idx = np.arange(s.n, dtype=np.int64)
-        x, y = in_memory_unless_large(s.x_states), in_memory_unless_large(s.y_states)
-        return Pairs(x, x if s.y_states is s.x_states else y, s.x0 + idx, s.y0 + idx)
+        return Pairs(s.x_states, s.y_states, s.x0 + idx, s.y0 + idx)
     trajs = [np.asarray(s.x_states) for s in segments]
     states = np.concatenate(trajs, axis=0)
     starts = np.cumsum([0] + [t.shape[0] for t in trajs[:-1]])
@@ -198,9 +205,10 @@ def pair_segments(data: object, lag: int = 1, lazy: bool = True) -> list[PairSeg
 
     Parameters
     ----------
-    data : array, list of arrays, or tuple ``(X, Y)``
+    data : array, list of arrays, tuple ``(X, Y)``, or Trajectories
         As :func:`lagged_pairs`; the arrays may be memory-mapped (``np.load(path, mmap_mode="r")``)
-        or, with ``lazy``, out-of-core arrays such as ``h5py.Dataset`` objects.
+        or, with ``lazy``, out-of-core arrays such as ``h5py.Dataset`` objects. Input already
+        normalised (:func:`dpnets.states.trajectories`) is used as it is (``lazy`` unused).
     lag : int, default 1
         Time lag in steps between ``X`` and ``Y``. Must be 1 for pre-paired data.
     lazy : bool, default True
@@ -218,63 +226,30 @@ def pair_segments(data: object, lag: int = 1, lazy: bool = True) -> list[PairSeg
         As :func:`lagged_pairs`.
     """
     lag = check_lag(lag)
-    if is_streaming(data):
+    if isinstance(data, tuple) and len(data) == 2 and lag != 1:
+        raise ValueError(_LAGGED_XY)
+    traj = data if isinstance(data, Trajectories) else trajectories(data, lazy)
+    if traj.streamed is not None:
         raise TypeError("a torch Dataset/DataLoader is streamed; it has no in-memory pairs")
-    if is_sparse(data) or (isinstance(data, (list, tuple)) and any(map(is_sparse, data))):
-        check_states(data if is_sparse(data) else next(filter(is_sparse, data)), "X")
-    if isinstance(data, tuple):
-        if len(data) != 2:
-            raise ValueError(
-                f"a tuple must be (X, Y) of paired samples, got a tuple of length {len(data)}; "
-                "pass several trajectories as a list"
-            )
+    if traj.paired:
         if lag != 1:
-            raise ValueError(
-                "(X, Y) pairs are already lagged: pair them at the lag you want, and give that "
-                "lag to the model (its lag parameter) only to record it"
-            )
-        x = check_states(data[0], "X", lazy=lazy)
-        y = check_states(data[1], "Y", lazy=lazy)
-        if x.shape[0] != y.shape[0]:
-            raise ValueError(f"X and Y have different lengths: {x.shape[0]} and {y.shape[0]}")
-        if x.shape[1:] != y.shape[1:]:
-            raise ValueError(
-                f"X and Y have different state shapes: {x.shape[1:]} and {y.shape[1:]}"
-            )
+            raise ValueError(_LAGGED_XY)
+        x, y = traj.parts
         return [PairSegment(x, y, 0, 0, int(x.shape[0]))]
-    if isinstance(data, list):
-        if len(data) == 0:
-            raise ValueError("empty list of trajectories")
-        check_not_rows(data, "X")
-        trajs = [check_states(t, f"trajectory {k}", lazy=lazy) for k, t in enumerate(data)]
-        shape = trajs[0].shape[1:]
-        for k, t in enumerate(trajs):
-            if t.shape[1:] != shape:
-                raise ValueError(
-                    f"trajectory {k} has state shape {t.shape[1:]}, trajectory 0 has {shape}"
-                )
-            if t.shape[0] <= lag:
-                raise ValueError(
-                    f"lag={lag} is not shorter than trajectory {k} (length {t.shape[0]}: "
-                    f"{t.shape[0]} sample(s)); a pair needs lag + 1 frames"
-                )
-        return [PairSegment(t, t, 0, lag, int(t.shape[0]) - lag) for t in trajs]
-    if (
-        isinstance(data, (np.ndarray, torch.Tensor))
-        or hasattr(data, "__array__")
-        or is_out_of_core(data)
-    ):
-        traj = check_states(data, "trajectory", lazy=lazy)
-        if traj.shape[0] <= lag:
+    for k, t in enumerate(traj.parts):
+        if t.shape[0] <= lag:
+            which = f"trajectory {k}" if traj.listed else "the trajectory"
             raise ValueError(
-                f"lag={lag} is not shorter than the trajectory (length {traj.shape[0]}: "
-                f"{traj.shape[0]} sample(s)); a pair needs lag + 1 frames"
+                f"lag={lag} is not shorter than {which} (length {t.shape[0]}: "
+                f"{t.shape[0]} sample(s)); a pair needs lag + 1 frames"
             )
-        return [PairSegment(traj, traj, 0, lag, int(traj.shape[0]) - lag)]
-    raise TypeError(
-        "data must be an array (one trajectory), a list of arrays (trajectories), a tuple "
-        f"(X, Y), or a torch Dataset/DataLoader; got {type(data).__name__}"
-    )
+    return [PairSegment(t, t, 0, lag, int(t.shape[0]) - lag) for t in traj.parts]
+
+
+_LAGGED_XY = (
+    "(X, Y) pairs are already lagged: pair them at the lag you want, and give that "
+    "lag to the model (its lag parameter) only to record it"
+)
 
 
 def windows(data: object, lag: int, n_steps: int) -> Pairs:
@@ -286,7 +261,7 @@ def windows(data: object, lag: int, n_steps: int) -> Pairs:
     :class:`~dpnets.batching.IndexBatcher` over them yields ``(x, ys)`` with ``ys`` of shape
     ``(batch, n_steps, *state_shape)``. Pre-paired ``(X, Y)`` data hold one step only.
     """
-    if isinstance(data, tuple):
+    if isinstance(data, tuple) or (isinstance(data, Trajectories) and data.paired):
         if n_steps != 1:
             raise ValueError(
                 f"(X, Y) pairs hold one step; n_steps={n_steps} needs trajectories "

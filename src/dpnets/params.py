@@ -39,6 +39,7 @@ __all__ = [
     "check_choice",
     "check_bool",
     "check_seed",
+    "check_name_or_subclass",
     "Constraint",
     "integer",
     "real",
@@ -47,6 +48,7 @@ __all__ = [
     "seed",
     "count",
     "instance_of",
+    "name_or_subclass",
     "satisfies",
     "checked_in_fit",
     "BATCH_SIZE",
@@ -117,6 +119,29 @@ def check_seed(value: Any) -> int | None:
     return check_int("seed", value, 0)
 
 
+def check_name_or_subclass(
+    name: str, value: Any, names: Iterable[str], base: type, base_name: str
+) -> Any:
+    """``value`` if it is one of ``names`` (in any case) or a subclass of ``base`` (called
+    ``base_name`` in the messages): a ``ValueError`` for an unknown name, a ``TypeError``
+    for anything else (the optimizer of the neural estimators: a name or a
+    ``torch.optim.Optimizer`` subclass)."""
+    names = tuple(names)
+    if isinstance(value, str):
+        if value.lower() not in names:
+            raise ValueError(
+                f"unknown {name} {value!r}; expected one of {', '.join(names)} or a "
+                f"{base_name} subclass"
+            )
+        return value
+    if not (isinstance(value, type) and issubclass(value, base)):
+        raise TypeError(
+            f"{name} must be a name ({', '.join(names)}) or a {base_name} subclass, got "
+            f"{value!r} ({type(value).__name__})"
+        )
+    return value
+
+
 def _or_none(check: Constraint, none: bool) -> Constraint:
     if not none:
         return check
@@ -185,12 +210,23 @@ def instance_of(types: type | tuple[type, ...], what: str, *, none: bool = True)
     return _or_none(check, none)
 
 
+def name_or_subclass(names: Iterable[str], base: type, base_name: str) -> Constraint:
+    """One of ``names`` (in any case) or a subclass of ``base``
+    (:func:`check_name_or_subclass`)."""
+    names = tuple(names)
+
+    def check(name: str, value: Any) -> None:
+        check_name_or_subclass(name, value, names, base, base_name)
+
+    return check
+
+
 def satisfies(
     test: Callable[[Any], Any], what: str | None = None, *, none: bool = False
 ) -> Constraint:
     """``test(value)`` truthy (a ``ValueError`` ``"<name> must be <what>, got <value>"``
     otherwise); with ``what=None``, ``test`` raises its own error and its result is ignored
-    (a check shared with other code, e.g. ``training.check_optimizer``)."""
+    (a check shared with other code, e.g. ``training.resolve_device``)."""
 
     def check(name: str, value: Any) -> None:
         ok = test(value)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import mmap
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -27,6 +28,8 @@ __all__ = [
     "check_frames",
     "check_state_size",
     "check_state_shape",
+    "Trajectories",
+    "trajectories",
     "OUT_OF_CORE_BYTES",
     "is_out_of_core",
     "is_read_batchwise",
@@ -366,3 +369,117 @@ def in_memory_unless_large(states: np.ndarray | OutOfCoreStates) -> np.ndarray |
     if isinstance(states, OutOfCoreStates) and not is_read_batchwise(states.source):
         return np.asarray(states[0 : states.shape[0]])
     return states
+
+
+@dataclass(frozen=True)
+class Trajectories:
+    """The input of ``fit``, validated and normalised once (:func:`trajectories`).
+
+    Attributes
+    ----------
+    parts : tuple
+        The validated trajectories (arrays, or :class:`OutOfCoreStates` kept on disk), one
+        per trajectory; for pre-paired data the two arrays ``(X, Y)``; empty when streamed.
+    paired : bool
+        Pre-paired ``(X, Y)`` samples (a ``tuple``), not trajectories.
+    streamed : Dataset, DataLoader or None
+        The torch ``Dataset``/``DataLoader`` of ``(x, y)`` pairs, used as it is (not
+        validated here: its batches are, as they are read).
+    state_shape : tuple or None
+        Shape of one state (None when streamed).
+    read_batchwise : bool
+        Whether training reads the states batch by batch (one trajectory, or ``(X, Y)``,
+        memory-mapped or out of core and larger than :data:`OUT_OF_CORE_BYTES`:
+        :func:`is_read_batchwise`).
+    lazy : bool or "large"
+        How out-of-core arrays were kept (see :func:`trajectories`).
+    listed : bool
+        Given as a ``list`` of trajectories (the error messages number them).
+    """
+
+    parts: tuple
+    paired: bool = False
+    streamed: object = None
+    state_shape: tuple | None = None
+    read_batchwise: bool = False
+    lazy: bool | str = True
+    listed: bool = False
+
+
+def trajectories(data: object, lazy: bool | str = True) -> Trajectories:
+    """Validate and normalise ``data`` as ``fit`` takes it, once: one trajectory (an array,
+    a memory map, an out-of-core array), a ``list`` of trajectories, pre-paired ``(X, Y)``
+    (a ``tuple``) or a torch ``Dataset``/``DataLoader`` (kept as it is).
+
+    Every state check happens here (:func:`check_states` of each array, a list of rows
+    refused by :func:`check_not_rows`, one state shape, ``X`` and ``Y`` of one length), and
+    whether training reads the states batch by batch (:func:`is_read_batchwise`).
+
+    Parameters
+    ----------
+    data : array, list of arrays, tuple ``(X, Y)``, Dataset or DataLoader
+        The input.
+    lazy : bool or "large", default True
+        True: out-of-core arrays (an ``h5py.Dataset``, ...) stay on disk as
+        :class:`OutOfCoreStates`; ``"large"``: only those larger than
+        :data:`OUT_OF_CORE_BYTES` do (:func:`in_memory_unless_large`), as training reads
+        them; False: everything is read into memory.
+
+    Returns
+    -------
+    Trajectories
+
+    Raises
+    ------
+    ValueError
+        For NaN/inf values, mismatched shapes or lengths, a tuple that is not ``(X, Y)``,
+        an empty list or a list of rows (``TypeError`` for sparse or unknown input).
+    """
+    if is_streaming(data):
+        return Trajectories((), streamed=data, lazy=lazy)
+    if is_sparse(data) or (isinstance(data, (list, tuple)) and any(map(is_sparse, data))):
+        check_states(data if is_sparse(data) else next(filter(is_sparse, data)), "X")
+    if isinstance(data, tuple):
+        if len(data) != 2:
+            raise ValueError(
+                f"a tuple must be (X, Y) of paired samples, got a tuple of length {len(data)}; "
+                "pass several trajectories as a list"
+            )
+        x, y = _checked(data[0], "X", lazy), _checked(data[1], "Y", lazy)
+        if x.shape[0] != y.shape[0]:
+            raise ValueError(f"X and Y have different lengths: {x.shape[0]} and {y.shape[0]}")
+        if x.shape[1:] != y.shape[1:]:
+            raise ValueError(
+                f"X and Y have different state shapes: {x.shape[1:]} and {y.shape[1:]}"
+            )
+        return Trajectories((x, y), True, None, x.shape[1:], is_read_batchwise(x), lazy)
+    if isinstance(data, list):
+        if len(data) == 0:
+            raise ValueError("empty list of trajectories")
+        check_not_rows(data, "X")
+        parts = tuple(_checked(t, f"trajectory {k}", lazy) for k, t in enumerate(data))
+        shape = parts[0].shape[1:]
+        for k, t in enumerate(parts):
+            if t.shape[1:] != shape:
+                raise ValueError(
+                    f"trajectory {k} has state shape {t.shape[1:]}, trajectory 0 has {shape}"
+                )
+        batchwise = len(parts) == 1 and is_read_batchwise(parts[0])
+        return Trajectories(parts, False, None, shape, batchwise, lazy, listed=True)
+    if (
+        isinstance(data, (np.ndarray, torch.Tensor))
+        or hasattr(data, "__array__")
+        or (is_out_of_core(data))
+    ):
+        traj = _checked(data, "trajectory", lazy)
+        return Trajectories((traj,), False, None, traj.shape[1:], is_read_batchwise(traj), lazy)
+    raise TypeError(
+        "data must be an array (one trajectory), a list of arrays (trajectories), a tuple "
+        f"(X, Y), or a torch Dataset/DataLoader; got {type(data).__name__}"
+    )
+
+
+def _checked(a: object, name: str, lazy: bool | str) -> np.ndarray | OutOfCoreStates:
+    """:func:`check_states` of one array, kept on disk as ``lazy`` says."""
+    arr = check_states(a, name, lazy=bool(lazy))
+    return in_memory_unless_large(arr) if lazy == "large" else arr

@@ -42,8 +42,10 @@ from dpnets.params import (
     BATCH_SIZE,
     Constraint,
     boolean,
+    check_name_or_subclass,
     instance_of,
     integer,
+    name_or_subclass,
     one_of,
     real,
     satisfies,
@@ -77,6 +79,8 @@ _OPTIMIZERS = {
     "sgd": torch.optim.SGD,
     "rmsprop": torch.optim.RMSprop,
 }
+#: the base class of the optimizers, and its name in the messages
+_OPTIMIZER_BASE = (torch.optim.Optimizer, "torch.optim.Optimizer")
 
 
 @contextlib.contextmanager
@@ -464,19 +468,9 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
 
 
 def check_optimizer(optimizer: Any) -> None:
-    """``optimizer`` must be a known name or a ``torch.optim.Optimizer`` subclass."""
-    if isinstance(optimizer, str):
-        if optimizer.lower() not in _OPTIMIZERS:
-            raise ValueError(
-                f"unknown optimizer {optimizer!r}; expected one of {', '.join(_OPTIMIZERS)} "
-                "or a torch.optim.Optimizer subclass"
-            )
-        return
-    if not (isinstance(optimizer, type) and issubclass(optimizer, torch.optim.Optimizer)):
-        raise TypeError(
-            f"optimizer must be a name ({', '.join(_OPTIMIZERS)}) or a torch.optim.Optimizer "
-            f"subclass, got {optimizer!r} ({type(optimizer).__name__})"
-        )
+    """``optimizer`` must be a known name or a ``torch.optim.Optimizer`` subclass
+    (:func:`dpnets.params.check_name_or_subclass`)."""
+    check_name_or_subclass("optimizer", optimizer, _OPTIMIZERS, *_OPTIMIZER_BASE)
 
 
 #: the constraints of the training settings (:mod:`dpnets.params`), shared by the
@@ -487,7 +481,7 @@ TRAINING_CONSTRAINTS: dict[str, Constraint] = {
     "batch_size": BATCH_SIZE,
     "epochs": integer(1),
     "val_fraction": real(0.0, 1.0, high_open=True),
-    "optimizer": satisfies(check_optimizer),
+    "optimizer": name_or_subclass(_OPTIMIZERS, *_OPTIMIZER_BASE),
     "optimizer_kwargs": instance_of(dict, "a dict of the optimizer's keyword arguments or None"),
     "seed": seed_or_none(),
     "init": one_of(*INIT),

@@ -16,13 +16,13 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader
 
 from dpnets.batching import ConvertedLoader, split_batchers, split_loader
 from dpnets.biased import rescaled_pairs
 from dpnets.pairs import DatasetPairs, Pairs, fetch_pairs, lagged_pairs, resolve_lag, windows
 from dpnets.standardize import Scaling, fit_scaling
-from dpnets.states import check_states, chunks, is_read_batchwise, is_streaming
+from dpnets.states import check_states, chunks, is_read_batchwise, is_streaming, trajectories
 
 __all__ = [
     "training_source",
@@ -80,11 +80,10 @@ class TrainingSource:
         The lag the model records (None: unknown; samples, pre-paired data without a lag).
     out_of_core : bool
         Whether the states of the pairs are read batch by batch in training (decided once,
-        here: :func:`~dpnets.states.is_read_batchwise`).
+        when the input is normalised: :func:`~dpnets.states.trajectories`).
     """
 
     def __init__(self, data: object, lag: int | None = None, steps: int = 0) -> None:
-        pair_lag, self.lag = resolve_lag(data, lag)
         self.steps = int(steps)
         self.loader: DataLoader | None = None
         self.batch_size: int | None = None  # a plain DataLoader's own batch size
@@ -92,15 +91,22 @@ class TrainingSource:
             # default collation in this process: fetch whole batches instead (the loader's
             # batch size, no per-sample collation)
             data, self.batch_size = data.dataset, int(data.batch_size)  # type: ignore[arg-type]
-        if isinstance(data, DataLoader):
-            self.loader, self.pairs = data, None
-        elif isinstance(data, Dataset):
-            self.pairs = DatasetPairs(data)
-        else:
-            self.pairs = windows(data, pair_lag, steps) if steps else lagged_pairs(data, pair_lag)
-        self.out_of_core = isinstance(self.pairs, Pairs) and is_read_batchwise(self.pairs.x_states)
+        # the one normalisation of the input (all the state checks); pairing and batching
+        # work on it and never ask the states again
+        traj = trajectories(data, lazy="large")
+        pair_lag, self.lag = resolve_lag(traj, lag)
         self._first: np.ndarray | None = None
-        self.state_shape = tuple(self.first().shape[1:])
+        if isinstance(traj.streamed, DataLoader):  # its first batch gives the state shape
+            self.loader, self.pairs = traj.streamed, None
+            first = next(iter(self.loader))
+            self._first = check_states(torch.as_tensor(first[0])[:2], "X batch")
+        elif traj.streamed is not None:
+            self.pairs = DatasetPairs(traj.streamed)  # type: ignore[arg-type]
+            self._first = np.asarray(fetch_pairs(self.pairs.dataset, self.pairs.indices[:2])[0])
+        else:
+            self.pairs = windows(traj, pair_lag, steps) if steps else lagged_pairs(traj, pair_lag)
+        self.out_of_core = traj.read_batchwise
+        self.state_shape = traj.state_shape or tuple(self._first.shape[1:])  # type: ignore[union-attr]
 
     @classmethod
     def of_samples(cls, x: np.ndarray, weights: np.ndarray | None = None) -> TrainingSource:
@@ -122,15 +128,9 @@ class TrainingSource:
 
     def first(self) -> np.ndarray:
         """The initial states of the first two pairs, as given (not standardised)."""
-        if self._first is None:
+        if self._first is None:  # (a Dataset's and a DataLoader's: read when normalised)
             p = self.pairs
-            if isinstance(p, Pairs):
-                self._first = np.asarray(p.x_states[p.i[:2]])
-            elif isinstance(p, DatasetPairs):
-                self._first = np.asarray(fetch_pairs(p.dataset, p.indices[:2])[0])
-            else:
-                first = next(iter(self.loader))  # type: ignore[arg-type]
-                self._first = check_states(torch.as_tensor(first[0])[:2], "X batch")
+            self._first = np.asarray(p.x_states[p.i[:2]])  # type: ignore[union-attr]
         return self._first
 
     def states(self) -> Iterator[np.ndarray]:
@@ -148,9 +148,10 @@ class TrainingSource:
             batches: Iterable[Any] = (fetch_pairs(p.dataset, idx[sl]) for sl in chunks(n, 8192))
         else:
             batches = self.loader  # type: ignore[assignment]
-        for b in batches:
-            for k in (0, 1):
-                yield check_states(b[k], "batch")
+        for b in batches:  # both sides of a batch checked, then handed on
+            x, y = check_states(b[0], "batch"), check_states(b[1], "batch")
+            yield x
+            yield y
 
     def split(
         self,
