@@ -126,7 +126,7 @@ def main() -> None:
         "epochs": int(d["epochs"]) * args.stride,
         "command": (
             "/work/side-mlcolvar/bin/python benchmarks/deeptica_biased_alanine.py "
-            f"{args.data} --seeds {args.seeds}"
+            f"{args.data} --seeds {args.seeds} --fits {' '.join(args.fits)}"
             + (f" --stride {args.stride}" if args.stride != 1 else "")
         ),
     }
@@ -141,15 +141,15 @@ def main() -> None:
         t0 = time.perf_counter()
         ds = datasets(d, args.stride, log_weights)
         t_pairs = time.perf_counter() - t0
-        ts = [train(ds, d, seed, args.stride) / 1000.0 for seed in range(args.seeds)]
-        result[key] = {
-            "timescale_ns": ts,
-            "pairs": len(ds),
-            "seconds_pairs": t_pairs,
-            "seconds": time.perf_counter() - t0,
-        }
-        print(f"DeepTICA {key}: slowest timescale {ts} ns ({len(ds)} pairs)", flush=True)
-    (args.data.parent / "deeptica.json").write_text(json.dumps(result, indent=2) + "\n")
+        result[key] = {"timescale_ns": [], "pairs": len(ds), "seconds_pairs": t_pairs}
+        for seed in range(args.seeds):
+            result[key]["timescale_ns"].append(train(ds, d, seed, args.stride) / 1000.0)
+            result[key]["seconds"] = time.perf_counter() - t0
+            # written after every fit, so that an interrupted run keeps what it has
+            (args.data.parent / "deeptica.json").write_text(json.dumps(result, indent=2) + "\n")
+            print(
+                f"DeepTICA {key}, seed {seed}: {result[key]['timescale_ns'][-1]:.4g} ns", flush=True
+            )
 
 
 if __name__ == "__main__":

@@ -307,8 +307,10 @@ def test_biased_alanine_quick_log_weights_are_the_engines_bias(tmp_path, monkeyp
     pytest.importorskip("openmm")
     import json
 
+    from dpnets.experiments import EXPERIMENTS
     from dpnets.experiments import biased_alanine as ba
 
+    assert EXPERIMENTS["biased-alanine"][0] == ba.__name__
     monkeypatch.setenv("DPNETS_CACHE", str(tmp_path / "cache"))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
