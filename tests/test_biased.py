@@ -282,3 +282,57 @@ def test_cli_fit_with_plumed_bias_files(tmp_path, capsys):
     short = ["fit", paths[0], *one, "--stride", "2", *fit, "--out", str(tmp_path / "c")]
     assert main(short) == 2
     assert "COLVAR.0: 750 bias values" in capsys.readouterr().err
+
+
+def test_transition_state_shift_by_hand():
+    """``exp(beta c)`` is the mean of ``exp(beta V)`` over the frames outside both phi cores
+    (here phi = 0 and 110 degrees), the minimum without such a frame."""
+    from dpnets.experiments import biased_alanine as ba
+
+    phi = np.array([-80.0, 0.0, 110.0, 70.0, 170.0])
+    bv = np.array([5.0, 1.0, 3.0, 7.0, 2.0])
+    c = ba.transition_state_shift(phi, bv, ba.CONFIG)
+    assert np.isclose(c, np.log((np.e + np.e**3) / 2))
+    assert ba.transition_state_shift(phi[[0, 3, 4]], bv[[0, 3, 4]], ba.CONFIG) == 2.0
+    # a kept frame of a strided run lasts its block's rescaled time: log-mean-exp per block
+    blocks = ba._block_log_mean_exp(bv, 2)
+    assert np.allclose(np.exp(blocks), [(np.e**5 + np.e) / 2, (np.e**3 + np.e**7) / 2, np.e**2])
+
+
+def test_biased_alanine_quick_log_weights_are_the_engines_bias(tmp_path, monkeypatch):
+    """``dpnets reproduce biased-alanine --quick``: every production frame's bias energy is
+    OpenMM's final metadynamics bias at the frame's psi (static: its grid interpolated), the
+    build deposited Gaussians, and the log-weights written for DeepTICA are ``beta V - beta c``
+    of those frames, with ``c`` of :func:`transition_state_shift`."""
+    pytest.importorskip("openmm")
+    import json
+
+    from dpnets.experiments import EXPERIMENTS
+    from dpnets.experiments import biased_alanine as ba
+
+    assert EXPERIMENTS["biased-alanine"][0] == ba.__name__
+    monkeypatch.setenv("DPNETS_CACHE", str(tmp_path / "cache"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ba.run(quick=True, out=tmp_path / "out", progress=False)
+    kT = 0.00831446261815324 * ba.QUICK["temperature"]
+    data = np.load(tmp_path / "out" / "biased_alanine_data.npz")
+    runs = [ba.psi_metadynamics(ba.QUICK["run_seed0"] + k, ba.QUICK) for k in range(2)]
+    beta_v, phi = [], []
+    for r in runs:
+        first = int(r["first_prod"])
+        assert first == 20 and np.ptp(r["bias_kj"][:first]) > 1.0  # Gaussians deposited
+        final = np.interp(np.deg2rad(r["psi"][first:]), r["bias_grid"], r["bias_final_kj"])
+        assert np.abs(r["bias_kj"][first:] - final).max() < 0.01 * np.ptp(r["bias_final_kj"])
+        beta_v.append(r["bias_kj"][first:] / kT)
+        phi.append(r["phi"][first:])
+    beta_v, phi = np.concatenate(beta_v), np.concatenate(phi)
+    shift = ba.transition_state_shift(phi, beta_v, ba.QUICK)
+    lw = data["log_weights"]
+    assert np.allclose(lw, beta_v - shift)
+    assert data["features"].shape == (len(beta_v), 4)
+    res = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert np.isclose(res["log_weight_shift_beta_c"]["transition"], shift)
+    assert np.isclose(res["production_ns_rescaled"]["transition"], np.exp(lw).sum() / 1000)
+    # the other convention: the mean weight is 1 (PLUMED's metad.rbias)
+    assert np.isclose(np.exp(data["log_weights_rbias"]).mean(), 1.0)

@@ -105,10 +105,10 @@ def test_alanine_pieces_against_exact_values():
 
 def test_alanine_metadynamics_engine_matches_exported_file(tmp_path):
     """A two-torsion CV exported by dpnets.export, tabulated in OpenMM and biased by OpenMM's
-    well-tempered metadynamics (:func:`_simulate`): the engine's CV at every saved frame equals
-    the TorchScript file at the frame's (phi, psi) to the grid's interpolation error, the bias
-    grows during the build and is static in production (every production frame's bias
-    energy is the final bias at its CV value)."""
+    well-tempered metadynamics (:func:`simulate_metadynamics`): the engine's CV at every saved
+    frame equals the TorchScript file at the frame's (phi, psi) to the grid's interpolation
+    error, the bias grows during the build and is static in production (every production
+    frame's bias energy is the final bias at its CV value)."""
     pytest.importorskip("openmm")
     from openmm import app
 
@@ -126,13 +126,15 @@ def test_alanine_metadynamics_engine_matches_exported_file(tmp_path):
     op = TransferOperator(feats, dt=1.0).fit(x)
     path = tmp_path / "cv.pt"
     export(op, path, modes=[1], inputs=TorsionInputs(1), input_shape=(2,))
-    phi_atoms, psi_atoms = esa._torsion_atoms()
+    phi_atoms, psi_atoms = esa.torsion_atoms()
     force, interp = openmm_torsion_cv(path, [phi_atoms, psi_atoms], n_grid=61)
     table = np.asarray(force.getTabulatedFunction(0).getFunctionParameters()[2])
     lo, hi = table.min(), table.max()
     var = app.BiasVariable(force, lo - 0.1 * (hi - lo), hi + 0.1 * (hi - lo), 0.05 * (hi - lo))
     cfg = {**esa.QUICK, "equilibration_ps": 2.0, "save_ps": 1.0, "pace_steps": 50}
-    run = esa._simulate(cfg, 3, 250 * 30, {"variable": var, "build_steps": 250 * 15}, False)
+    run = esa.simulate_metadynamics(
+        cfg, 3, 250 * 30, {"variable": var, "build_steps": 250 * 15}, False
+    )
     cv = torch.jit.load(str(path))
     with torch.no_grad():
         want = cv(torch.tensor(np.deg2rad(np.stack([run["phi"], run["psi"]], 1))))[:, 0]

@@ -57,6 +57,10 @@ EXPERIMENTS: dict[str, tuple[str, str]] = {
         "dpnets.experiments.biased_double_well",
         "Slow modes from biased runs against the exact timescale: both routes, both biases",
     ),
+    "biased-alanine": (
+        "dpnets.experiments.biased_alanine",
+        "Alanine dipeptide biased on psi: slow modes with and without the weights, vs the MSM",
+    ),
     "alanine-r-lag": (
         "dpnets.experiments.alanine_sweep",
         "Alanine dipeptide: slowest timescale vs lag and r, equal gradient steps (issue 18)",

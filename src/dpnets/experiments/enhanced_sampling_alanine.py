@@ -89,7 +89,16 @@ from dpnets.experiments._common import (
     write_results,
 )
 
-__all__ = ["run", "CONFIG", "QUICK", "REFERENCE_DELTA_G", "transitions", "dihedral_features"]
+__all__ = [
+    "run",
+    "CONFIG",
+    "QUICK",
+    "REFERENCE_DELTA_G",
+    "transitions",
+    "dihedral_features",
+    "torsion_atoms",
+    "simulate_metadynamics",
+]
 
 #: Gas constant in kJ/(mol K) (OpenMM's energies are in kJ/mol).
 R_KJ = 0.00831446261815324
@@ -319,7 +328,7 @@ def _fit_cv(seed: int, cfg: dict[str, Any], out: Path, progress: bool) -> dict[s
     if cfg.get("engine", "tabulated") == "openmm-torch":  # the 22 atoms' positions in
         from dpnets.export import PositionTorsions
 
-        phi_atoms, psi_atoms = _torsion_atoms()
+        phi_atoms, psi_atoms = torsion_atoms()
         positions_path = out / f"cv_seed{seed}_positions.pt"
         export(
             op,
@@ -354,7 +363,7 @@ def _fit_cv(seed: int, cfg: dict[str, Any], out: Path, progress: bool) -> dict[s
     }
 
 
-def _torsion_atoms() -> tuple[list[int], list[int]]:
+def torsion_atoms() -> tuple[list[int], list[int]]:
     """0-based indices (all 22 atoms) of the phi and psi atoms of the packaged PDB."""
     from openmm import app
 
@@ -365,7 +374,7 @@ def _torsion_atoms() -> tuple[list[int], list[int]]:
     return [heavy[i] for i in PHI_ATOMS], [heavy[i] for i in PSI_ATOMS]
 
 
-def _simulate(
+def simulate_metadynamics(
     cfg: dict[str, Any], seed: int, steps: int, meta_cfg: dict[str, Any] | None, progress: bool
 ) -> dict[str, Any]:
     """One run from the PDB's C7eq structure (minimised, ``equilibration_ps`` unbiased):
@@ -521,7 +530,7 @@ def _one_seed(
 
     kT = R_KJ * float(cfg["temperature"])
     fit = _fit_cv(seed, cfg, out, progress)
-    phi_atoms, psi_atoms = _torsion_atoms()
+    phi_atoms, psi_atoms = torsion_atoms()
     if cfg.get("engine", "tabulated") == "openmm-torch":
         force, table = _torch_force(fit, out, seed, int(cfg["n_grid"]))
         interp = 0.0  # the network itself at every step
@@ -536,10 +545,10 @@ def _one_seed(
     build_steps = int(round(float(cfg["build_ps"]) * steps_per_ps))
     total = build_steps + int(round(float(cfg["prod_ps"]) * steps_per_ps))
     run_seed = int(cfg["run_seed0"]) + seed
-    biased = _simulate(
+    biased = simulate_metadynamics(
         cfg, run_seed, total, {"variable": variable, "build_steps": build_steps}, progress
     )
-    free = _simulate(cfg, run_seed, total, None, progress)
+    free = simulate_metadynamics(cfg, run_seed, total, None, progress)
     # the engine's CV at every saved frame against the TorchScript file at its torsions
     ang = np.deg2rad(np.stack([biased["phi"], biased["psi"]], 1))
     with torch.no_grad():
