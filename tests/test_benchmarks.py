@@ -84,6 +84,10 @@ EXPECTED: dict[str, list[str]] = {
     "alanine_r_lag_device.sh": [r"all present"],
     "compare_numerics.py": [r"\d+ arrays written", r"largest difference between two runs: 0\n"],
     "bench_export_cost.py": [r"exported / bare: features in [0-9.]+"],
+    "deeptica_biased_alanine.py": [
+        r"rescaled clock: .*checked",
+        r"mlcolvar is not importable here|DeepTICA smoke: slowest timescale",
+    ],
     # runs only where openmmtorch imports (a side environment); elsewhere it says so
     "bench_openmm_torch.py": [r"openmmtorch is not importable here|\"ns_per_day"],
 }
