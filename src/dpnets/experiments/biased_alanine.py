@@ -313,7 +313,7 @@ def _fit(
 
 #: the fits: log-weights convention (or none) -> its label in the table
 _FITS: dict[str, str] = {
-    "transition": "yes, β(V − c), V ≈ 0 at the φ transition states",
+    "transition": "yes, β(V − c), V ≈ 0 on average in the φ barrier regions (uses φ)",
     "rbias": "yes, β(V − c), mean weight 1 (metad.rbias)",
     "unweighted": "no",
 }
