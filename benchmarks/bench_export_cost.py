@@ -285,7 +285,11 @@ def kind_ratios(kinds: dict, med: dict) -> dict:
     bare encoder with its gradient by hand."""
     bare = "{}: bare encoder on the features"
     forces = "{}: forces-output module, no autograd"
-    nan = float("nan")
+
+    def ratio(kind: str, to: str) -> float | None:  # None: the file has no forces
+        f = med.get(forces.format(kind))
+        return None if f is None else f / med[to]
+
     return {
         kind: {
             "features": kinds[kind][5],
@@ -293,9 +297,8 @@ def kind_ratios(kinds: dict, med: dict) -> dict:
             / med[f"{kind}: bare encoder on the features"],
             "ratio_floor": med[f"{kind}: floor (bare gather + encoder)"]
             / med[f"{kind}: bare encoder on the features"],
-            "ratio_forces_output": med.get(forces.format(kind), nan) / med[bare.format(kind)],
-            "ratio_forces_output_to_hand": med.get(forces.format(kind), nan)
-            / med[f"{kind}: bare encoder, gradient by hand"],
+            "ratio_forces_output": ratio(kind, bare.format(kind)),
+            "ratio_forces_output_to_hand": ratio(kind, f"{kind}: bare encoder, gradient by hand"),
         }
         for kind in kinds
     }
@@ -443,6 +446,12 @@ def main() -> None:
                 f"features: {k['ratio_positions_in']:.2f} (goal <= 1.5; a bare gather alone: "
                 f"{k['ratio_floor']:.2f})"
             )
+            if k["ratio_forces_output"] is not None:
+                print(
+                    f"  adk {kind}: forces-output module (no autograd) / bare encoder: "
+                    f"{k['ratio_forces_output']:.2f}, / bare encoder with its gradient by hand: "
+                    f"{k['ratio_forces_output_to_hand']:.2f}"
+                )
     if args.smoke:
         return
     result = {

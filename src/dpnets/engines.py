@@ -656,6 +656,12 @@ cv_force = TorchForce("{stem}_openmm.pt")  # the CV: its "energy" is the eigenfu
 # simulation = app.Simulation(topology, system, integrator)   # after creating meta
 # meta.step(simulation, 1_000_000)
 #
+# Cheaper per step, the same CV and forces (no autograd in OpenMM-Torch's step; files whose
+# metadata says forces are available: an encoder of Linear layers and the MLP's activations):
+# from dpnets.engines import openmm_torch_cv
+# cv_force = TorchForce(str(openmm_torch_cv("{path}", forces=True)))  # returns (cv, forces)
+# cv_force.setOutputsForces(True)
+#
 # Or inside a CustomCVForce of your own:
 # cvf = openmm.CustomCVForce("0.5 * k * (s - s0)^2")
 # cvf.addGlobalParameter("k", 100.0); cvf.addGlobalParameter("s0", 0.0)

@@ -1561,7 +1561,13 @@ def export(
         :class:`PositionCartesian`, :class:`AtomSelection`, which also take the box; or any
         scriptable module with ``forward(x)``); default: the model's states themselves. The
         three ``Position*`` feature maps are fused with the encoder's first ``Linear`` layer
-        where it has one (same values and gradients, fewer operations per call).
+        where it has one (same values and gradients, fewer operations per call). A fused
+        file whose encoder is a chain of ``Linear`` layers and the activations of
+        :class:`dpnets.nn.MLP` (no ``layer_norm``) also has the method ``cv.forces(x, box,
+        output)``: ``(cv, -dcv/dx)`` on one state, computed without autograd (what
+        :func:`dpnets.engines.openmm_torch_cv` with ``forces=True`` wraps for OpenMM-Torch's
+        ``setOutputsForces(True)``); the metadata's ``forces`` entry says whether it is
+        available and, if not, why.
     input_shape : sequence of int, optional
         Shape of one engine input when ``inputs`` is given (default: the model's state
         shape).
@@ -1677,8 +1683,9 @@ def _export(
     steps: list[tuple[int, float, float, torch.Tensor, torch.Tensor]] = []
     if fused is None:
         hand_reason: str | None = (
-            "the positions map is not fused with the encoder's first Linear layer (a "
-            "Position* map and an encoder starting with a Linear layer are needed)"
+            "the positions map is not fused with the encoder's first Linear layer (it "
+            "needs a Position* map, an encoder starting with a Linear layer, and a "
+            f"per-call W J of at most {_FUSED_ENTRIES} entries)"
         )
     else:
         steps, hand_reason = _hand_steps(fused[1], weight, bias, not head_folded)
