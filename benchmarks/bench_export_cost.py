@@ -27,6 +27,12 @@ encoder scripted bare (same widths and dtype), in one run, float32 and float64:
   torsions (852 features), its 1312 C-alpha pairs within 0.9 nm and its 214 C-alpha
   atoms superposed: protein-size encoders, where the maps' arithmetic
   (not the per-op overhead of one state) is what counts.
+* the forces-output module of each alanine kind (``dpnets.engines.openmm_torch_cv(...,
+  forces=True)``, for OpenMM-Torch's ``setOutputsForces(True)``): the CV and its gradient
+  in one forward without autograd, timed as one call, against the bare encoder's forward +
+  autograd (the comparator above) and against the bare encoder with its input gradient
+  written by hand too (:class:`HandMLP`, no autograd: what the same trick buys the bare
+  network).
 
 Measured single-threaded (``torch.set_num_threads(1)``), interleaved rounds, median over
 rounds of the mean per call. The MD throughput with and without the CV in OpenMM-Torch is
@@ -77,6 +83,35 @@ def fit_on(x: np.ndarray, widths: tuple[int, ...], r: int, double: bool, epochs:
         enc = enc.double()
     net = DPNet(enc, epochs=epochs, batch_size=256, progress=False, seed=0).fit(x)
     return TransferOperator(net, reversible=True).fit(x)
+
+
+class HandMLP(torch.nn.Module):
+    """A bare CELU MLP's first output and its gradient with respect to the input, written by
+    hand in the forward (``addmv``, ``celu``, the activation's derivative, ``mv`` with the
+    transposed weights back): the bare encoder's comparator without autograd."""
+
+    def __init__(self, enc) -> None:
+        super().__init__()
+        lin = [m for m in enc.net if isinstance(m, torch.nn.Linear)]
+        self.weights = [m.weight.detach().clone() for m in lin[:-1]]
+        self.biases = [m.bias.detach().clone() for m in lin[:-1]]
+        self.last = lin[-1].weight[0].detach().clone()
+        self.last_bias = float(lin[-1].bias[0])
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        ds: list[torch.Tensor] = []
+        h = x
+        for i in range(len(self.weights)):
+            if i > 0:
+                ds.append(torch.where(h > 0, torch.ones_like(h), torch.exp(h)))
+                h = torch.celu(h)
+            h = torch.addmv(self.biases[i], self.weights[i], h)
+        d = torch.where(h > 0, torch.ones_like(h), torch.exp(h))
+        y = torch.dot(self.last, torch.celu(h)) + self.last_bias
+        g = self.last * d
+        for i in range(len(self.weights) - 1, 0, -1):
+            g = torch.mv(self.weights[i].t(), g) * ds[i - 1]
+        return y, torch.mv(self.weights[0].t(), g)
 
 
 class Gather(torch.nn.Module):
@@ -153,9 +188,11 @@ def kind_cases(
     dtype: torch.dtype, epochs: int, widths, maps: dict, atoms: dict, pos: torch.Tensor, tmp: str
 ) -> dict:
     """Per feature kind: ``(bare encoder, exported file, floor, feature state, positions,
-    width)`` for the positions-in files of models fitted on each map's features of the
-    positions ``pos`` (T, n_atoms, 3)."""
-    from dpnets.export import export
+    width, forces-output module, bare encoder with its gradient by hand)`` for the
+    positions-in files of models fitted on each map's features of the positions ``pos``
+    (T, n_atoms, 3)."""
+    from dpnets.engines import openmm_torch_cv
+    from dpnets.export import ExportError, export
 
     double = dtype == torch.float64
     n = pos.shape[1]
@@ -173,8 +210,34 @@ def kind_cases(
         export(op, path, modes=[1], dtype=dtype, inputs=fmap, input_shape=(n, 3))
         k = min(100, len(x) - 1)
         state = torch.tensor(x[k], dtype=dtype)
-        out[kind] = (bare, torch.jit.load(path), floor, state, pos[k].to(dtype), x.shape[1])
+        try:  # None where the file has no forces (adk's torsions and contacts: not fused)
+            forces = torch.jit.load(str(openmm_torch_cv(path, forces=True)))
+        except ExportError:
+            forces = None
+        hand = torch.jit.freeze(torch.jit.script(HandMLP(enc)).eval())
+        with torch.no_grad():
+            _, g = hand(state)
+        xi = state.clone().requires_grad_(True)
+        (g_auto,) = torch.autograd.grad(enc(xi.unsqueeze(0))[0, 0], xi)
+        assert torch.allclose(g, g_auto, rtol=1e-4, atol=1e-5)  # the same gradient
+        out[kind] = (
+            bare,
+            torch.jit.load(path),
+            floor,
+            state,
+            pos[k].to(dtype),
+            x.shape[1],
+            forces,
+            hand,
+        )
     return out
+
+
+class NoGrad:
+    """A case timed as one call, no autograd (the module returns its gradient itself)."""
+
+    def __init__(self, fn) -> None:
+        self.fn = fn
 
 
 def per_call(fn, x: torch.Tensor, calls: int, per_output: bool = False) -> float:
@@ -182,6 +245,10 @@ def per_call(fn, x: torch.Tensor, calls: int, per_output: bool = False) -> float
     outputs, or with ``per_output`` one per output column as PLUMED's PYTORCH_MODEL takes
     them (``autograd::grad`` of each ``node-j`` with the graph retained)."""
     t0 = time.perf_counter()
+    if isinstance(fn, NoGrad):
+        for _ in range(calls):
+            fn.fn(x)
+        return (time.perf_counter() - t0) / calls
     for _ in range(calls):
         xi = x.detach().requires_grad_(True)
         y = fn(xi)
@@ -196,7 +263,7 @@ def per_call(fn, x: torch.Tensor, calls: int, per_output: bool = False) -> float
 def kind_timings(kinds: dict) -> dict:
     """The timed cases of :func:`kind_cases`: bare encoder, exported file, floor."""
     cases = {}
-    for kind, (bare_k, file_k, floor_k, state_k, pos_k, _) in kinds.items():
+    for kind, (bare_k, file_k, floor_k, state_k, pos_k, _, forces_k, hand_k) in kinds.items():
         cases[f"{kind}: bare encoder on the features"] = (
             lambda s, m=bare_k: m(s.unsqueeze(0)),
             state_k,
@@ -206,20 +273,34 @@ def kind_timings(kinds: dict) -> dict:
             lambda s, m=floor_k: m(s.unsqueeze(0)),
             pos_k,
         )
+        if forces_k is not None:
+            cases[f"{kind}: forces-output module, no autograd"] = (NoGrad(forces_k), pos_k)
+        cases[f"{kind}: bare encoder, gradient by hand"] = (NoGrad(hand_k), state_k)
     return cases
 
 
 def kind_ratios(kinds: dict, med: dict) -> dict:
-    """Per kind: its width, the exported file's and the floor's ratios to the bare encoder."""
+    """Per kind: its width, the exported file's, the floor's and the forces-output module's
+    ratios to the bare encoder (forward + autograd), and the forces-output module's to the
+    bare encoder with its gradient by hand."""
+    bare = "{}: bare encoder on the features"
+    forces = "{}: forces-output module, no autograd"
+
+    def ratio(kind: str, to: str) -> float | None:  # None: the file has no forces
+        f = med.get(forces.format(kind))
+        return None if f is None else f / med[to]
+
     return {
         kind: {
-            "features": width,
+            "features": kinds[kind][5],
             "ratio_positions_in": med[f"{kind}: exported, positions in"]
             / med[f"{kind}: bare encoder on the features"],
             "ratio_floor": med[f"{kind}: floor (bare gather + encoder)"]
             / med[f"{kind}: bare encoder on the features"],
+            "ratio_forces_output": ratio(kind, bare.format(kind)),
+            "ratio_forces_output_to_hand": ratio(kind, f"{kind}: bare encoder, gradient by hand"),
         }
-        for kind, (*_, width) in kinds.items()
+        for kind in kinds
     }
 
 
@@ -348,7 +429,9 @@ def main() -> None:
             print(
                 f"  {kind} ({k['features']} features), positions in / bare encoder on the "
                 f"features: {k['ratio_positions_in']:.2f} (goal <= 1.5; a bare gather alone: "
-                f"{k['ratio_floor']:.2f})"
+                f"{k['ratio_floor']:.2f}); forces-output module (no autograd) / bare "
+                f"encoder: {k['ratio_forces_output']:.2f}, / bare encoder with its gradient "
+                f"by hand: {k['ratio_forces_output_to_hand']:.2f}"
             )
     adk = None if args.no_adk else bench_adk(rounds, calls, epochs, widths)
     if adk is None:
@@ -363,6 +446,12 @@ def main() -> None:
                 f"features: {k['ratio_positions_in']:.2f} (goal <= 1.5; a bare gather alone: "
                 f"{k['ratio_floor']:.2f})"
             )
+            if k["ratio_forces_output"] is not None:
+                print(
+                    f"  adk {kind}: forces-output module (no autograd) / bare encoder: "
+                    f"{k['ratio_forces_output']:.2f}, / bare encoder with its gradient by hand: "
+                    f"{k['ratio_forces_output_to_hand']:.2f}"
+                )
     if args.smoke:
         return
     result = {

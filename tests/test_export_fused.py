@@ -130,3 +130,61 @@ def test_fused_file_in_float32_agrees_with_the_model(walk, tmp_path):
         (gi,) = torch.autograd.grad(torch.jit.load(str(tmp_path / name))(xi).sum(), xi)
         g.append(gi)
     assert float((g[0] - g[1]).abs().max()) < 1e-3 * float(g[1].abs().max())
+
+
+@pytest.mark.parametrize("kind", ["torsions", "distances", "cartesian"])
+@pytest.mark.parametrize("activation", ["celu", "relu", "tanh", "gelu", "silu", "softplus"])
+def test_forces_equal_minus_the_autograd_gradient(kind, activation, walk, tmp_path):
+    """The file's ``forces`` method and ``openmm_torch_cv(forces=True)``: the CV and minus
+    its gradient without autograd, equal to autograd of the file itself (float64, one
+    state, each output, with and without a box)."""
+    from dpnets.engines import openmm_torch_cv
+
+    fmap = _maps()[kind].double()
+    with torch.no_grad():
+        x = fmap(torch.tensor(walk)).numpy()
+    enc = MLP(x.shape[1], (16, 16), 3, activation=activation)
+    net = DPNet(enc, epochs=1, batch_size=64, progress=False, seed=0).fit(x)
+    op = TransferOperator(net, reversible=True).fit(x)
+    out = tmp_path / "cv.pt"
+    meta = export(op, out, [1, 2], torch.float64, inputs=fmap, input_shape=walk.shape[1:])
+    assert meta["forces"] == {"available": True, "reason": None}
+    wrapped = torch.jit.load(str(openmm_torch_cv(out, output=1, forces=True)))
+    for box in (None, BOX):
+        for o in (0, 1):
+            cv = torch.jit.load(str(out))  # autograd on a fresh load: the unoptimised graph
+            xx = torch.tensor(walk[7]).requires_grad_(True)
+            y = cv(xx, box)[o]
+            (g,) = torch.autograd.grad(y, xx)
+            value, forces = cv.forces(torch.tensor(walk[7]), box, o)
+            assert forces.shape == (22, 3) and forces.dtype == torch.float64
+            assert abs(float(value - y)) < 1e-12
+            np.testing.assert_allclose(forces.numpy(), -g.numpy(), rtol=1e-10, atol=1e-12)
+        value, forces = wrapped(torch.tensor(walk[7]), box)
+        cv = torch.jit.load(str(out))
+        xx = torch.tensor(walk[7]).requires_grad_(True)
+        (g,) = torch.autograd.grad(cv(xx, box)[1], xx)
+        np.testing.assert_allclose(forces.numpy(), -g.numpy(), rtol=1e-10, atol=1e-12)
+    single, f32 = wrapped(torch.tensor(walk[7], dtype=torch.float32))  # the input's dtype
+    assert single.dtype == f32.dtype == torch.float32
+
+
+def test_forces_refused_for_an_encoder_with_layer_norm(walk, tmp_path):
+    """An encoder whose derivative is not written out (a LayerNorm): the metadata says why,
+    ``openmm_torch_cv(forces=True)`` refuses in one line, and the autograd file remains."""
+    from dpnets.engines import openmm_torch_cv
+    from dpnets.export import ExportError
+
+    fmap = _maps()["distances"].double()
+    with torch.no_grad():
+        x = fmap(torch.tensor(walk)).numpy()
+    enc = MLP(x.shape[1], (16, 16), 3, activation="celu", layer_norm=True)
+    net = DPNet(enc, epochs=1, batch_size=64, progress=False, seed=0).fit(x)
+    op = TransferOperator(net, reversible=True).fit(x)
+    out = tmp_path / "cv.pt"
+    meta = export(op, out, [1], torch.float64, inputs=fmap, input_shape=walk.shape[1:])
+    assert meta["forces"]["available"] is False
+    assert "LayerNorm" in meta["forces"]["reason"]
+    with pytest.raises(ExportError, match="LayerNorm"):
+        openmm_torch_cv(out, forces=True)
+    assert openmm_torch_cv(out).name == "cv_openmm.pt"  # the autograd scalar

@@ -81,17 +81,26 @@ def exported(tmp_path_factory):
     return work, traj.xyz.astype(np.float64), ref
 
 
-def _context(path: Path, platform: str, n: int):
+def _context(path: Path, platform: str, n: int, outputs_forces: bool = False, cv: bool = False):
     system = openmm.System()
     for _ in range(n):
         system.addParticle(12.0)
     force = TorchForce(str(path))
+    force.setOutputsForces(outputs_forces)
+    if cv:  # inside a CustomCVForce (the Metadynamics path), as 2 s
+        force = _twice(force)
     force.setForceGroup(1)
     system.addForce(force)
     props = {"Threads": "1"} if platform == "CPU" else {}
     return openmm.Context(
         system, openmm.VerletIntegrator(0.001), openmm.Platform.getPlatformByName(platform), props
     )
+
+
+def _twice(force):
+    out = openmm.CustomCVForce("2 * s")
+    out.addCollectiveVariable("s", force)
+    return out
 
 
 def _energy(ctx, x: np.ndarray) -> float:
@@ -186,3 +195,26 @@ def test_enhanced_sampling_alanine_openmm_torch_mode(tmp_path):
     assert res["config"]["engine"] == "openmm-torch"
     assert cv["table_interpolation_rel_error"] == 0.0
     assert cv["engine_vs_file_max_rel_error"] < 1e-5  # measured 1.9e-7 (tabulated: 3e-4)
+
+
+@pytest.mark.parametrize("platform", ["Reference", "CPU"])
+@pytest.mark.parametrize("cv", [False, True])
+def test_forces_output_torchforce_equals_the_autograd_one(exported, platform, cv):
+    """``openmm_torch_cv(forces=True)`` with ``setOutputsForces(True)``: the CV and the
+    forces computed without autograd, equal to those of the autograd scalar's TorchForce,
+    alone and inside a ``CustomCVForce``."""
+    work, xyz, _ = exported
+    path = openmm_torch_cv(work / "cv.pt", forces=True)
+    assert path.name == "cv_openmm_forces.pt"
+    auto = _context(work / "cv_openmm.pt", platform, xyz.shape[1], cv=cv)
+    hand = _context(path, platform, xyz.shape[1], outputs_forces=True, cv=cv)
+    for x in xyz[::50]:
+        got = []
+        for ctx in (auto, hand):
+            ctx.setPositions(x)
+            state = ctx.getState(getEnergy=True, getForces=True, groups={1})
+            f = state.getForces(asNumpy=True)._value
+            got.append((state.getPotentialEnergy()._value, f))
+        (e0, f0), (e1, f1) = got
+        assert abs(e1 - e0) < 1e-10 * max(1.0, abs(e0))
+        assert np.abs(f1 - f0).max() < 1e-9 * np.abs(f0).max()

@@ -656,6 +656,12 @@ cv_force = TorchForce("{stem}_openmm.pt")  # the CV: its "energy" is the eigenfu
 # simulation = app.Simulation(topology, system, integrator)   # after creating meta
 # meta.step(simulation, 1_000_000)
 #
+# Cheaper per step, the same CV and forces (no autograd in OpenMM-Torch's step; files whose
+# metadata says forces are available: an encoder of Linear layers and the MLP's activations):
+# from dpnets.engines import openmm_torch_cv
+# cv_force = TorchForce(str(openmm_torch_cv("{path}", forces=True)))  # returns (cv, forces)
+# cv_force.setOutputsForces(True)
+#
 # Or inside a CustomCVForce of your own:
 # cvf = openmm.CustomCVForce("0.5 * k * (s - s0)^2")
 # cvf.addGlobalParameter("k", 100.0); cvf.addGlobalParameter("s0", 0.0)
@@ -705,8 +711,29 @@ class _ScalarCV(torch.nn.Module):
         return self.cv(positions, boxvectors)[self.output]
 
 
+class _ForcesCV(torch.nn.Module):
+    """One output of a positions-in exported file and its forces (minus its gradient), for
+    OpenMM-Torch's ``setOutputsForces(True)``: the file's ``forces`` method, no autograd."""
+
+    def __init__(self, cv: torch.jit.ScriptModule, output: int) -> None:
+        super().__init__()
+        self.cv = cv
+        self.output = output
+
+    def forward(
+        self,
+        positions: torch.Tensor,
+        boxvectors: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.cv.forces(positions, boxvectors, self.output)
+
+
 def openmm_torch_cv(
-    path: str | os.PathLike, out: str | os.PathLike | None = None, output: int = 0
+    path: str | os.PathLike,
+    out: str | os.PathLike | None = None,
+    output: int = 0,
+    *,
+    forces: bool = False,
 ) -> Path:
     """One slow mode of a positions-in exported file as the scalar OpenMM-Torch takes.
 
@@ -717,6 +744,16 @@ def openmm_torch_cv(
     alone: the wrapper of the OpenMM-Torch recipe that ``dpnets export`` writes, for
     ``TorchForce(str(openmm_torch_cv("cv.pt")))``. Only torch is needed, not OpenMM.
 
+    With ``forces=True`` the module returns ``(cv, forces)``, the forces ``-dcv/dpositions``
+    ``(n_atoms, 3)`` in the positions' dtype, computed in one forward without autograd
+    (the file's ``forces`` method: the positions map's Jacobian, then back through the
+    encoder's layers by hand); give the ``TorchForce`` ``setOutputsForces(True)``. It costs
+    less per step than the autograd module (``benchmarks/results/export_cost``); available
+    for files whose positions map is fused with an encoder made of ``Linear`` layers and
+    the activations of :class:`dpnets.nn.MLP` (no ``layer_norm``): the metadata's
+    ``forces`` entry says whether and why not. Same values and forces as the autograd
+    module.
+
     Parameters
     ----------
     path : path
@@ -725,6 +762,9 @@ def openmm_torch_cv(
         Where to write; default ``<stem>_openmm.pt`` next to ``path``.
     output : int, default 0
         Which of the file's outputs (``cv.node-k``; ``0``: the first exported mode).
+    forces : bool, default False
+        Write the ``(cv, forces)`` module for ``setOutputsForces(True)`` (default file
+        ``<stem>_openmm_forces.pt``); False: the scalar, differentiated by OpenMM-Torch.
 
     Returns
     -------
@@ -744,11 +784,21 @@ def openmm_torch_cv(
         raise ExportError(f"output must be an integer, got {output!r}")
     if not 0 <= int(output) < n:
         raise ExportError(f"output={output}: {path} has {n} outputs (0 to {n - 1})")
+    if forces:
+        how = meta.get("forces") or {}
+        if not how.get("available"):
+            reason = how.get("reason") or "written before dpnets wrote forces"
+            raise ExportError(
+                f"forces=True: {path} has no autograd-free forces ({reason}); use "
+                "forces=False (OpenMM-Torch differentiates the CV)"
+            )
     src = Path(path)
-    target = Path(out) if out is not None else src.with_name(f"{src.stem}_openmm.pt")
+    suffix = "_openmm_forces.pt" if forces else "_openmm.pt"
+    target = Path(out) if out is not None else src.with_name(f"{src.stem}{suffix}")
+    wrapper = _ForcesCV if forces else _ScalarCV
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", r".*torch\.jit\.", DeprecationWarning)
-        scripted = torch.jit.script(_ScalarCV(torch.jit.load(os.fspath(src)), int(output)))
+        scripted = torch.jit.script(wrapper(torch.jit.load(os.fspath(src)), int(output)))
     atomic_write(target, lambda fh: torch.jit.save(scripted, fh))
     return target
 

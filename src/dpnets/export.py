@@ -604,10 +604,20 @@ class _FusedTorsions(nn.Module):
     @torch.jit.export
     def single(self, x: torch.Tensor, box: torch.Tensor | None) -> torch.Tensor:
         """The layer ``(width,)`` on one state's positions ``x (n_atoms, 3)``."""
-        m, H = self.m, self.width
         xs = torch.take(x, self.flat)  # (12 m): (torsion, atom, xyz)
         with torch.no_grad():
             x0 = xs.clone()  # not detach(): freezing folds x - x.detach() to 0
+            h0, wj = self.expand(x0, box)
+        return torch.addmv(h0, wj, xs - x0)
+
+    @torch.jit.export
+    def expand(
+        self, x0: torch.Tensor, box: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(h, dh/dxs)``: the layer ``(width,)`` and its Jacobian ``(width, 12 m)`` with
+        respect to the gathered coordinates ``xs = take(x, flat)``, without autograd."""
+        m, H = self.m, self.width
+        with torch.no_grad():
             b = torch.mm(x0.view(m, 12), self.bonds)  # (m, 9): b1, b2, b3
             if box is not None:
                 b = minimum_image(b.view(m, 3, 3), box).view(m, 9)
@@ -623,7 +633,7 @@ class _FusedTorsions(nn.Module):
             h0 = torch.addmv(self.bias, self.value, cs.reshape(2 * m))
             g2 = grad.unsqueeze(2) * cs.unsqueeze(1)  # (m, 12, 2)
             wj = torch.bmm(g2, self.slope).view(12 * m, H).t()  # d h / d x
-        return torch.addmv(h0, wj, xs - x0)
+        return h0, wj
 
 
 class _FusedDistances(nn.Module):
@@ -662,6 +672,22 @@ class _FusedDistances(nn.Module):
         if box is not None:
             f = f + shift
         return nn.functional.linear(f, self.weight, self.bias)
+
+    @torch.jit.export
+    def expand(
+        self, x0: torch.Tensor, box: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(h, dh/dxs)``: the layer ``(width,)`` and its Jacobian ``(width, 6 m)`` with
+        respect to the gathered coordinates ``xs = take(x, flat)`` ``(m, 6)``, without
+        autograd."""
+        with torch.no_grad():
+            raw = torch.mm(x0, self.ends)  # (m, 3)
+            d = raw if box is None else minimum_image(raw, box)
+            dist = torch.linalg.vector_norm(d, dim=1)
+            w = torch.mm(d / dist.unsqueeze(1), self.spread)  # (m, 6): -u, u
+            h0 = torch.addmv(self.bias, self.weight, dist)
+            wj = (self.weight.unsqueeze(2) * w.unsqueeze(0)).view(self.weight.shape[0], 6 * self.m)
+        return h0, wj
 
 
 class _FusedCartesian(nn.Module):
@@ -702,10 +728,20 @@ class _FusedCartesian(nn.Module):
     @torch.jit.export
     def single(self, x: torch.Tensor, box: torch.Tensor | None) -> torch.Tensor:
         """The layer ``(width,)`` on one state's positions ``x (n_atoms, 3)``."""
-        n, H = self.n, self.width
         xs = torch.take(x, self.flat)  # (3 n): x of every atom, then y, z
         with torch.no_grad():
             x0 = xs.clone()  # not detach(): freezing folds x - x.detach() to 0
+            h0, wj = self.expand(x0, box)
+        return torch.addmv(h0, wj, xs - x0)
+
+    @torch.jit.export
+    def expand(
+        self, x0: torch.Tensor, box: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(h, dh/dxs)``: the layer ``(width,)`` and its Jacobian ``(width, 3 n)`` with
+        respect to the gathered coordinates ``xs = take(x, flat)``, without autograd."""
+        n, H = self.n, self.width
+        with torch.no_grad():
             p = x0.view(3, n)
             if box is not None:
                 a = p.t()
@@ -726,7 +762,7 @@ class _FusedCartesian(nn.Module):
             jm = torch.mm(torch.mm(dn_t, proj), y.t())  # (9, H): d h / d M
             turn = torch.mm(rot.view(3, 3).t(), self.wr).view(3 * n, H)  # W_i R (rows b, i)
             wj = torch.addmm(turn, self.corr, jm).t()
-        return torch.addmv(h0, wj, xs - x0)
+        return h0, wj
 
 
 def _fused_map(given: nn.Module, weight: torch.Tensor, bias: torch.Tensor) -> nn.Module | None:
@@ -843,6 +879,33 @@ class _FusedSlowModes(_SlowModes):
     encoder: one state ``(n_atoms, 3)`` runs without a batch axis (``inputs.single``), so the
     engine's autograd graph has no reshaping around the network."""
 
+    def __init__(self, *args: Any, hand: _HandChain, reason: str) -> None:
+        super().__init__(*args)
+        self.hand = hand
+        self.reason = reason
+
+    @torch.jit.export
+    def forces(
+        self, x: torch.Tensor, box: torch.Tensor | None, output: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(cv, forces)`` on one state ``x (n_atoms, 3)``: output ``output`` and minus its
+        gradient with respect to ``x`` (``(n_atoms, 3)``), both in ``x``'s dtype, computed
+        without autograd (the positions map's Jacobian, then back through the encoder's
+        layers by hand): OpenMM-Torch's ``setOutputsForces(True)`` form."""
+        if not self.hand.available:
+            raise RuntimeError(self.reason)
+        dtype = x.dtype if x.is_floating_point() else self.weight.dtype
+        with torch.no_grad():
+            x = x.to(self.weight.dtype)
+            if box is not None:
+                box = box.to(self.weight.dtype)
+            xs = torch.take(x, self.inputs.flat)
+            h0, wj = self.inputs.expand(xs, box)
+            cv, g = self.hand(h0, output)
+            flat = self.inputs.flat.reshape(-1)
+            grad = torch.zeros(x.numel(), dtype=x.dtype).index_add_(0, flat, torch.mv(wj.t(), g))
+        return cv.to(dtype), (-grad).view(x.shape).to(dtype)
+
     def forward(self, x: torch.Tensor, box: torch.Tensor | None = None) -> torch.Tensor:
         dtype = x.dtype if x.is_floating_point() else self.weight.dtype
         x = x.to(self.weight.dtype)
@@ -857,6 +920,154 @@ class _FusedSlowModes(_SlowModes):
         if self.head:
             out = torch.addmm(self.bias, out, self.weight)
         return out.to(dtype)
+
+
+# the activations whose derivative :class:`_HandChain` writes out, by code
+_IDENTITY, _RELU, _LEAKY, _CELU, _ELU, _GELU, _SILU, _TANH, _SOFTPLUS = range(9)
+
+
+def _activation(
+    a: torch.Tensor, code: int, p: float, q: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(y, dy/da)`` of the activation ``code`` (parameters ``p``, ``q``) at ``a``."""
+    if code == 1:  # relu
+        return torch.relu(a), (a > 0).to(a.dtype)
+    if code == 2:  # leaky_relu, slope p
+        pos = a > 0
+        return torch.where(pos, a, p * a), torch.where(
+            pos, torch.ones_like(a), torch.full_like(a, p)
+        )
+    if code == 3:  # celu, alpha p
+        e = torch.exp(a / p)
+        return torch.celu(a, p), torch.where(a > 0, torch.ones_like(a), e)
+    if code == 4:  # elu, alpha p
+        e = torch.exp(a)
+        return torch.where(a > 0, a, p * (e - 1)), torch.where(a > 0, torch.ones_like(a), p * e)
+    if code == 5:  # gelu (exact): Phi(a) + a phi(a)
+        cdf = 0.5 * (1.0 + torch.erf(a * 0.7071067811865476))
+        pdf = torch.exp(-0.5 * a * a) * 0.3989422804014327
+        return a * cdf, cdf + a * pdf
+    if code == 6:  # silu
+        s = torch.sigmoid(a)
+        return a * s, s * (1.0 + a * (1.0 - s))
+    if code == 7:  # tanh
+        t = torch.tanh(a)
+        return t, 1.0 - t * t
+    if code == 8:  # softplus, beta p, threshold q
+        big = a * p > q
+        return nn.functional.softplus(a, p, q), torch.where(
+            big, torch.ones_like(a), torch.sigmoid(a * p)
+        )
+    return a, torch.ones_like(a)
+
+
+class _HandChain(nn.Module):
+    """The encoder after its first ``Linear`` layer (and the affine head) as steps ``pre ->
+    W act(pre) + b``, with one output's gradient with respect to the first layer's output
+    written out (the activations' derivatives, then back through the weights): no autograd.
+    ``available`` False (no steps) where the encoder is not such a chain."""
+
+    # evaluated types for TorchScript (the lists are empty when not available)
+    __annotations__ = {
+        "codes": list[int],
+        "p": list[float],
+        "q": list[float],
+        "weights": list[torch.Tensor],
+        "biases": list[torch.Tensor],
+    }
+
+    def __init__(self, steps: list[tuple[int, float, float, torch.Tensor, torch.Tensor]]) -> None:
+        super().__init__()
+        self.available = bool(steps)
+        self.codes = [int(st[0]) for st in steps]
+        self.p = [float(st[1]) for st in steps]
+        self.q = [float(st[2]) for st in steps]
+        self.weights = [st[3].contiguous() for st in steps]
+        self.biases = [st[4].contiguous() for st in steps]
+
+    def forward(self, h: torch.Tensor, output: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(cv, dcv/dh)``: output ``output`` and its gradient with respect to ``h``."""
+        n = len(self.weights)
+        ds: list[torch.Tensor] = []
+        pre = h
+        for i in range(n - 1):
+            y, d = _activation(pre, self.codes[i], self.p[i], self.q[i])
+            ds.append(d)
+            pre = torch.addmv(self.biases[i], self.weights[i], y)
+        y, d = _activation(pre, self.codes[n - 1], self.p[n - 1], self.q[n - 1])
+        w = self.weights[n - 1][output]
+        cv = torch.dot(w, y) + self.biases[n - 1][output]
+        g = w * d
+        for k in range(n - 2, -1, -1):
+            g = torch.mv(self.weights[k].t(), g) * ds[k]
+        return cv, g
+
+
+def _hand_code(m: nn.Module) -> tuple[int, float, float] | str:
+    """``(code, p, q)`` of an activation :class:`_HandChain` writes out, else the reason."""
+    if isinstance(m, nn.ReLU):
+        return _RELU, 0.0, 0.0
+    if isinstance(m, nn.LeakyReLU):
+        return _LEAKY, float(m.negative_slope), 0.0
+    if isinstance(m, nn.CELU):
+        return _CELU, float(m.alpha), 0.0
+    if isinstance(m, nn.ELU):
+        return _ELU, float(m.alpha), 0.0
+    if isinstance(m, nn.GELU) and m.approximate == "none":
+        return _GELU, 0.0, 0.0
+    if isinstance(m, nn.SiLU):
+        return _SILU, 0.0, 0.0
+    if isinstance(m, nn.Tanh):
+        return _TANH, 0.0, 0.0
+    if isinstance(m, nn.Softplus):
+        return _SOFTPLUS, float(m.beta), float(m.threshold)
+    if isinstance(m, nn.LayerNorm):
+        return "the encoder has a LayerNorm (layer_norm=True)"
+    return f"the encoder has a {type(m).__name__}, whose derivative is not written out"
+
+
+def _hand_steps(
+    rest: nn.Module, weight: torch.Tensor, bias: torch.Tensor, head: bool
+) -> tuple[list[tuple[int, float, float, torch.Tensor, torch.Tensor]], str | None]:
+    """``(steps, reason)``: the encoder after its fused first layer (``rest``) and, with
+    ``head``, the affine head ``out @ weight + bias``, as :class:`_HandChain`'s float64
+    steps ``(code, p, q, W, b)`` (an activation, then a ``Linear`` layer); no steps and the
+    reason where it is not a chain of ``Linear`` layers and supported activations."""
+    from dpnets.nn.mlp import MLP
+
+    def flat(m: nn.Module) -> list[nn.Module]:
+        if isinstance(m, nn.Sequential):
+            return [c for child in m for c in flat(child)]
+        if isinstance(m, MLP):
+            return flat(m.net)
+        return [m]
+
+    steps: list[tuple[int, float, float, torch.Tensor, torch.Tensor]] = []
+    act: tuple[int, float, float] | None = None
+    for m in flat(rest):
+        if isinstance(m, (nn.Identity, nn.Dropout)):  # the file runs in eval mode
+            continue
+        if isinstance(m, nn.Linear):
+            w = m.weight.detach().double()
+            b = torch.zeros(w.shape[0], dtype=torch.float64) if m.bias is None else m.bias
+            steps.append((*(act or (_IDENTITY, 0.0, 0.0)), w, b.detach().double()))
+            act = None
+            continue
+        code = _hand_code(m)
+        if isinstance(code, str):
+            return [], code
+        if act is not None:
+            return [], "the encoder has two activations in a row"
+        act = code
+    if head:  # the affine head as the last step
+        steps.append((*(act or (_IDENTITY, 0.0, 0.0)), weight.T.double(), bias.double()))
+    elif act is not None:
+        return [], "the encoder ends in an activation, not a Linear layer"
+    elif not steps:  # the first layer is the whole encoder, head folded in
+        n = int(weight.shape[1])
+        eye = torch.eye(n, dtype=torch.float64)
+        steps.append((_IDENTITY, 0.0, 0.0, eye, torch.zeros(n, dtype=torch.float64)))
+    return steps, None
 
 
 # ------------------------------------------------------------------------------ the model
@@ -1350,7 +1561,13 @@ def export(
         :class:`PositionCartesian`, :class:`AtomSelection`, which also take the box; or any
         scriptable module with ``forward(x)``); default: the model's states themselves. The
         three ``Position*`` feature maps are fused with the encoder's first ``Linear`` layer
-        where it has one (same values and gradients, fewer operations per call).
+        where it has one (same values and gradients, fewer operations per call). A fused
+        file whose encoder is a chain of ``Linear`` layers and the activations of
+        :class:`dpnets.nn.MLP` (no ``layer_norm``) also has the method ``cv.forces(x, box,
+        output)``: ``(cv, -dcv/dx)`` on one state, computed without autograd (what
+        :func:`dpnets.engines.openmm_torch_cv` with ``forces=True`` wraps for OpenMM-Torch's
+        ``setOutputsForces(True)``); the metadata's ``forces`` entry says whether it is
+        available and, if not, why.
     input_shape : sequence of int, optional
         Shape of one engine input when ``inputs`` is given (default: the model's state
         shape).
@@ -1463,6 +1680,16 @@ def _export(
     ref = None if ex is None else _reference(model, source, given, ex, outputs)
 
     fused = _fused_first_layer(given, folded)
+    steps: list[tuple[int, float, float, torch.Tensor, torch.Tensor]] = []
+    if fused is None:
+        hand_reason: str | None = (
+            "the positions map is not fused with the encoder's first Linear layer (it "
+            "needs a Position* map, an encoder starting with a Linear layer, and a "
+            f"per-call W J of at most {_FUSED_ENTRIES} entries)"
+        )
+    else:
+        steps, hand_reason = _hand_steps(fused[1], weight, bias, not head_folded)
+    meta["forces"] = {"available": hand_reason is None, "reason": hand_reason}
 
     def build(dt: torch.dtype) -> torch.jit.ScriptModule:
         if fused is not None:  # the map and the first layer as one module (scriptable)
@@ -1480,7 +1707,7 @@ def _export(
             with torch.no_grad():
                 z = None if ex is None else pre(ex.to(dt))
             compiled, loop = _compiled(_prepared(folded, dt), z, "example=")
-        wrapper = (_SlowModes if fused is None else _FusedSlowModes)(
+        args = (
             pre_s,
             compiled,
             weight.to(dt).contiguous(),
@@ -1490,11 +1717,15 @@ def _export(
             loop,
             meta,
         )
+        keep = ["modes", "outputs", "eigenvalues", "lag_time"]
+        if fused is None:
+            wrapper: nn.Module = _SlowModes(*args)
+        else:
+            chain = _HandChain([(c, p, q, w.to(dt), b.to(dt)) for c, p, q, w, b in steps])
+            wrapper = _FusedSlowModes(*args, hand=chain, reason=str(hand_reason))
+            keep.append("forces")
         try:  # frozen: the flags and weights become constants, dead branches go
-            return torch.jit.freeze(
-                torch.jit.script(wrapper.eval()),
-                preserved_attrs=["modes", "outputs", "eigenvalues", "lag_time"],
-            )
+            return torch.jit.freeze(torch.jit.script(wrapper.eval()), preserved_attrs=keep)
         except Exception as err:  # noqa: BLE001 - should not happen: report it plainly
             raise ExportError(
                 f"the exported module cannot be compiled: {' '.join(str(err).split())[:300]}"
