@@ -27,9 +27,10 @@ encoder scripted bare (same widths and dtype), in one run, float32 and float64:
   torsions (852 features), its 1312 C-alpha pairs within 0.9 nm and its 214 C-alpha
   atoms superposed: protein-size encoders, where the maps' arithmetic
   (not the per-op overhead of one state) is what counts.
-* the forces-output module of each alanine kind (``dpnets.engines.openmm_torch_cv(...,
-  forces=True)``, for OpenMM-Torch's ``setOutputsForces(True)``): the CV and its gradient
-  in one forward without autograd, timed as one call, against the bare encoder's forward +
+* the forces-output module of each kind, alanine's and adk's (``dpnets.engines.
+  openmm_torch_cv(..., forces=True)``, for OpenMM-Torch's ``setOutputsForces(True)``; adk's
+  torsions and contacts, not fused, by the features' local Jacobians): the CV and its
+  gradient in one forward without autograd, timed as one call, against the bare encoder's forward +
   autograd (the comparator above) and against the bare encoder with its input gradient
   written by hand too (:class:`HandMLP`, no autograd: what the same trick buys the bare
   network).
@@ -210,7 +211,7 @@ def kind_cases(
         export(op, path, modes=[1], dtype=dtype, inputs=fmap, input_shape=(n, 3))
         k = min(100, len(x) - 1)
         state = torch.tensor(x[k], dtype=dtype)
-        try:  # None where the file has no forces (adk's torsions and contacts: not fused)
+        try:  # None where the file has no forces (an encoder not written out by hand)
             forces = torch.jit.load(str(openmm_torch_cv(path, forces=True)))
         except ExportError:
             forces = None

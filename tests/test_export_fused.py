@@ -188,3 +188,45 @@ def test_forces_refused_for_an_encoder_with_layer_norm(walk, tmp_path):
     with pytest.raises(ExportError, match="LayerNorm"):
         openmm_torch_cv(out, forces=True)
     assert openmm_torch_cv(out).name == "cv_openmm.pt"  # the autograd scalar
+
+
+@pytest.mark.parametrize("kind", ["torsions", "distances"])
+@pytest.mark.parametrize("activation", ["celu", "tanh"])
+def test_forces_of_a_map_too_large_to_fuse(kind, activation, walk, tmp_path, monkeypatch):
+    """A torsion or distance map not fused (here forced by a fusing limit of 0, as a
+    protein's 852 torsions or 1312 contacts are): the file keeps the map's own graph and its
+    ``forces`` method takes the features' local Jacobians and the whole encoder by hand;
+    equal to minus autograd of the same file (float64, each output, with and without a
+    box) and through ``openmm_torch_cv(forces=True)``."""
+    import sys
+
+    from dpnets.engines import openmm_torch_cv
+
+    monkeypatch.setattr(sys.modules["dpnets.export"], "_FUSED_ENTRIES", 0)
+    fmap = _maps()[kind].double()
+    with torch.no_grad():
+        x = fmap(torch.tensor(walk)).numpy()
+    enc = MLP(x.shape[1], (16, 16), 3, activation=activation)
+    net = DPNet(enc, epochs=1, batch_size=64, progress=False, seed=0).fit(x)
+    op = TransferOperator(net, reversible=True).fit(x)
+    out = tmp_path / "cv.pt"
+    meta = export(op, out, [1, 2], torch.float64, inputs=fmap, input_shape=walk.shape[1:])
+    assert meta["forces"] == {"available": True, "reason": None}
+    wrapped = torch.jit.load(str(openmm_torch_cv(out, output=1, forces=True)))
+    state = np.mod(walk[7] + 1.7, 2.2)  # wrapped: the box's images are taken
+    for box in (None, BOX):
+        for o in (0, 1):
+            cv = torch.jit.load(str(out))
+            xx = torch.tensor(state).requires_grad_(True)
+            y = cv(xx, box)[o]
+            (g,) = torch.autograd.grad(y, xx)
+            value, forces = cv.forces(torch.tensor(state), box, o)
+            assert forces.shape == (22, 3) and forces.dtype == torch.float64
+            assert float(g.abs().max()) > 0
+            assert abs(float(value - y)) < 1e-12 * max(abs(float(y)), 1.0)
+            np.testing.assert_allclose(forces.numpy(), -g.numpy(), rtol=1e-10, atol=1e-12)
+        value, forces = wrapped(torch.tensor(state), box)
+        cv = torch.jit.load(str(out))
+        xx = torch.tensor(state).requires_grad_(True)
+        (g,) = torch.autograd.grad(cv(xx, box)[1], xx)
+        np.testing.assert_allclose(forces.numpy(), -g.numpy(), rtol=1e-10, atol=1e-12)

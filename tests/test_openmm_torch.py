@@ -218,3 +218,34 @@ def test_forces_output_torchforce_equals_the_autograd_one(exported, platform, cv
         (e0, f0), (e1, f1) = got
         assert abs(e1 - e0) < 1e-10 * max(1.0, abs(e0))
         assert np.abs(f1 - f0).max() < 1e-9 * np.abs(f0).max()
+
+
+@pytest.mark.parametrize("platform", ["Reference", "CPU"])
+def test_forces_output_of_an_unfused_map_equals_the_autograd_one(exported, platform, monkeypatch):
+    """A torsion map not fused with the encoder (a fusing limit of 0 here, as a protein's
+    torsions are): ``forces=True`` takes the features' local Jacobians; same energies and
+    forces in OpenMM as the autograd scalar of the same file."""
+    import sys
+
+    work, xyz, _ = exported
+    monkeypatch.setattr(sys.modules["dpnets.export"], "_FUSED_ENTRIES", 0)
+    cwd = os.getcwd()
+    os.chdir(work)
+    try:
+        ex = ["export", "fit", "--input", "positions", "--topology", str(pdb_path()), "--double"]
+        assert main([*ex, "--out", "local.pt"]) == 0
+    finally:
+        os.chdir(cwd)
+    auto = _context(openmm_torch_cv(work / "local.pt"), platform, xyz.shape[1])
+    path = openmm_torch_cv(work / "local.pt", forces=True)
+    hand = _context(path, platform, xyz.shape[1], outputs_forces=True)
+    for x in xyz[::50]:
+        got = []
+        for ctx in (auto, hand):
+            ctx.setPositions(x)
+            state = ctx.getState(getEnergy=True, getForces=True, groups={1})
+            got.append((state.getPotentialEnergy()._value, state.getForces(asNumpy=True)._value))
+        (e0, f0), (e1, f1) = got
+        assert abs(e1 - e0) < 1e-10 * max(1.0, abs(e0))
+        assert np.abs(f0).max() > 0
+        assert np.abs(f1 - f0).max() < 1e-9 * np.abs(f0).max()

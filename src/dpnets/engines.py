@@ -749,8 +749,10 @@ def openmm_torch_cv(
     (the file's ``forces`` method: the positions map's Jacobian, then back through the
     encoder's layers by hand); give the ``TorchForce`` ``setOutputsForces(True)``. It costs
     less per step than the autograd module (``benchmarks/results/export_cost``); available
-    for files whose positions map is fused with an encoder made of ``Linear`` layers and
-    the activations of :class:`dpnets.nn.MLP` (no ``layer_norm``): the metadata's
+    for files whose positions map is a ``Position*`` map (fused with the encoder, or for a
+    protein's torsions and contacts the features' local Jacobians) and whose encoder is
+    made of ``Linear`` layers and the activations of :class:`dpnets.nn.MLP` (no
+    ``layer_norm``): the metadata's
     ``forces`` entry says whether and why not. Same values and forces as the autograd
     module.
 

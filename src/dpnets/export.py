@@ -250,29 +250,68 @@ class PositionTorsions(nn.Module):
         # w = d[num] / (|b2| d[den]) = [cu, a cu, cv, b cv]
         self.register_buffer("num", torch.tensor([3, 5, 3, 6], dtype=torch.long))
         self.register_buffer("den", torch.tensor([0, 0, 1, 1], dtype=torch.long))
+        # the cross product's cyclic components (local)
+        self.register_buffer("cyc1", torch.tensor([1, 2, 0], dtype=torch.long))
+        self.register_buffer("cyc2", torch.tensor([2, 0, 1], dtype=torch.long))
 
     def forward(self, x: torch.Tensor, box: torch.Tensor | None = None) -> torch.Tensor:
-        B = x.shape[0]
-        m = self.n
         xs = torch.take(x, _take_index(self.flat, x))  # (B, 12, m): (atom, xyz) rows
         with torch.no_grad():
             x0 = xs.clone()  # not detach(): freezing folds x - x.detach() to 0
-            b = (x0[:, 3:] - x0[:, :9]).view(B, 3, 3, m)  # bonds b1, b2, b3
-            if box is not None:
-                b = _image_rows(b, box)
-            n = torch.linalg.cross(b[:, :2], b[:, 1:], dim=2)  # n1, n2
-            v = torch.cat([n, b], 1)
-            d = (v.index_select(1, self.left) * v.index_select(1, self.right)).sum(2)
-            length = d[:, 3].sqrt()  # |b2|
-            theta = torch.atan2(length * d[:, 2], d[:, 4])
-            c = d.index_select(1, self.num) / (d.index_select(1, self.den) * length.unsqueeze(1))
-            coef = torch.matmul(self.normals.to(x.dtype), c).view(B, 4, 2, 1, m)
-            grad = (coef * n.view(B, 1, 2, 3, m)).sum(2).view(B, 12, m)  # d theta / dx
+            theta, grad = self._angles(x0, box)
             angle = theta.index_select(1, self.which) + self.phase.to(x.dtype)
             slope = torch.cos(angle)
             value = torch.sin(angle)
         dtheta = (grad * (xs - x0)).sum(1)  # zero-valued: the first order
         return value + slope * dtheta.index_select(1, self.which)
+
+    def _angles(
+        self, x0: torch.Tensor, box: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(θ (B, m), dθ/dx (B, 12, m))`` of the gathered coordinates ``x0 (B, 12, m)``."""
+        B, m = x0.shape[0], self.n
+        b = (x0[:, 3:] - x0[:, :9]).view(B, 3, 3, m)  # bonds b1, b2, b3
+        if box is not None:
+            b = _image_rows(b, box)
+        n = torch.linalg.cross(b[:, :2], b[:, 1:], dim=2)  # n1, n2
+        v = torch.cat([n, b], 1)
+        d = (v.index_select(1, self.left) * v.index_select(1, self.right)).sum(2)
+        length = d[:, 3].sqrt()  # |b2|
+        theta = torch.atan2(length * d[:, 2], d[:, 4])
+        c = d.index_select(1, self.num) / (d.index_select(1, self.den) * length.unsqueeze(1))
+        coef = torch.matmul(self.normals.to(x0.dtype), c).view(B, 4, 2, 1, m)
+        grad = (coef * n.view(B, 1, 2, 3, m)).sum(2).view(B, 12, m)  # d theta / dx
+        return theta, grad
+
+    @torch.jit.export
+    def local(self, x: torch.Tensor, box: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(f, J)`` of one state ``x (n_atoms, 3)`` without autograd: the features ``f
+        (k,)`` and each feature's gradient with respect to its torsion's 12 coordinates,
+        ``J (12, k)``, rows those of :meth:`local_index`."""
+        m = self.n
+        with torch.no_grad():  # as _angles, one state: no batch axis, the cross by hand
+            x0 = torch.take(x, self.flat[0])  # (12, m)
+            b = (x0[3:] - x0[:9]).view(3, 3, m)  # bonds b1, b2, b3
+            if box is not None:
+                b = _image_rows(b, box)
+            s, t = b[:2], b[1:]
+            n = s.index_select(1, self.cyc1) * t.index_select(1, self.cyc2) - s.index_select(
+                1, self.cyc2
+            ) * t.index_select(1, self.cyc1)  # n1 = b1 x b2, n2 = b2 x b3
+            v = torch.cat([n, b], 0)
+            d = (v.index_select(0, self.left) * v.index_select(0, self.right)).sum(1)
+            length = d[3].sqrt()  # |b2|
+            theta = torch.atan2(length * d[2], d[4])
+            c = d.index_select(0, self.num) / (d.index_select(0, self.den) * length)
+            coef = torch.mm(self.normals.to(x.dtype), c).view(4, 2, 1, m)
+            grad = (coef * n.view(1, 2, 3, m)).sum(1).view(12, m)  # d theta / dx
+            angle = theta.index_select(0, self.which) + self.phase.to(x.dtype)
+            jac = grad.index_select(1, self.which) * torch.cos(angle)
+        return torch.sin(angle), jac
+
+    def local_index(self) -> torch.Tensor:
+        """The flattened positions' indices ``(12, k)`` of :meth:`local`'s ``J``."""
+        return self.flat[0].index_select(1, self.which)
 
 
 class PositionDistances(nn.Module):
@@ -306,6 +345,23 @@ class PositionDistances(nn.Module):
                 shift = (u * (d - raw)).sum(1)
             f = f + shift
         return f
+
+    @torch.jit.export
+    def local(self, x: torch.Tensor, box: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(f, J)`` of one state ``x (n_atoms, 3)`` without autograd: the distances ``f
+        (m,)`` and their gradients with respect to the pairs' 6 coordinates, ``J (6, m)``
+        (``-u``, ``u``), rows those of :meth:`local_index`."""
+        with torch.no_grad():
+            g = torch.take(x, self.flat[0])  # (6, m)
+            raw = g[3:] - g[:3]
+            d = raw if box is None else _image_rows(raw, box)
+            f = torch.sqrt((d * d).sum(0))  # not vector_norm: slow along the first axis
+            u = d / f
+        return f, torch.cat([-u, u], 0)
+
+    def local_index(self) -> torch.Tensor:
+        """The flattened positions' indices ``(6, m)`` of :meth:`local`'s ``J``."""
+        return self.flat[0]
 
 
 class AtomSelection(nn.Module):
@@ -920,6 +976,67 @@ class _FusedSlowModes(_SlowModes):
         if self.head:
             out = torch.addmm(self.bias, out, self.weight)
         return out.to(dtype)
+
+
+class _LocalSlowModes(_SlowModes):
+    """:class:`_SlowModes` whose ``inputs`` is a torsion or distance map too large to fuse
+    (:data:`_FUSED_ENTRIES`), with autograd-free forces: the features and their local
+    Jacobians (each feature depends on 12 or 6 coordinates, the map's ``local``), the CV's
+    gradient with respect to the features through the whole encoder by hand (its first
+    ``Linear`` layer included), and one ``index_add_`` into the atoms; no dense ``W J``."""
+
+    def __init__(self, *args: Any, hand: _HandChain, reason: str, index: torch.Tensor) -> None:
+        super().__init__(*args)
+        self.hand = hand
+        self.reason = reason
+        self.register_buffer("index", index.reshape(-1).contiguous())
+
+    @torch.jit.export
+    def forces(
+        self, x: torch.Tensor, box: torch.Tensor | None, output: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(cv, forces)`` on one state ``x (n_atoms, 3)``, as
+        :meth:`_FusedSlowModes.forces`, without autograd."""
+        if not self.hand.available:
+            raise RuntimeError(self.reason)
+        dtype = x.dtype if x.is_floating_point() else self.weight.dtype
+        with torch.no_grad():
+            x = x.to(self.weight.dtype)
+            if box is not None:
+                box = box.to(self.weight.dtype)
+            f, jac = self.inputs.local(x, box)
+            cv, g = self.hand(f, output)
+            grad = torch.zeros(x.numel(), dtype=x.dtype).index_add_(
+                0, self.index, (jac * g).reshape(-1)
+            )
+        return cv.to(dtype), (-grad).view(x.shape).to(dtype)
+
+
+def _local_chain(
+    given: nn.Module, folded: nn.Module, weight: torch.Tensor, bias: torch.Tensor, head: bool
+) -> (
+    tuple[torch.Tensor, list[tuple[int, float, float, torch.Tensor, torch.Tensor]], str | None]
+    | None
+):
+    """``(index, steps, reason)`` of :class:`_LocalSlowModes` for a torsion or distance map
+    not fused with the encoder (:func:`_fused_first_layer`): the map's local Jacobian's
+    indices and the whole encoder (first layer included) as :class:`_HandChain`'s steps; None
+    for another map or an encoder not starting with a ``Linear`` layer on the features."""
+    if not isinstance(given, (PositionTorsions, PositionDistances)):
+        return None
+    split = _split_first_linear(folded)
+    if split is None:
+        return None
+    first, rest = split
+    k = 2 * given.n if isinstance(given, PositionTorsions) else given.n
+    if first.in_features != k:
+        return None
+    w1 = first.weight.detach().double()
+    b1 = torch.zeros(w1.shape[0], dtype=torch.float64) if first.bias is None else first.bias
+    steps, reason = _hand_steps(rest, weight, bias, head)
+    if reason is None:
+        steps = [(_IDENTITY, 0.0, 0.0, w1, b1.detach().double()), *steps]
+    return given.local_index(), steps, reason
 
 
 # the activations whose derivative :class:`_HandChain` writes out, by code
@@ -1561,10 +1678,14 @@ def export(
         :class:`PositionCartesian`, :class:`AtomSelection`, which also take the box; or any
         scriptable module with ``forward(x)``); default: the model's states themselves. The
         three ``Position*`` feature maps are fused with the encoder's first ``Linear`` layer
-        where it has one (same values and gradients, fewer operations per call). A fused
-        file whose encoder is a chain of ``Linear`` layers and the activations of
-        :class:`dpnets.nn.MLP` (no ``layer_norm``) also has the method ``cv.forces(x, box,
-        output)``: ``(cv, -dcv/dx)`` on one state, computed without autograd (what
+        where it has one (same values and gradients, fewer operations per call; a protein's
+        torsion or contact map, whose per-call ``W J`` would be large, keeps its own graph).
+        A file with one of these maps whose encoder is a chain of ``Linear`` layers and the
+        activations of :class:`dpnets.nn.MLP` (no ``layer_norm``) also has the method
+        ``cv.forces(x, box, output)``: ``(cv, -dcv/dx)`` on one state, computed without
+        autograd (a fused map's ``W J``, or an unfused torsion or distance map's features
+        and their local Jacobians, 12 or 6 coordinates each, with the gradient through the
+        whole encoder by hand and one scatter into the atoms; what
         :func:`dpnets.engines.openmm_torch_cv` with ``forces=True`` wraps for OpenMM-Torch's
         ``setOutputsForces(True)``); the metadata's ``forces`` entry says whether it is
         available and, if not, why.
@@ -1681,11 +1802,15 @@ def _export(
 
     fused = _fused_first_layer(given, folded)
     steps: list[tuple[int, float, float, torch.Tensor, torch.Tensor]] = []
-    if fused is None:
-        hand_reason: str | None = (
+    local = (
+        None if fused is not None else _local_chain(given, folded, weight, bias, not head_folded)
+    )
+    if local is not None:  # a protein-size torsion or distance map: local Jacobians
+        steps, hand_reason = local[1], local[2]
+    elif fused is None:
+        hand_reason = (
             "the positions map is not fused with the encoder's first Linear layer (it "
-            "needs a Position* map, an encoder starting with a Linear layer, and a "
-            f"per-call W J of at most {_FUSED_ENTRIES} entries)"
+            "needs a Position* map and an encoder starting with a Linear layer)"
         )
     else:
         steps, hand_reason = _hand_steps(fused[1], weight, bias, not head_folded)
@@ -1718,10 +1843,15 @@ def _export(
             meta,
         )
         keep = ["modes", "outputs", "eigenvalues", "lag_time"]
-        if fused is None:
-            wrapper: nn.Module = _SlowModes(*args)
+        chain = _HandChain([(c, p, q, w.to(dt), b.to(dt)) for c, p, q, w, b in steps])
+        if local is not None:
+            wrapper: nn.Module = _LocalSlowModes(
+                *args, hand=chain, reason=str(hand_reason), index=local[0]
+            )
+            keep.append("forces")
+        elif fused is None:
+            wrapper = _SlowModes(*args)
         else:
-            chain = _HandChain([(c, p, q, w.to(dt), b.to(dt)) for c, p, q, w, b in steps])
             wrapper = _FusedSlowModes(*args, hand=chain, reason=str(hand_reason))
             keep.append("forces")
         try:  # frozen: the flags and weights become constants, dead branches go
