@@ -230,3 +230,35 @@ def test_forces_of_a_map_too_large_to_fuse(kind, activation, walk, tmp_path, mon
         xx = torch.tensor(state).requires_grad_(True)
         (g,) = torch.autograd.grad(cv(xx, box)[1], xx)
         np.testing.assert_allclose(forces.numpy(), -g.numpy(), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("activation", ["celu", "tanh"])
+def test_cartesian_forces_contract_the_gradient_with_the_map(activation, walk, tmp_path):
+    """A Cartesian map's ``forces`` (every atom, as a protein's C-alphas): the CV's
+    gradient contracted with the superposition's response in closed form (no ``W J``);
+    equal to minus autograd of the same file (float64, each output, with and without a
+    box)."""
+    top = md.load(str(ALANINE_PDB))
+    every = np.arange(top.n_atoms)
+    fmap = PositionCartesian(every, top.xyz[0]).double()
+    with torch.no_grad():
+        x = fmap(torch.tensor(walk)).numpy()
+    enc = MLP(x.shape[1], (16, 16), 3, activation=activation)
+    net = DPNet(enc, epochs=1, batch_size=64, progress=False, seed=0).fit(x)
+    op = TransferOperator(net, reversible=True).fit(x)
+    out = tmp_path / "cv.pt"
+    meta = export(op, out, [1, 2], torch.float64, inputs=fmap, input_shape=walk.shape[1:])
+    assert meta["forces"] == {"available": True, "reason": None}
+    assert torch.jit.load(str(out)).original_name == "_CartesianSlowModes"
+    state = np.mod(walk[7] + 1.7, 2.2)  # wrapped: the box's images are taken
+    for box in (None, BOX):
+        for o in (0, 1):
+            cv = torch.jit.load(str(out))
+            xx = torch.tensor(state).requires_grad_(True)
+            y = cv(xx, box)[o]
+            (g,) = torch.autograd.grad(y, xx)
+            value, forces = cv.forces(torch.tensor(state), box, o)
+            assert forces.shape == (22, 3) and forces.dtype == torch.float64
+            assert float(g.abs().max()) > 0
+            assert abs(float(value - y)) < 1e-12 * max(abs(float(y)), 1.0)
+            np.testing.assert_allclose(forces.numpy(), -g.numpy(), rtol=1e-10, atol=1e-12)
