@@ -617,7 +617,31 @@ def _torsion_polynomials() -> dict[str, np.ndarray]:
     }
 
 
-class _FusedTorsions(nn.Module):
+class _FusedLayer(nn.Module):
+    """A positions map fused with a first ``Linear`` layer: ``forward(x, box)`` on a batch
+    state by state; ``single`` on one state puts one gather and one product in the graph,
+    the layer and its Jacobian ``expand(x0, box)`` (the subclass's) computed without
+    autograd. The gathered coordinates are ``take(x, flat)``."""
+
+    def forward(self, x: torch.Tensor, box: torch.Tensor | None = None) -> torch.Tensor:
+        return torch.stack([self.single(x[i], box) for i in range(x.shape[0])])
+
+    @torch.jit.export
+    def single(self, x: torch.Tensor, box: torch.Tensor | None) -> torch.Tensor:
+        """The layer ``(width,)`` on one state's positions ``x (n_atoms, 3)``."""
+        xs = torch.take(x, self.flat)
+        with torch.no_grad():
+            x0 = xs.clone()  # not detach(): freezing folds x - x.detach() to 0
+            h0, wj = self.expand(x0, box)
+        return torch.addmv(h0, wj, xs - x0)
+
+    def expand(
+        self, x0: torch.Tensor, box: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        raise NotImplementedError
+
+
+class _FusedTorsions(_FusedLayer):
     """:class:`PositionTorsions` fused with a first ``Linear`` layer ``(weight, bias)``:
     ``forward(x, box)`` gives ``weight @ features + bias`` with the exact gradient. The
     torsions' sines, cosines and gradients come without autograd from products with
@@ -654,18 +678,6 @@ class _FusedTorsions(nn.Module):
         for name, arr in _torsion_polynomials().items():
             self.register_buffer(name, torch.as_tensor(arr))
 
-    def forward(self, x: torch.Tensor, box: torch.Tensor | None = None) -> torch.Tensor:
-        return torch.stack([self.single(x[i], box) for i in range(x.shape[0])])
-
-    @torch.jit.export
-    def single(self, x: torch.Tensor, box: torch.Tensor | None) -> torch.Tensor:
-        """The layer ``(width,)`` on one state's positions ``x (n_atoms, 3)``."""
-        xs = torch.take(x, self.flat)  # (12 m): (torsion, atom, xyz)
-        with torch.no_grad():
-            x0 = xs.clone()  # not detach(): freezing folds x - x.detach() to 0
-            h0, wj = self.expand(x0, box)
-        return torch.addmv(h0, wj, xs - x0)
-
     @torch.jit.export
     def expand(
         self, x0: torch.Tensor, box: torch.Tensor | None
@@ -692,7 +704,7 @@ class _FusedTorsions(nn.Module):
         return h0, wj
 
 
-class _FusedDistances(nn.Module):
+class _FusedDistances(_FusedLayer):
     """:class:`PositionDistances` fused with a first ``Linear`` layer ``(weight, bias)``: the
     unit vectors ``u`` of the pairs without autograd, and in the graph the gather, ``u .
     (x_j - x_i)`` (the distance, with gradient ``+-u``) and the layer."""
@@ -708,9 +720,6 @@ class _FusedDistances(nn.Module):
         ends = np.concatenate([-np.eye(3), np.eye(3)])  # (6, 3): x_j - x_i
         self.register_buffer("ends", torch.tensor(ends))
         self.register_buffer("spread", torch.tensor(ends.T.copy()))  # u -> [-u, u]
-
-    def forward(self, x: torch.Tensor, box: torch.Tensor | None = None) -> torch.Tensor:
-        return torch.stack([self.single(x[i], box) for i in range(x.shape[0])])
 
     @torch.jit.export
     def single(self, x: torch.Tensor, box: torch.Tensor | None) -> torch.Tensor:
@@ -746,7 +755,7 @@ class _FusedDistances(nn.Module):
         return h0, wj
 
 
-class _FusedCartesian(nn.Module):
+class _FusedCartesian(_FusedLayer):
     """:class:`PositionCartesian` fused with a first ``Linear`` layer ``(weight, bias)``: one
     state at a time (a batch state by state), all without autograd but the final product.
     ``h = sum_i W_i . (R q_i) + b'`` (``q`` the centred atoms, ``R`` from the top
@@ -777,18 +786,6 @@ class _FusedCartesian(nn.Module):
         self.register_buffer("wr", wc.permute(2, 1, 0).reshape(3, n * width))  # (a, i h)
         shift = w.sum(1) @ cart.centre.double()  # W . (the reference centroid, every atom)
         self.register_buffer("bias", bias.detach().double() + shift)
-
-    def forward(self, x: torch.Tensor, box: torch.Tensor | None = None) -> torch.Tensor:
-        return torch.stack([self.single(x[i], box) for i in range(x.shape[0])])
-
-    @torch.jit.export
-    def single(self, x: torch.Tensor, box: torch.Tensor | None) -> torch.Tensor:
-        """The layer ``(width,)`` on one state's positions ``x (n_atoms, 3)``."""
-        xs = torch.take(x, self.flat)  # (3 n): x of every atom, then y, z
-        with torch.no_grad():
-            x0 = xs.clone()  # not detach(): freezing folds x - x.detach() to 0
-            h0, wj = self.expand(x0, box)
-        return torch.addmv(h0, wj, xs - x0)
 
     @torch.jit.export
     def expand(
