@@ -248,7 +248,8 @@ class _KoopmanAutoencoder(DiscreteTimeModel):
 
     def transform(self, X: Any) -> np.ndarray:
         """Latent coordinates ``enc(X)``, float64 (n, r)."""
-        return encode(self.encoder_, self._check_X(X)).double().numpy()
+        x = self._check_X(X)  # first: the not-fitted check, before encoder_ is read
+        return encode(self.encoder_, x).double().numpy()
 
     def _observable_coef(self, observable: Any) -> tuple[np.ndarray, tuple[int, ...]]:
         if observable is None:
