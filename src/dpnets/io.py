@@ -291,12 +291,25 @@ def atomic_write(path: str | os.PathLike, write: Callable[[Any], None]) -> None:
     which is flushed, fsynced and renamed over ``path`` (``os.replace``). On any error, or
     a crash at any moment, the previous ``path`` is left as it was; the temporary file of a
     killed write (named after its process and host) is removed by the next write into the
-    folder."""
+    folder. A missing folder, a folder given as ``path`` or an unwritable folder raises
+    the ``OSError`` subclass of the problem, its message naming ``path``."""
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
+    # errors name the file asked for, never the temporary file
+    if os.path.exists(folder) and not os.path.isdir(folder):
+        raise NotADirectoryError(f"cannot write {path}: {folder} is a file, not a folder")
+    if not os.path.isdir(folder):
+        raise FileNotFoundError(f"cannot write {path}: the folder {folder} does not exist")
+    if os.path.isdir(path):
+        raise IsADirectoryError(f"cannot write {path}: it is a folder; give a file name")
     _clean_stale_tmp(folder)
     prefix = f".dpnets-{os.getpid()}@{_host()}-"
-    fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=folder)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=folder)
+    except OSError as exc:  # e.g. a read-only folder
+        error = type(exc)(f"cannot write {path}: {exc.strerror or exc}")
+        error.errno = exc.errno
+        raise error from None
     try:
         # mkstemp creates the file 0600: give it the mode any other file gets (0666 less the
         # umask), so that every output of a run has one mode
