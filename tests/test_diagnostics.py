@@ -68,6 +68,36 @@ def test_a_restored_spectrum_keeps_the_constant_first():
     assert np.allclose(op.eig(), lam) and abs(op.eig()[0] - 1) < 1e-12
 
 
+def test_a_rank_deficient_basis_warns_and_names_its_truncated_eigenvalues():
+    """Monomials up to degree 3 of an OU trajectory offset to 300 (std 7, raw units) are
+    collinear to round-off: the regression keeps 2 of the 4 functions and returns the
+    exact zeros 0 and 0 for k = 2, 3 (exact: e^{-0.2}, e^{-0.3}) — a warning names them.
+    The same data centred are well conditioned: no warning, the exact spectrum."""
+    from dpnets.baselines import EDMD
+
+    x = OrnsteinUhlenbeck(dt=0.1).sample(100_000, seed=0)
+    raw = 7.0 * x + 300.0
+    with pytest.warns(DiagnosticWarning) as caught:
+        model = EDMD("monomial", degree=3).fit(raw)
+    assert model.cx_rank_ == 2 and np.abs(model.eig()[2:]).max() < 1e-12
+    found = [str(w.message) for w in caught if "linearly independent" in str(w.message)]
+    assert found == [
+        "only 2 of the 4 basis functions are linearly independent on the data (at the "
+        "pseudo-inverse's relative cut-off, rtol=): 2 eigenvalue(s) (k = [2, 3]) are 0 by "
+        "truncation, not dynamics, and the rest are fitted on the 2 independent ones; use "
+        "fewer or better-conditioned features: a smaller r; DMD(rank=) for snapshots of a "
+        "field (its leading POD modes); for monomials of raw, offset data (collinear to "
+        "round-off), centred and scaled data or EDMD's 'chebyshev' dictionary (scaled to the "
+        "data)"
+    ]
+    assert [d.kind for d in model.diagnostics()].count("rank_deficient") == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DiagnosticWarning)
+        good = EDMD("monomial", degree=3).fit((raw - 300.0) / 7.0)
+    assert good.cx_rank_ == 4
+    np.testing.assert_allclose(good.eig().real, np.exp(-0.1 * np.arange(4)), atol=0.015)
+
+
 def test_spectrum_diagnostics_thresholds():
     # a process at the noise level of 5 functions and 2000 pairs (3 sqrt(5/2000) = 0.15)
     found = spectrum_diagnostics([1.0, 0.1, 0.05, -0.02], constant=True, n_samples=2000)

@@ -26,6 +26,10 @@ The checks (documented choices, thresholds in the module constants):
   all trajectories together (a process the data cannot have sampled; many short
   trajectories can resolve a timescale longer than each of them, as Markov state models
   do, but not one longer than all of them).
+* **rank-deficient basis** (:func:`rank_diagnostics`): fewer linearly independent basis
+  functions on the data (``cx_rank_``, to the relative cut-off ``rtol``) than the basis
+  has: the dropped directions get eigenvalue 0 by truncation, not dynamics (monomials of
+  raw data with a large offset are collinear to round-off).
 * **few pairs**: fewer pairs than ``MIN_PAIRS_PER_FEATURE`` times the number of features
   (of the estimator's inputs for a network, of the basis for a regression).
 * **not converged**: the validation score still rising over the last epochs (at least
@@ -63,6 +67,7 @@ __all__ = [
     "DiagnosticWarning",
     "spectrum_diagnostics",
     "sample_diagnostics",
+    "rank_diagnostics",
     "training_diagnostics",
     "saturation_diagnostics",
     "steps_diagnostics",
@@ -109,7 +114,7 @@ class Diagnostic:
     kind : str
         ``"above_one"``, ``"complex"``, ``"unresolved"``, ``"beyond_data"``,
         ``"few_pairs"``, ``"not_converged"``, ``"saturated"``, ``"few_steps"``,
-        ``"out_of_range"`` or ``"dropped"``.
+        ``"out_of_range"``, ``"dropped"`` or ``"rank_deficient"``.
     problem : str
         What was found, with its numbers.
     python : str
@@ -288,6 +293,33 @@ def sample_diagnostics(
             "one): the fit can follow noise, and its timescales be far too long",
             f"use more data or {remedy}",
             f"use more data, or {cli}",
+        )
+    ]
+
+
+def rank_diagnostics(rank: int, n_features: int, eigvals: Any = None) -> list[Diagnostic]:
+    """The finding of a regression basis of numerical rank ``rank`` below its
+    ``n_features`` functions (``cx_rank_``: the eigenvalues of ``Cx + ridge I`` above the
+    relative cut-off ``rtol``); the dropped directions' eigenvalues (of ``eigvals``, 0 by
+    construction) are named by their ``k``."""
+    rank, r = int(rank), int(n_features)
+    if rank >= r:
+        return []
+    lam = np.abs(np.asarray(eigvals if eigvals is not None else [], dtype=np.complex128))
+    zeros = np.flatnonzero(lam <= 1e-12 * max(float(lam.max(initial=0.0)), 1e-300))
+    which = f" (k = {zeros.tolist()})" if 0 < zeros.size <= r - rank else ""
+    return [
+        Diagnostic(
+            "rank_deficient",
+            f"only {rank} of the {r} basis functions are linearly independent on the data "
+            f"(at the pseudo-inverse's relative cut-off, rtol=): {r - rank} eigenvalue(s)"
+            f"{which} are 0 by truncation, not dynamics, and the rest are fitted on the "
+            f"{rank} independent ones",
+            "use fewer or better-conditioned features: a smaller r; DMD(rank=) for "
+            "snapshots of a field (its leading POD modes); for monomials of raw, offset "
+            "data (collinear to round-off), centred and scaled data or EDMD's 'chebyshev' "
+            "dictionary (scaled to the data)",
+            "use fewer features (a smaller --dim)",
         )
     ]
 
