@@ -98,6 +98,32 @@ def test_a_rank_deficient_basis_warns_and_names_its_truncated_eigenvalues():
     np.testing.assert_allclose(good.eig().real, np.exp(-0.1 * np.arange(4)), atol=0.015)
 
 
+def test_classical_dmd_of_offset_data_names_the_mean_as_its_slow_mode():
+    """DMD without the constant on an AR process (eigenvalues 0.9, 0.5) offset by
+    (50, -20), about 20 standard deviations: the mean becomes k = 0 (0.9998, beyond the
+    data) and drags the rest (0.69 for 0.9 and 0.5); the warning says so and names
+    constant=True, which recovers the exact eigenvalues."""
+    from dpnets.baselines import DMD
+    from dpnets.systems import LinearGaussian
+
+    x = LinearGaussian(np.diag([0.9, 0.5]), noise_std=1.0).sample(5000, seed=0)
+    x = x + np.array([50.0, -20.0])
+    with pytest.warns(DiagnosticWarning) as caught:
+        plain = DMD().fit(x)
+    assert np.abs(plain.eig()).round(4).tolist() == [0.9998, 0.6908]
+    assert [str(w.message) for w in caught] == [
+        "implied timescale(s) of k = [0] (5295 frames) exceed all the data together "
+        "(5000 frames): processes the data cannot have sampled; k = 0 of a basis without "
+        "the constant function is often the data's mean fitted as a slow mode, which biases "
+        "the other modes too; refit with constant=True (or on centred data), or trust only "
+        "timescales well inside the data; add longer trajectories"
+    ]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DiagnosticWarning)
+        affine = DMD(constant=True).fit(x)
+    np.testing.assert_allclose(affine.eig().real, [1.0, 0.9, 0.5], atol=0.02)
+
+
 def test_spectrum_diagnostics_thresholds():
     # a process at the noise level of 5 functions and 2000 pairs (3 sqrt(5/2000) = 0.15)
     found = spectrum_diagnostics([1.0, 0.1, 0.05, -0.02], constant=True, n_samples=2000)

@@ -261,13 +261,24 @@ def spectrum_diagnostics(
         ts[ok] = -float(lag_time) / np.log(mod[ok])
         long = ok & (ts > float(span))
         if long.any():
+            # without the constant function in the basis (classical DMD), the data's mean
+            # is fitted as the slowest mode, k = 0, and pulls the others towards 1
+            mean = (
+                ""
+                if constant or not long[0]
+                else (
+                    "; k = 0 of a basis without the constant function is often the data's "
+                    "mean fitted as a slow mode, which biases the other modes too"
+                )
+            )
+            fix = "" if not mean else "refit with constant=True (or on centred data), or "
             out.append(
                 Diagnostic(
                     "beyond_data",
                     f"implied timescale(s) of k = {idx[long].tolist()} ({np.nanmax(ts):.4g} "
                     f"{units}) exceed all the data together ({float(span):.4g} {units}): "
-                    "processes the data cannot have sampled",
-                    "trust only timescales well inside the data; add longer trajectories",
+                    f"processes the data cannot have sampled{mean}",
+                    f"{fix}trust only timescales well inside the data; add longer trajectories",
                     "trust only timescales well inside the data; add longer trajectories",
                 )
             )
