@@ -124,6 +124,37 @@ def test_classical_dmd_of_offset_data_names_the_mean_as_its_slow_mode():
     np.testing.assert_allclose(affine.eig().real, [1.0, 0.9, 0.5], atol=0.02)
 
 
+def test_a_generator_s_growing_mode_names_the_generator_s_own_remedy():
+    """A Generator has no reversible= or stabilize=: its growing-mode warning names
+    form='dirichlet', which gives a spectrum <= 0 (here: monomials of OU samples in raw
+    units, offset 300, where the ito form gives +7.5e-5 for the near-constant mode)."""
+    import torch
+
+    from dpnets.ito import SDE
+
+    x = 7.0 * OrnsteinUhlenbeck(dt=0.1).sample(20_000, seed=0) + 300.0
+    sde = SDE(lambda y: -(y - 300.0), 7.0 * 2**0.5, reversible=True)
+
+    def psi(y):
+        return torch.cat([y, y**2, y**3], dim=1)
+
+    with pytest.warns(DiagnosticWarning) as caught:
+        dpnets.Generator(psi, sde).fit(x)
+    (message,) = [str(w.message) for w in caught if "positive real part" in str(w.message)]
+    assert message == (
+        "eigenvalue(s) k = [0] have positive real part (7.457e-05): growing modes, not "
+        "relaxation; their implied timescales are undefined (nan) and forecasts along them "
+        "grow; refit with form='dirichlet' (with SDE(..., reversible=True): a real spectrum "
+        "<= 0 by construction) if the process is reversible, else with more data or fewer "
+        "features"
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DiagnosticWarning)
+        fixed = dpnets.Generator(psi, sde, form="dirichlet").fit(x)
+    lam = fixed.eig()
+    assert lam.real.max() <= 0 and abs(lam[1].real + 1.0) < 0.05  # exact: 0, -1
+
+
 def test_spectrum_diagnostics_thresholds():
     # a process at the noise level of 5 functions and 2000 pairs (3 sqrt(5/2000) = 0.15)
     found = spectrum_diagnostics([1.0, 0.1, 0.05, -0.02], constant=True, n_samples=2000)

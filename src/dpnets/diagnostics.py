@@ -218,8 +218,13 @@ def spectrum_diagnostics(
                 "above_one",
                 f"eigenvalue(s) k = {ks} have {what}: growing modes, not relaxation; "
                 "their implied timescales are undefined (nan) and forecasts along them grow",
-                "refit with reversible=True (a real spectrum in [-1, 1]) if the dynamics are "
-                "reversible (equilibrium MD), else with more data or fewer features; for "
+                # a Generator has neither reversible= nor stabilize=
+                "refit with form='dirichlet' (with SDE(..., reversible=True): a real "
+                "spectrum <= 0 by construction) if the process is reversible, else with "
+                "more data or fewer features"
+                if generator
+                else "refit with reversible=True (a real spectrum in [-1, 1]) if the dynamics "
+                "are reversible (equilibrium MD), else with more data or fewer features; for "
                 "forecasts, stabilize=True projects them onto the unit circle",
                 "refit with --reversible true (a real spectrum in [-1, 1]) if the dynamics "
                 "are reversible (equilibrium MD), else with more data or a smaller --dim",
