@@ -57,6 +57,37 @@ def test_growing_modes_keep_the_constant_first_have_no_timescale_and_warn():
     assert "above_one" not in [d.kind for d in rev.diagnostics()]
 
 
+def test_growing_mode_remedies_name_only_the_estimator_s_own_parameters():
+    """EDMD has stabilize= but no reversible=, KernelDMD neither: the same growing modes
+    as above are told what these estimators can do (before: reversible=True for both)."""
+    from dpnets.baselines import EDMD, KernelDMD
+
+    with pytest.warns(DiagnosticWarning) as caught:
+        EDMD(_dictionary).fit(_short_ar1())
+    assert str(caught[0].message).endswith(
+        "growing modes, not relaxation; their implied timescales are undefined (nan) and "
+        "forecasts along them grow; refit with more data or fewer features; for reversible "
+        "dynamics (equilibrium MD), a reversible estimate (dpnets.TransferOperator(features, "
+        "reversible=True)) has a real spectrum in [-1, 1]; for forecasts, stabilize=True "
+        "projects them onto the unit circle"
+    )
+    kernel = spectrum_diagnostics(
+        [1.0, 1.2, 0.5 + 0.3j, 0.5 - 0.3j],
+        constant=True,
+        params=KernelDMD().get_params(deep=False),
+    )
+    assert [d.kind for d in kernel] == ["above_one", "complex"]
+    assert kernel[0].python == (
+        "refit with more data or fewer features; for reversible dynamics (equilibrium MD), "
+        "a reversible estimate (dpnets.TransferOperator(features, reversible=True)) has a "
+        "real spectrum in [-1, 1]"
+    )
+    assert kernel[1].python == (
+        "for reversible dynamics (equilibrium MD) a reversible estimate "
+        "(dpnets.TransferOperator(features, reversible=True)) has real modes"
+    )
+
+
 def test_a_restored_spectrum_keeps_the_constant_first():
     """``load`` recomputes the spectrum from the saved matrices (``_set_spectrum``)."""
     x = _short_ar1()

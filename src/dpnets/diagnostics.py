@@ -56,7 +56,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -173,6 +173,7 @@ def spectrum_diagnostics(
     span: float | None = None,
     units: str = "frames",
     generator: bool = False,
+    params: Collection[str] | None = None,
 ) -> list[Diagnostic]:
     """The findings about a transfer operator's (or generator's) spectrum.
 
@@ -193,6 +194,9 @@ def spectrum_diagnostics(
         The unit of ``lag_time`` and ``span``, for the messages.
     generator : bool
         Eigenvalues of a generator (stable when the real part is at most 0).
+    params : collection of str, optional
+        The parameters of the estimator (``get_params()``): the Python remedies name only
+        these (``reversible=``, ``stabilize=``); default: a :class:`dpnets.TransferOperator`'s.
     """
     lam = np.asarray(eigvals, dtype=np.complex128).ravel()
     start = 1 if constant and lam.size else 0
@@ -218,14 +222,7 @@ def spectrum_diagnostics(
                 "above_one",
                 f"eigenvalue(s) k = {ks} have {what}: growing modes, not relaxation; "
                 "their implied timescales are undefined (nan) and forecasts along them grow",
-                # a Generator has neither reversible= nor stabilize=
-                "refit with form='dirichlet' (with SDE(..., reversible=True): a real "
-                "spectrum <= 0 by construction) if the process is reversible, else with "
-                "more data or fewer features"
-                if generator
-                else "refit with reversible=True (a real spectrum in [-1, 1]) if the dynamics "
-                "are reversible (equilibrium MD), else with more data or fewer features; for "
-                "forecasts, stabilize=True projects them onto the unit circle",
+                _growing_remedy(generator, params),
                 "refit with --reversible true (a real spectrum in [-1, 1]) if the dynamics "
                 "are reversible (equilibrium MD), else with more data or a smaller --dim",
             )
@@ -241,7 +238,9 @@ def spectrum_diagnostics(
                 f"the slow modes k = {idx[:LEADING][cplx].tolist()} are complex (lambda = "
                 f"{_fmt(lead[j])}): an oscillation, or noise of a non-reversible estimate; "
                 "PCCA+ and timescales of reversible dynamics need real modes",
-                "for reversible dynamics (equilibrium MD) refit with reversible=True",
+                "for reversible dynamics (equilibrium MD) refit with reversible=True"
+                if _has(params, "reversible")
+                else f"for reversible dynamics (equilibrium MD) {_REVERSIBLE} has real modes",
                 "for reversible dynamics (equilibrium MD) refit with --reversible true "
                 "(dpnets analyze --reversible true re-estimates without refitting)",
                 warn=False,
@@ -288,6 +287,39 @@ def spectrum_diagnostics(
                 )
             )
     return out
+
+
+#: a reversible estimate, for the remedies of estimators without ``reversible=``
+_REVERSIBLE = "a reversible estimate (dpnets.TransferOperator(features, reversible=True))"
+
+
+def _has(params: Collection[str] | None, name: str) -> bool:
+    """Whether an estimator of parameters ``params`` (None: a TransferOperator's) has
+    ``name``."""
+    return params is None or name in params
+
+
+def _growing_remedy(generator: bool, params: Collection[str] | None) -> str:
+    """The Python remedy for growing modes, naming only the estimator's own parameters."""
+    if generator:  # a Generator has neither reversible= nor stabilize=
+        return (
+            "refit with form='dirichlet' (with SDE(..., reversible=True): a real spectrum "
+            "<= 0 by construction) if the process is reversible, else with more data or "
+            "fewer features"
+        )
+    if _has(params, "reversible"):
+        fix = (
+            "refit with reversible=True (a real spectrum in [-1, 1]) if the dynamics are "
+            "reversible (equilibrium MD), else with more data or fewer features"
+        )
+    else:
+        fix = (
+            "refit with more data or fewer features; for reversible dynamics (equilibrium "
+            f"MD), {_REVERSIBLE} has a real spectrum in [-1, 1]"
+        )
+    if _has(params, "stabilize"):
+        fix += "; for forecasts, stabilize=True projects them onto the unit circle"
+    return fix
 
 
 def sample_diagnostics(

@@ -412,6 +412,7 @@ class SpectralModel(TransformerMixin, BaseEstimator):
             span=None if span is None else span * dt,
             units=units or ("frames" if dt == 1.0 else "time units"),
             generator=self._generator_spectrum,
+            params=self.get_params(deep=False),
         )
 
     def eig(self, vectors: bool = False) -> np.ndarray | tuple[np.ndarray, np.ndarray, np.ndarray]:
