@@ -186,6 +186,22 @@ def test_a_generator_s_growing_mode_names_the_generator_s_own_remedy():
     assert lam.real.max() <= 0 and abs(lam[1].real + 1.0) < 0.05  # exact: 0, -1
 
 
+def test_a_composite_model_s_diagnostics_include_its_features_training(tmp_path):
+    """TransferOperator(DPNet(...)).fit trains both: its diagnostics() holds the DPNet's
+    training findings too (also loaded from a file), and fit warns with them once."""
+    x = OrnsteinUhlenbeck(dt=0.1).sample(3000, seed=0)
+    net = dpnets.DPNet(r=2, epochs=2, seed=0, progress=False)
+    with pytest.warns(DiagnosticWarning) as caught:
+        op = dpnets.TransferOperator(net, lag=2).fit(x)
+    assert ["gradient steps" in str(w.message) for w in caught].count(True) == 1
+    kinds = [d.kind for d in op.diagnostics()]
+    assert kinds[0] == "few_steps" and kinds == [
+        d.kind for d in op.features_.diagnostics() + op._diagnostics()
+    ]
+    op.save(tmp_path / "m.pt")
+    assert [d.kind for d in dpnets.load(tmp_path / "m.pt").diagnostics()] == kinds
+
+
 def test_spectrum_diagnostics_thresholds():
     # a process at the noise level of 5 functions and 2000 pairs (3 sqrt(5/2000) = 0.15)
     found = spectrum_diagnostics([1.0, 0.1, 0.05, -0.02], constant=True, n_samples=2000)

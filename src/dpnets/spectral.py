@@ -369,11 +369,14 @@ class SpectralModel(TransformerMixin, BaseEstimator):
 
     def diagnostics(self, units: str | None = None) -> list[Diagnostic]:
         """What makes this fit untrustworthy, each with its remedy
-        (:mod:`dpnets.diagnostics`): eigenvalues of modulus above 1 (a generator's: of
-        positive real part), complex slow modes (a note), timescales longer than all the
-        training trajectories together; a :class:`dpnets.TransferOperator` also checks for no
-        process resolved at the lag and for too few pairs per basis function. ``fit`` warns
-        with those that warn (:class:`dpnets.diagnostics.DiagnosticWarning`).
+        (:mod:`dpnets.diagnostics`): first those of learned features' own training (a
+        :class:`dpnets.DPNet`'s or VAMPNet's ``diagnostics()``, e.g. not converged), then
+        eigenvalues of modulus above 1 (a generator's: of positive real part), complex slow
+        modes (a note), timescales longer than all the training trajectories together; a
+        :class:`dpnets.TransferOperator` also checks for no process resolved at the lag,
+        too few pairs per basis function and a rank-deficient basis. ``fit`` warns with
+        those that warn (:class:`dpnets.diagnostics.DiagnosticWarning`; the features'
+        when they are trained).
 
         Parameters
         ----------
@@ -386,7 +389,11 @@ class SpectralModel(TransformerMixin, BaseEstimator):
         list of Diagnostic
         """
         check_is_fitted(self, "operator_")
-        return self._diagnostics(units=units)
+        features = self.features_
+        if isinstance(features, StateAndFeatures):  # the learned map inside
+            features = features.features
+        learned = getattr(features, "diagnostics", None)
+        return (list(learned()) if callable(learned) else []) + self._diagnostics(units=units)
 
     def _basis_mean(self) -> np.ndarray | None:
         """The mean of the regression basis on the training inputs (``features_mean_``;
