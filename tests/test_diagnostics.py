@@ -202,6 +202,24 @@ def test_a_composite_model_s_diagnostics_include_its_features_training(tmp_path)
     assert [d.kind for d in dpnets.load(tmp_path / "m.pt").diagnostics()] == kinds
 
 
+def test_an_autoencoder_warns_about_its_training_like_a_dpnet(tmp_path):
+    """The Koopman autoencoders checked only their spectrum: 66 gradient steps now warn as
+    a DPNet's do, and the finding survives a save and load."""
+    from dpnets.baselines import ConsistentAutoencoder
+
+    x = OrnsteinUhlenbeck(dt=0.1).sample(3000, seed=0)
+    with pytest.warns(DiagnosticWarning) as caught:
+        model = ConsistentAutoencoder(r=2, epochs=6, seed=0, progress=False).fit(x)
+    assert [str(w.message) for w in caught if "gradient steps" in str(w.message)] == [
+        "training took 66 gradient steps (6 epoch(s) of 11 batch(es): 2695 training pairs at "
+        "batch_size=256), fewer than 100: the features are barely trained; train for more "
+        "steps: epochs=10 at this batch size, or a smaller batch_size= (ceil(n_pairs / "
+        "batch_size) steps an epoch; keep it well above r)"
+    ]
+    model.save(tmp_path / "ae.pt")
+    assert "few_steps" in [d.kind for d in dpnets.load(tmp_path / "ae.pt").diagnostics()]
+
+
 def test_spectrum_diagnostics_thresholds():
     # a process at the noise level of 5 functions and 2000 pairs (3 sqrt(5/2000) = 0.15)
     found = spectrum_diagnostics([1.0, 0.1, 0.05, -0.02], constant=True, n_samples=2000)
