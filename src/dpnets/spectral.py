@@ -366,6 +366,8 @@ class SpectralModel(TransformerMixin, BaseEstimator):
     # -- shared
     #: whether ``eigvals_`` are a generator's (stable for real parts at most 0)
     _generator_spectrum = False
+    #: where the values of an observable given to :meth:`predict` are taken
+    _observable_values = "its value at each training sample"
 
     def diagnostics(self, units: str | None = None) -> list[Diagnostic]:
         """What makes this fit untrustworthy, each with its remedy
@@ -485,7 +487,7 @@ class SpectralModel(TransformerMixin, BaseEstimator):
         if f.shape[0] != self.n_samples_:
             raise ValueError(
                 f"observable must hold one value per training sample ({self.n_samples_}), "
-                f"got {f.shape[0]} rows"
+                f"{self._observable_values}; got {f.shape[0]} rows"
             )
         f_flat = self._weigh(np.asarray(f, dtype=np.float64).reshape(f.shape[0], -1))
         coef = self.solve_lstsq(self._training_product(f_flat)) / self.n_samples_
@@ -558,8 +560,11 @@ class SpectralModel(TransformerMixin, BaseEstimator):
             transfer operator refuses ``t=0`` with an ``observable``, whose values it holds
             one lag ahead; a generator gives the observable's least-squares value).
         observable : array (n_samples_, ...), optional
-            Observable values on the training samples (see the class docstring). Default:
-            the state itself.
+            Observable values on the training samples. For a transfer operator, at the
+            *lagged* state of each training pair: ``f(x[lag:])`` for one trajectory ``x``
+            (``f(x[:-lag])`` would forecast one lag behind), those of each trajectory
+            concatenated for a list, ``f(Y)`` for pairs ``(X, Y)``; for a generator, at
+            each training sample. Default: the state itself.
         unit : {"steps", "frames", "time"}, default "steps"
             ``"steps"``: whole lag steps of the model (``lag_`` frames each, kooplearn's
             ``t``); ``"frames"``: frames of the data, a multiple of ``lag_``; ``"time"``:
@@ -691,6 +696,12 @@ class DiscreteTimeModel(SpectralModel):
     those of ``X_{t + lag}`` on ``psi(X_t)`` (so ``t`` steps use ``T^{t-1}``); observables
     passed to :meth:`predict` hold values at the lagged states of the training pairs.
     """
+
+    _observable_values = (
+        "its value at the lagged state of each training pair: f(x[lag:]) for a trajectory "
+        "x (not f(x[:-lag]), one lag behind), those of each trajectory concatenated for a "
+        "list, f(Y) for pairs (X, Y)"
+    )
 
     def _time_factor(self, t: float) -> np.ndarray:
         return self.eigvals_ ** (int(t) - 1)
