@@ -139,3 +139,18 @@ def test_the_input_is_normalised_once(states, tmp_path, monkeypatch):
     monkeypatch.setattr(dpnets.states, "OUT_OF_CORE_BYTES", 0)
     assert trajectories(mapped, lazy="large").read_batchwise
     assert not trajectories([mapped, mapped]).read_batchwise  # several: concatenated
+
+
+def test_nan_in_a_trajectory_names_the_trajectory_and_its_first_sample(monkeypatch):
+    """The one line says which trajectory, how many values, the first sample holding one
+    (also when the check reads the array in chunks of rows) and what to do."""
+    x = np.random.default_rng(0).normal(size=(100, 2))
+    bad = x.copy()
+    bad[37, 1], bad[50] = np.nan, np.inf
+    monkeypatch.setattr(dpnets.states, "_FINITE_CHUNK", 4)  # chunks of 2 rows
+    with pytest.raises(ValueError) as info:
+        dpnets.TransferOperator().fit([x, x, bad])
+    assert str(info.value) == (
+        "trajectory 2 contains 3 NaN or inf value(s) (first at sample 37): remove or fill "
+        "them (a trajectory with a gap is two: pass the pieces as a list)"
+    )
