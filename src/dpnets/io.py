@@ -286,6 +286,22 @@ def _clean_stale_tmp(folder: str) -> None:
                 pass
 
 
+def check_target(path: str | os.PathLike) -> str:
+    """The folder of ``path``, a file about to be written; a missing folder, a file in
+    its place, or a folder given as ``path`` raise the ``OSError`` subclass of the
+    problem, its message naming ``path`` (checked before long work that ends in a write,
+    e.g. a fit's checkpoints, and by :func:`atomic_write`)."""
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.exists(folder) and not os.path.isdir(folder):
+        raise NotADirectoryError(f"cannot write {path}: {folder} is a file, not a folder")
+    if not os.path.isdir(folder):
+        raise FileNotFoundError(f"cannot write {path}: the folder {folder} does not exist")
+    if os.path.isdir(path):
+        raise IsADirectoryError(f"cannot write {path}: it is a folder; give a file name")
+    return folder
+
+
 def atomic_write(path: str | os.PathLike, write: Callable[[Any], None]) -> None:
     """Write ``path`` atomically: ``write(file)`` fills a temporary file in the same folder,
     which is flushed, fsynced and renamed over ``path`` (``os.replace``). On any error, or
@@ -294,14 +310,7 @@ def atomic_write(path: str | os.PathLike, write: Callable[[Any], None]) -> None:
     folder. A missing folder, a folder given as ``path`` or an unwritable folder raises
     the ``OSError`` subclass of the problem, its message naming ``path``."""
     path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    # errors name the file asked for, never the temporary file
-    if os.path.exists(folder) and not os.path.isdir(folder):
-        raise NotADirectoryError(f"cannot write {path}: {folder} is a file, not a folder")
-    if not os.path.isdir(folder):
-        raise FileNotFoundError(f"cannot write {path}: the folder {folder} does not exist")
-    if os.path.isdir(path):
-        raise IsADirectoryError(f"cannot write {path}: it is a folder; give a file name")
+    folder = check_target(path)
     _clean_stale_tmp(folder)
     prefix = f".dpnets-{os.getpid()}@{_host()}-"
     try:

@@ -35,7 +35,7 @@ from dpnets.distributed import (
     world_size,
 )
 from dpnets.distributed import is_active as dist_active
-from dpnets.io import atomic_write
+from dpnets.io import atomic_write, check_target
 from dpnets.nn.registry import build, describe
 from dpnets.nn.utils import module_dtype, reset_parameters
 from dpnets.params import (
@@ -568,6 +568,8 @@ def fit_checkpoint(
     every = check_int("checkpoint_every", every, 1)
     if resume and getattr(est, "seed", None) is None:
         raise ValueError("resume=True needs seed= (the same data split as the first run)")
+    if is_main_process():  # the writer: a missing folder fails now, not after epochs
+        check_target(path)
     return Checkpoint(path, every, bool(resume))
 
 
