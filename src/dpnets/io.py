@@ -64,6 +64,7 @@ __all__ = [
     "restore_features",
     "arrays_to_tensors",
     "atomic_write",
+    "check_target",
     "InvalidModelFile",
     "kind_of",
     "sub_state",
