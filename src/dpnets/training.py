@@ -288,8 +288,7 @@ class FitRun:
             )
         r = int(out.shape[1])
         if constant is not None:
-            d, batch_size = r + int(constant), int(self.estimator.batch_size)
-            _check_feature_count(d, prepared.n_train, batch_size)
+            _check_feature_count(r, constant, prepared.n_train, int(self.estimator.batch_size))
         return r
 
     def forward(self, module: nn.Module, dtype: torch.dtype) -> Callable[[Tensor], Tensor]:
@@ -375,11 +374,15 @@ def _sharded(est: Any) -> bool:
     return distributed is not False and dist_active()
 
 
-def _check_feature_count(d: int, n_train: int, batch_size: int) -> None:
-    """``d`` features (their covariances) against the training samples and the batch."""
+def _check_feature_count(r: int, constant: bool, n_train: int, batch_size: int) -> None:
+    """``r`` features, and the constant function when ``constant`` (their covariances),
+    against the training samples and the batch."""
+    d = r + int(constant)
     if n_train < d:
+        what = f"{d}: r={r} and the constant function" if constant else f"r={r}"
         raise ValueError(
-            f"fewer training samples ({n_train}) than features (r={d}); provide more data"
+            f"fewer training samples ({n_train}) than features ({what}); provide more "
+            "data or a smaller r"
         )
     if batch_size < d:
         warnings.warn(
