@@ -714,6 +714,12 @@ class DiscreteTimeModel(SpectralModel):
 
         With them ``E[f(X_t) | X_0 = x] ~ sum_i lambda_i^t phi_i(x) m_i`` where ``phi_i`` are the
         right eigenfunctions. Modes of (numerically) zero eigenvalues are set to 0.
+
+        Parameters
+        ----------
+        observable : array (n_samples_, ...), optional
+            The observable's values at the lagged state of each training pair, as for
+            :meth:`predict` (``f(x[lag:])`` for one trajectory). Default: the state itself.
         """
         check_is_fitted(self, "operator_")
         coef, obs_shape = self._observable_coef(observable)
