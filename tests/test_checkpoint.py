@@ -133,3 +133,18 @@ def test_autoencoders_checkpoint_and_resume(tmp_path, ou):
     res = make().fit(ou, checkpoint=ck, resume=True)
     np.testing.assert_array_equal(res.transform(ou), ref.transform(ou))
     np.testing.assert_array_equal(res.K_, ref.K_)
+
+
+def test_a_checkpoint_into_a_missing_folder_fails_before_training(tmp_path, ou, monkeypatch):
+    """The checkpoint's folder is checked when fit starts (it failed after the first
+    checkpoint's epochs, naming the temporary file); no training step runs."""
+    import dpnets.training
+
+    def never(*args, **kwargs):
+        raise AssertionError("trained before the checkpoint path was checked")
+
+    monkeypatch.setattr(dpnets.training.FitRun, "train_objective", never)
+    path = tmp_path / "missing" / "ck.pt"
+    with pytest.raises(FileNotFoundError) as info:
+        DPNet(r=2, epochs=2, seed=0, progress=False).fit(ou, checkpoint=path)
+    assert str(info.value) == f"cannot write {path}: the folder {path.parent} does not exist"

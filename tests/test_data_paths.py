@@ -128,10 +128,29 @@ def test_the_input_is_normalised_once(states, tmp_path, monkeypatch):
     assert xy.paired and resolve_lag(xy, 4) == (1, 4)
     with pytest.raises(ValueError, match="already lagged"):
         pair_segments(xy, 2)
-    with pytest.raises(ValueError, match=r"lag=1000 is not shorter than trajectory 1"):
+    with pytest.raises(ValueError) as info:
         pair_segments(trajectories([states[:2000], states[2000:]]), 1000)
+    assert str(info.value) == (
+        "lag=1000 is not shorter than trajectory 1 (length 500: 500 sample(s)); a pair "
+        "needs lag + 1 frames: use a shorter lag, or leave that trajectory out"
+    )
     np.save(tmp_path / "x.npy", states)
     mapped = np.load(tmp_path / "x.npy", mmap_mode="r")
     monkeypatch.setattr(dpnets.states, "OUT_OF_CORE_BYTES", 0)
     assert trajectories(mapped, lazy="large").read_batchwise
     assert not trajectories([mapped, mapped]).read_batchwise  # several: concatenated
+
+
+def test_nan_in_a_trajectory_names_the_trajectory_and_its_first_sample(monkeypatch):
+    """The one line says which trajectory, how many values, the first sample holding one
+    (also when the check reads the array in chunks of rows) and what to do."""
+    x = np.random.default_rng(0).normal(size=(100, 2))
+    bad = x.copy()
+    bad[37, 1], bad[50] = np.nan, np.inf
+    monkeypatch.setattr(dpnets.states, "_FINITE_CHUNK", 4)  # chunks of 2 rows
+    with pytest.raises(ValueError) as info:
+        dpnets.TransferOperator().fit([x, x, bad])
+    assert str(info.value) == (
+        "trajectory 2 contains 3 NaN or inf value(s) (first at sample 37): remove or fill "
+        "them (a trajectory with a gap is two: pass the pieces as a list)"
+    )

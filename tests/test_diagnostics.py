@@ -57,6 +57,37 @@ def test_growing_modes_keep_the_constant_first_have_no_timescale_and_warn():
     assert "above_one" not in [d.kind for d in rev.diagnostics()]
 
 
+def test_growing_mode_remedies_name_only_the_estimator_s_own_parameters():
+    """EDMD has stabilize= but no reversible=, KernelDMD neither: the same growing modes
+    as above are told what these estimators can do (before: reversible=True for both)."""
+    from dpnets.baselines import EDMD, KernelDMD
+
+    with pytest.warns(DiagnosticWarning) as caught:
+        EDMD(_dictionary).fit(_short_ar1())
+    assert str(caught[0].message).endswith(
+        "growing modes, not relaxation; their implied timescales are undefined (nan) and "
+        "forecasts along them grow; refit with more data or fewer features; for reversible "
+        "dynamics (equilibrium MD), a reversible estimate (dpnets.TransferOperator(features, "
+        "reversible=True)) has a real spectrum in [-1, 1]; for forecasts, stabilize=True "
+        "projects them onto the unit circle"
+    )
+    kernel = spectrum_diagnostics(
+        [1.0, 1.2, 0.5 + 0.3j, 0.5 - 0.3j],
+        constant=True,
+        params=KernelDMD().get_params(deep=False),
+    )
+    assert [d.kind for d in kernel] == ["above_one", "complex"]
+    assert kernel[0].python == (
+        "refit with more data or fewer features; for reversible dynamics (equilibrium MD), "
+        "a reversible estimate (dpnets.TransferOperator(features, reversible=True)) has a "
+        "real spectrum in [-1, 1]"
+    )
+    assert kernel[1].python == (
+        "for reversible dynamics (equilibrium MD) a reversible estimate "
+        "(dpnets.TransferOperator(features, reversible=True)) has real modes"
+    )
+
+
 def test_a_restored_spectrum_keeps_the_constant_first():
     """``load`` recomputes the spectrum from the saved matrices (``_set_spectrum``)."""
     x = _short_ar1()
@@ -66,6 +97,127 @@ def test_a_restored_spectrum_keeps_the_constant_first():
     lam = op.eig().copy()
     op._set_spectrum()
     assert np.allclose(op.eig(), lam) and abs(op.eig()[0] - 1) < 1e-12
+
+
+def test_a_rank_deficient_basis_warns_and_names_its_truncated_eigenvalues():
+    """Monomials up to degree 3 of an OU trajectory offset to 300 (std 7, raw units) are
+    collinear to round-off: the regression keeps 2 of the 4 functions and returns the
+    exact zeros 0 and 0 for k = 2, 3 (exact: e^{-0.2}, e^{-0.3}) — a warning names them.
+    The same data centred are well conditioned: no warning, the exact spectrum."""
+    from dpnets.baselines import EDMD
+
+    x = OrnsteinUhlenbeck(dt=0.1).sample(100_000, seed=0)
+    raw = 7.0 * x + 300.0
+    with pytest.warns(DiagnosticWarning) as caught:
+        model = EDMD("monomial", degree=3).fit(raw)
+    assert model.cx_rank_ == 2 and np.abs(model.eig()[2:]).max() < 1e-12
+    found = [str(w.message) for w in caught if "linearly independent" in str(w.message)]
+    assert found == [
+        "only 2 of the 4 basis functions are linearly independent on the data (at the "
+        "pseudo-inverse's relative cut-off, rtol=): 2 eigenvalue(s) (k = [2, 3]) are 0 by "
+        "truncation, not dynamics, and the rest are fitted on the 2 independent ones; use "
+        "fewer or better-conditioned features: a smaller r; DMD(rank=) for snapshots of a "
+        "field (its leading POD modes); for monomials of raw, offset data (collinear to "
+        "round-off), centred and scaled data or EDMD's 'chebyshev' dictionary (scaled to the "
+        "data)"
+    ]
+    assert [d.kind for d in model.diagnostics()].count("rank_deficient") == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DiagnosticWarning)
+        good = EDMD("monomial", degree=3).fit((raw - 300.0) / 7.0)
+    assert good.cx_rank_ == 4
+    np.testing.assert_allclose(good.eig().real, np.exp(-0.1 * np.arange(4)), atol=0.015)
+
+
+def test_classical_dmd_of_offset_data_names_the_mean_as_its_slow_mode():
+    """DMD without the constant on an AR process (eigenvalues 0.9, 0.5) offset by
+    (50, -20), about 20 standard deviations: the mean becomes k = 0 (0.9998, beyond the
+    data) and drags the rest (0.69 for 0.9 and 0.5); the warning says so and names
+    constant=True, which recovers the exact eigenvalues."""
+    from dpnets.baselines import DMD
+    from dpnets.systems import LinearGaussian
+
+    x = LinearGaussian(np.diag([0.9, 0.5]), noise_std=1.0).sample(5000, seed=0)
+    x = x + np.array([50.0, -20.0])
+    with pytest.warns(DiagnosticWarning) as caught:
+        plain = DMD().fit(x)
+    assert np.abs(plain.eig()).round(4).tolist() == [0.9998, 0.6908]
+    assert [str(w.message) for w in caught] == [
+        "implied timescale(s) of k = [0] (5295 frames) exceed all the data together "
+        "(5000 frames): processes the data cannot have sampled; k = 0 of a basis without "
+        "the constant function is often the data's mean fitted as a slow mode, which biases "
+        "the other modes too; refit with constant=True (or on centred data), or trust only "
+        "timescales well inside the data; add longer trajectories"
+    ]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DiagnosticWarning)
+        affine = DMD(constant=True).fit(x)
+    np.testing.assert_allclose(affine.eig().real, [1.0, 0.9, 0.5], atol=0.02)
+
+
+def test_a_generator_s_growing_mode_names_the_generator_s_own_remedy():
+    """A Generator has no reversible= or stabilize=: its growing-mode warning names
+    form='dirichlet', which gives a spectrum <= 0 (here: monomials of OU samples in raw
+    units, offset 300, where the ito form gives +7.5e-5 for the near-constant mode)."""
+    import torch
+
+    from dpnets.ito import SDE
+
+    x = 7.0 * OrnsteinUhlenbeck(dt=0.1).sample(20_000, seed=0) + 300.0
+    sde = SDE(lambda y: -(y - 300.0), 7.0 * 2**0.5, reversible=True)
+
+    def psi(y):
+        return torch.cat([y, y**2, y**3], dim=1)
+
+    with pytest.warns(DiagnosticWarning) as caught:
+        dpnets.Generator(psi, sde).fit(x)
+    (message,) = [str(w.message) for w in caught if "positive real part" in str(w.message)]
+    assert message == (
+        "eigenvalue(s) k = [0] have positive real part (7.457e-05): growing modes, not "
+        "relaxation; their implied timescales are undefined (nan) and forecasts along them "
+        "grow; refit with form='dirichlet' (with SDE(..., reversible=True): a real spectrum "
+        "<= 0 by construction) if the process is reversible, else with more data or fewer "
+        "features"
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DiagnosticWarning)
+        fixed = dpnets.Generator(psi, sde, form="dirichlet").fit(x)
+    lam = fixed.eig()
+    assert lam.real.max() <= 0 and abs(lam[1].real + 1.0) < 0.05  # exact: 0, -1
+
+
+def test_a_composite_model_s_diagnostics_include_its_features_training(tmp_path):
+    """TransferOperator(DPNet(...)).fit trains both: its diagnostics() holds the DPNet's
+    training findings too (also loaded from a file), and fit warns with them once."""
+    x = OrnsteinUhlenbeck(dt=0.1).sample(3000, seed=0)
+    net = dpnets.DPNet(r=2, epochs=2, seed=0, progress=False)
+    with pytest.warns(DiagnosticWarning) as caught:
+        op = dpnets.TransferOperator(net, lag=2).fit(x)
+    assert ["gradient steps" in str(w.message) for w in caught].count(True) == 1
+    kinds = [d.kind for d in op.diagnostics()]
+    assert kinds[0] == "few_steps" and kinds == [
+        d.kind for d in op.features_.diagnostics() + op._diagnostics()
+    ]
+    op.save(tmp_path / "m.pt")
+    assert [d.kind for d in dpnets.load(tmp_path / "m.pt").diagnostics()] == kinds
+
+
+def test_an_autoencoder_warns_about_its_training_like_a_dpnet(tmp_path):
+    """The Koopman autoencoders checked only their spectrum: 66 gradient steps now warn as
+    a DPNet's do, and the finding survives a save and load."""
+    from dpnets.baselines import ConsistentAutoencoder
+
+    x = OrnsteinUhlenbeck(dt=0.1).sample(3000, seed=0)
+    with pytest.warns(DiagnosticWarning) as caught:
+        model = ConsistentAutoencoder(r=2, epochs=6, seed=0, progress=False).fit(x)
+    assert [str(w.message) for w in caught if "gradient steps" in str(w.message)] == [
+        "training took 66 gradient steps (6 epoch(s) of 11 batch(es): 2695 training pairs at "
+        "batch_size=256), fewer than 100: the features are barely trained; train for more "
+        "steps: epochs=10 at this batch size, or a smaller batch_size= (ceil(n_pairs / "
+        "batch_size) steps an epoch; keep it well above r)"
+    ]
+    model.save(tmp_path / "ae.pt")
+    assert "few_steps" in [d.kind for d in dpnets.load(tmp_path / "ae.pt").diagnostics()]
 
 
 def test_spectrum_diagnostics_thresholds():

@@ -147,6 +147,31 @@ def test_predict_in_frames_time_and_t0():
         model.predict(x[:5], t=1, unit="seconds")
 
 
+def test_an_observable_is_given_at_the_lagged_states():
+    """OU, lag 2: the observable x at the pairs' lagged states, x[2:], forecasts as the
+    state itself (exact e^{-0.6} x at 3 steps of 0.2); the whole trajectory is refused
+    in one line saying which values, and x[:-2] (one lag behind) is what it warns off."""
+    from dpnets.systems import OrnsteinUhlenbeck
+
+    x = OrnsteinUhlenbeck(dt=0.1).sample(20_000, seed=0)
+    op = TransferOperator(lag=2, dt=0.1).fit(x)
+    x0 = np.array([[1.0], [2.0]])
+    exact = np.exp(-0.6) * x0.ravel()
+    right = op.predict(x0, t=3, observable=x[2:, 0])
+    np.testing.assert_allclose(right, op.predict(x0, t=3).ravel(), rtol=1e-10)
+    np.testing.assert_allclose(right, exact, rtol=0.05)
+    behind = op.predict(x0, t=3, observable=x[:-2, 0])
+    assert np.all(np.abs(behind / exact - 1) > 0.1)  # one lag behind: e^{-0.4} x
+    with pytest.raises(ValueError) as info:
+        op.predict(x0, t=3, observable=x)
+    assert str(info.value) == (
+        "observable must hold one value per training sample (19998), its value at the "
+        "lagged state of each training pair: f(x[lag:]) for a trajectory x (not "
+        "f(x[:-lag]), one lag behind), those of each trajectory concatenated for a list, "
+        "f(Y) for pairs (X, Y); got 20000 rows"
+    )
+
+
 def test_append_state_contains_dmd_and_round_trips(tmp_path):
     x = linear_gaussian(3, seed=2).sample(1000, seed=0)
     square = lambda z: z**2  # noqa: E731 - a feature map that misses the state

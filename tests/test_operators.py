@@ -160,3 +160,13 @@ def test_the_operator_is_a_pure_function_of_the_moments():
     auto = estimate_operator(stats)
     assert not auto.constant
     np.testing.assert_array_equal(auto.operator, fit.operator)
+
+
+def test_fewer_pairs_than_basis_functions_says_what_the_basis_holds():
+    x = np.random.default_rng(0).normal(size=(6, 8))
+    with pytest.raises(ValueError) as info:
+        TransferOperator(constant=True).fit(x)
+    assert str(info.value) == (
+        "fewer samples (5 pairs) than basis functions (9: 8 features and the constant "
+        "function); provide more data or fewer features"
+    )

@@ -56,6 +56,29 @@ def test_a_failing_save_keeps_the_previous_file(tmp_path, fitted, monkeypatch):
     np.testing.assert_array_equal(dpnets.load(path).eig(), op.eig())
 
 
+def test_a_save_into_a_missing_or_wrong_place_names_the_file(tmp_path, fitted):
+    """The error names the file asked for and its problem, never the temporary file."""
+    x, net, op = fitted
+    (tmp_path / "file.pt").write_bytes(b"x")
+    cases = {
+        tmp_path / "nodir" / "m.pt": (
+            FileNotFoundError,
+            f"the folder {tmp_path / 'nodir'} does not exist",
+        ),
+        tmp_path / "file.pt" / "m.pt": (
+            NotADirectoryError,
+            f"{tmp_path / 'file.pt'} is a file, not a folder",
+        ),
+        tmp_path: (IsADirectoryError, "it is a folder; give a file name"),
+    }
+    for path, (kind, problem) in cases.items():
+        with pytest.raises(kind) as info:
+            op.save(path)
+        assert str(info.value) == f"cannot write {path}: {problem}"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file.pt"]
+    assert not list(tmp_path.parent.glob(".dpnets-*.tmp"))
+
+
 def test_kill_9_during_resaves_never_destroys_the_previous_file(tmp_path, fitted):
     """8 processes re-saving a model in a loop, each killed at a random moment (each
     process imports torch: 20 of them took 40-85 s of the suite)."""

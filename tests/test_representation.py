@@ -161,3 +161,15 @@ def test_separate_lagged_encoder(ou_traj):
         net.evaluate(ou_traj, objective="vamp2")
         > untrained.evaluate(ou_traj, objective="vamp2") + 0.1
     )
+
+
+def test_more_features_than_samples_names_the_user_s_r():
+    """The count includes the constant function the scores add: said, so that r=500 is
+    not reported as r=501."""
+    x = np.random.default_rng(0).normal(size=(300, 2))
+    with pytest.raises(ValueError) as info:
+        DPNet(r=500, epochs=1, progress=False).fit(x)
+    assert str(info.value) == (
+        "fewer training samples (269) than features (501: r=500 and the constant function); "
+        "provide more data or a smaller r"
+    )

@@ -26,6 +26,10 @@ The checks (documented choices, thresholds in the module constants):
   all trajectories together (a process the data cannot have sampled; many short
   trajectories can resolve a timescale longer than each of them, as Markov state models
   do, but not one longer than all of them).
+* **rank-deficient basis** (:func:`rank_diagnostics`): fewer linearly independent basis
+  functions on the data (``cx_rank_``, to the relative cut-off ``rtol``) than the basis
+  has: the dropped directions get eigenvalue 0 by truncation, not dynamics (monomials of
+  raw data with a large offset are collinear to round-off).
 * **few pairs**: fewer pairs than ``MIN_PAIRS_PER_FEATURE`` times the number of features
   (of the estimator's inputs for a network, of the basis for a regression).
 * **not converged**: the validation score still rising over the last epochs (at least
@@ -52,7 +56,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,6 +67,7 @@ __all__ = [
     "DiagnosticWarning",
     "spectrum_diagnostics",
     "sample_diagnostics",
+    "rank_diagnostics",
     "training_diagnostics",
     "saturation_diagnostics",
     "steps_diagnostics",
@@ -109,7 +114,7 @@ class Diagnostic:
     kind : str
         ``"above_one"``, ``"complex"``, ``"unresolved"``, ``"beyond_data"``,
         ``"few_pairs"``, ``"not_converged"``, ``"saturated"``, ``"few_steps"``,
-        ``"out_of_range"`` or ``"dropped"``.
+        ``"out_of_range"``, ``"dropped"`` or ``"rank_deficient"``.
     problem : str
         What was found, with its numbers.
     python : str
@@ -168,6 +173,7 @@ def spectrum_diagnostics(
     span: float | None = None,
     units: str = "frames",
     generator: bool = False,
+    params: Collection[str] | None = None,
 ) -> list[Diagnostic]:
     """The findings about a transfer operator's (or generator's) spectrum.
 
@@ -188,6 +194,9 @@ def spectrum_diagnostics(
         The unit of ``lag_time`` and ``span``, for the messages.
     generator : bool
         Eigenvalues of a generator (stable when the real part is at most 0).
+    params : collection of str, optional
+        The parameters of the estimator (``get_params()``): the Python remedies name only
+        these (``reversible=``, ``stabilize=``); default: a :class:`dpnets.TransferOperator`'s.
     """
     lam = np.asarray(eigvals, dtype=np.complex128).ravel()
     start = 1 if constant and lam.size else 0
@@ -213,9 +222,7 @@ def spectrum_diagnostics(
                 "above_one",
                 f"eigenvalue(s) k = {ks} have {what}: growing modes, not relaxation; "
                 "their implied timescales are undefined (nan) and forecasts along them grow",
-                "refit with reversible=True (a real spectrum in [-1, 1]) if the dynamics are "
-                "reversible (equilibrium MD), else with more data or fewer features; for "
-                "forecasts, stabilize=True projects them onto the unit circle",
+                _growing_remedy(generator, params),
                 "refit with --reversible true (a real spectrum in [-1, 1]) if the dynamics "
                 "are reversible (equilibrium MD), else with more data or a smaller --dim",
             )
@@ -231,7 +238,9 @@ def spectrum_diagnostics(
                 f"the slow modes k = {idx[:LEADING][cplx].tolist()} are complex (lambda = "
                 f"{_fmt(lead[j])}): an oscillation, or noise of a non-reversible estimate; "
                 "PCCA+ and timescales of reversible dynamics need real modes",
-                "for reversible dynamics (equilibrium MD) refit with reversible=True",
+                "for reversible dynamics (equilibrium MD) refit with reversible=True"
+                if _has(params, "reversible")
+                else f"for reversible dynamics (equilibrium MD) {_REVERSIBLE} has real modes",
                 "for reversible dynamics (equilibrium MD) refit with --reversible true "
                 "(dpnets analyze --reversible true re-estimates without refitting)",
                 warn=False,
@@ -256,17 +265,61 @@ def spectrum_diagnostics(
         ts[ok] = -float(lag_time) / np.log(mod[ok])
         long = ok & (ts > float(span))
         if long.any():
+            # without the constant function in the basis (classical DMD), the data's mean
+            # is fitted as the slowest mode, k = 0, and pulls the others towards 1
+            mean = (
+                ""
+                if constant or not long[0]
+                else (
+                    "; k = 0 of a basis without the constant function is often the data's "
+                    "mean fitted as a slow mode, which biases the other modes too"
+                )
+            )
+            fix = "" if not mean else "refit with constant=True (or on centred data), or "
             out.append(
                 Diagnostic(
                     "beyond_data",
                     f"implied timescale(s) of k = {idx[long].tolist()} ({np.nanmax(ts):.4g} "
                     f"{units}) exceed all the data together ({float(span):.4g} {units}): "
-                    "processes the data cannot have sampled",
-                    "trust only timescales well inside the data; add longer trajectories",
+                    f"processes the data cannot have sampled{mean}",
+                    f"{fix}trust only timescales well inside the data; add longer trajectories",
                     "trust only timescales well inside the data; add longer trajectories",
                 )
             )
     return out
+
+
+#: a reversible estimate, for the remedies of estimators without ``reversible=``
+_REVERSIBLE = "a reversible estimate (dpnets.TransferOperator(features, reversible=True))"
+
+
+def _has(params: Collection[str] | None, name: str) -> bool:
+    """Whether an estimator of parameters ``params`` (None: a TransferOperator's) has
+    ``name``."""
+    return params is None or name in params
+
+
+def _growing_remedy(generator: bool, params: Collection[str] | None) -> str:
+    """The Python remedy for growing modes, naming only the estimator's own parameters."""
+    if generator:  # a Generator has neither reversible= nor stabilize=
+        return (
+            "refit with form='dirichlet' (with SDE(..., reversible=True): a real spectrum "
+            "<= 0 by construction) if the process is reversible, else with more data or "
+            "fewer features"
+        )
+    if _has(params, "reversible"):
+        fix = (
+            "refit with reversible=True (a real spectrum in [-1, 1]) if the dynamics are "
+            "reversible (equilibrium MD), else with more data or fewer features"
+        )
+    else:
+        fix = (
+            "refit with more data or fewer features; for reversible dynamics (equilibrium "
+            f"MD), {_REVERSIBLE} has a real spectrum in [-1, 1]"
+        )
+    if _has(params, "stabilize"):
+        fix += "; for forecasts, stabilize=True projects them onto the unit circle"
+    return fix
 
 
 def sample_diagnostics(
@@ -288,6 +341,33 @@ def sample_diagnostics(
             "one): the fit can follow noise, and its timescales be far too long",
             f"use more data or {remedy}",
             f"use more data, or {cli}",
+        )
+    ]
+
+
+def rank_diagnostics(rank: int, n_features: int, eigvals: Any = None) -> list[Diagnostic]:
+    """The finding of a regression basis of numerical rank ``rank`` below its
+    ``n_features`` functions (``cx_rank_``: the eigenvalues of ``Cx + ridge I`` above the
+    relative cut-off ``rtol``); the dropped directions' eigenvalues (of ``eigvals``, 0 by
+    construction) are named by their ``k``."""
+    rank, r = int(rank), int(n_features)
+    if rank >= r:
+        return []
+    lam = np.abs(np.asarray(eigvals if eigvals is not None else [], dtype=np.complex128))
+    zeros = np.flatnonzero(lam <= 1e-12 * max(float(lam.max(initial=0.0)), 1e-300))
+    which = f" (k = {zeros.tolist()})" if 0 < zeros.size <= r - rank else ""
+    return [
+        Diagnostic(
+            "rank_deficient",
+            f"only {rank} of the {r} basis functions are linearly independent on the data "
+            f"(at the pseudo-inverse's relative cut-off, rtol=): {r - rank} eigenvalue(s)"
+            f"{which} are 0 by truncation, not dynamics, and the rest are fitted on the "
+            f"{rank} independent ones",
+            "use fewer or better-conditioned features: a smaller r; DMD(rank=) for "
+            "snapshots of a field (its leading POD modes); for monomials of raw, offset "
+            "data (collinear to round-off), centred and scaled data or EDMD's 'chebyshev' "
+            "dictionary (scaled to the data)",
+            "use fewer features (a smaller --dim)",
         )
     ]
 

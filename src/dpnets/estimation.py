@@ -270,7 +270,11 @@ def estimate_operator(
     k = mx.shape[0]
     r = k + int(const)
     if n < r:
-        raise ValueError(f"fewer samples ({n}) than features (r={r}); provide more data")
+        what = f"{r}: {k} features and the constant function" if const else f"{r}"
+        raise ValueError(
+            f"fewer samples ({n} pairs) than basis functions ({what}); provide more data or "
+            "fewer features"
+        )
     shift, scale = np.zeros(k), np.ones(k)
     if const:
         shift, scale = _standardisation(centre, cov)

@@ -64,6 +64,7 @@ __all__ = [
     "restore_features",
     "arrays_to_tensors",
     "atomic_write",
+    "check_target",
     "InvalidModelFile",
     "kind_of",
     "sub_state",
@@ -286,17 +287,39 @@ def _clean_stale_tmp(folder: str) -> None:
                 pass
 
 
+def check_target(path: str | os.PathLike) -> str:
+    """The folder of ``path``, a file about to be written; a missing folder, a file in
+    its place, or a folder given as ``path`` raise the ``OSError`` subclass of the
+    problem, its message naming ``path`` (checked before long work that ends in a write,
+    e.g. a fit's checkpoints, and by :func:`atomic_write`)."""
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.exists(folder) and not os.path.isdir(folder):
+        raise NotADirectoryError(f"cannot write {path}: {folder} is a file, not a folder")
+    if not os.path.isdir(folder):
+        raise FileNotFoundError(f"cannot write {path}: the folder {folder} does not exist")
+    if os.path.isdir(path):
+        raise IsADirectoryError(f"cannot write {path}: it is a folder; give a file name")
+    return folder
+
+
 def atomic_write(path: str | os.PathLike, write: Callable[[Any], None]) -> None:
     """Write ``path`` atomically: ``write(file)`` fills a temporary file in the same folder,
     which is flushed, fsynced and renamed over ``path`` (``os.replace``). On any error, or
     a crash at any moment, the previous ``path`` is left as it was; the temporary file of a
     killed write (named after its process and host) is removed by the next write into the
-    folder."""
+    folder. A missing folder, a folder given as ``path`` or an unwritable folder raises
+    the ``OSError`` subclass of the problem, its message naming ``path``."""
     path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
+    folder = check_target(path)
     _clean_stale_tmp(folder)
     prefix = f".dpnets-{os.getpid()}@{_host()}-"
-    fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=folder)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=folder)
+    except OSError as exc:  # e.g. a read-only folder
+        error = type(exc)(f"cannot write {path}: {exc.strerror or exc}")
+        error.errno = exc.errno
+        raise error from None
     try:
         # mkstemp creates the file 0600: give it the mode any other file gets (0666 less the
         # umask), so that every output of a run has one mode

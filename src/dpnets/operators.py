@@ -628,10 +628,15 @@ class TransferOperator(DiscreteTimeModel):
         self, n_samples: int | None = None, units: str | None = None
     ) -> list[Diagnostic]:
         """The spectrum's findings with the noise level of ``n_samples_`` pairs (no
-        process resolved at the lag), and too few pairs per basis function."""
+        process resolved at the lag), too few pairs per basis function, and a basis of
+        lower numerical rank than its size."""
         n = self.n_samples_
-        return super()._diagnostics(n, units) + diagnostics.sample_diagnostics(
-            n, self.n_features_, "basis functions", "fewer features", "a smaller --dim"
+        return (
+            super()._diagnostics(n, units)
+            + diagnostics.sample_diagnostics(
+                n, self.n_features_, "basis functions", "fewer features", "a smaller --dim"
+            )
+            + diagnostics.rank_diagnostics(self.cx_rank_, self.n_features_, self.eigvals_)
         )
 
     #: :func:`add_pairs`, also as ``TransferOperator.add_pairs``

@@ -241,7 +241,8 @@ def pair_segments(data: object, lag: int = 1, lazy: bool = True) -> list[PairSeg
             which = f"trajectory {k}" if traj.listed else "the trajectory"
             raise ValueError(
                 f"lag={lag} is not shorter than {which} (length {t.shape[0]}: "
-                f"{t.shape[0]} sample(s)); a pair needs lag + 1 frames"
+                f"{t.shape[0]} sample(s)); a pair needs lag + 1 frames: use a shorter lag"
+                + (", or leave that trajectory out" if traj.listed else "")
             )
     return [PairSegment(t, t, 0, lag, int(t.shape[0]) - lag) for t in traj.parts]
 

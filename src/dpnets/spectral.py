@@ -366,14 +366,19 @@ class SpectralModel(TransformerMixin, BaseEstimator):
     # -- shared
     #: whether ``eigvals_`` are a generator's (stable for real parts at most 0)
     _generator_spectrum = False
+    #: where the values of an observable given to :meth:`predict` are taken
+    _observable_values = "its value at each training sample"
 
     def diagnostics(self, units: str | None = None) -> list[Diagnostic]:
         """What makes this fit untrustworthy, each with its remedy
-        (:mod:`dpnets.diagnostics`): eigenvalues of modulus above 1 (a generator's: of
-        positive real part), complex slow modes (a note), timescales longer than all the
-        training trajectories together; a :class:`dpnets.TransferOperator` also checks for no
-        process resolved at the lag and for too few pairs per basis function. ``fit`` warns
-        with those that warn (:class:`dpnets.diagnostics.DiagnosticWarning`).
+        (:mod:`dpnets.diagnostics`): first those of learned features' own training (a
+        :class:`dpnets.DPNet`'s or VAMPNet's ``diagnostics()``, e.g. not converged), then
+        eigenvalues of modulus above 1 (a generator's: of positive real part), complex slow
+        modes (a note), timescales longer than all the training trajectories together; a
+        :class:`dpnets.TransferOperator` also checks for no process resolved at the lag,
+        too few pairs per basis function and a rank-deficient basis. ``fit`` warns with
+        those that warn (:class:`dpnets.diagnostics.DiagnosticWarning`; the features'
+        when they are trained).
 
         Parameters
         ----------
@@ -386,7 +391,11 @@ class SpectralModel(TransformerMixin, BaseEstimator):
         list of Diagnostic
         """
         check_is_fitted(self, "operator_")
-        return self._diagnostics(units=units)
+        features = self.features_
+        if isinstance(features, StateAndFeatures):  # the learned map inside
+            features = features.features
+        learned = getattr(features, "diagnostics", None)
+        return (list(learned()) if callable(learned) else []) + self._diagnostics(units=units)
 
     def _basis_mean(self) -> np.ndarray | None:
         """The mean of the regression basis on the training inputs (``features_mean_``;
@@ -412,6 +421,7 @@ class SpectralModel(TransformerMixin, BaseEstimator):
             span=None if span is None else span * dt,
             units=units or ("frames" if dt == 1.0 else "time units"),
             generator=self._generator_spectrum,
+            params=self.get_params(deep=False),
         )
 
     def eig(self, vectors: bool = False) -> np.ndarray | tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -477,7 +487,7 @@ class SpectralModel(TransformerMixin, BaseEstimator):
         if f.shape[0] != self.n_samples_:
             raise ValueError(
                 f"observable must hold one value per training sample ({self.n_samples_}), "
-                f"got {f.shape[0]} rows"
+                f"{self._observable_values}; got {f.shape[0]} rows"
             )
         f_flat = self._weigh(np.asarray(f, dtype=np.float64).reshape(f.shape[0], -1))
         coef = self.solve_lstsq(self._training_product(f_flat)) / self.n_samples_
@@ -550,8 +560,11 @@ class SpectralModel(TransformerMixin, BaseEstimator):
             transfer operator refuses ``t=0`` with an ``observable``, whose values it holds
             one lag ahead; a generator gives the observable's least-squares value).
         observable : array (n_samples_, ...), optional
-            Observable values on the training samples (see the class docstring). Default:
-            the state itself.
+            Observable values on the training samples. For a transfer operator, at the
+            *lagged* state of each training pair: ``f(x[lag:])`` for one trajectory ``x``
+            (``f(x[:-lag])`` would forecast one lag behind), those of each trajectory
+            concatenated for a list, ``f(Y)`` for pairs ``(X, Y)``; for a generator, at
+            each training sample. Default: the state itself.
         unit : {"steps", "frames", "time"}, default "steps"
             ``"steps"``: whole lag steps of the model (``lag_`` frames each, kooplearn's
             ``t``); ``"frames"``: frames of the data, a multiple of ``lag_``; ``"time"``:
@@ -684,6 +697,12 @@ class DiscreteTimeModel(SpectralModel):
     passed to :meth:`predict` hold values at the lagged states of the training pairs.
     """
 
+    _observable_values = (
+        "its value at the lagged state of each training pair: f(x[lag:]) for a trajectory "
+        "x (not f(x[:-lag]), one lag behind), those of each trajectory concatenated for a "
+        "list, f(Y) for pairs (X, Y)"
+    )
+
     def _time_factor(self, t: float) -> np.ndarray:
         return self.eigvals_ ** (int(t) - 1)
 
@@ -695,6 +714,12 @@ class DiscreteTimeModel(SpectralModel):
 
         With them ``E[f(X_t) | X_0 = x] ~ sum_i lambda_i^t phi_i(x) m_i`` where ``phi_i`` are the
         right eigenfunctions. Modes of (numerically) zero eigenvalues are set to 0.
+
+        Parameters
+        ----------
+        observable : array (n_samples_, ...), optional
+            The observable's values at the lagged state of each training pair, as for
+            :meth:`predict` (``f(x[lag:])`` for one trajectory). Default: the state itself.
         """
         check_is_fitted(self, "operator_")
         coef, obs_shape = self._observable_coef(observable)

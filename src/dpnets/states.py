@@ -125,9 +125,12 @@ def check_states(
         raise ValueError(f"{name} has {arr.shape[0]} samples; at least {min_samples} needed")
     check_state_size(arr.shape[1:], name, arr.shape[0])
     if np.issubdtype(arr.dtype, np.floating):
-        bad = _count_nonfinite(arr)
+        bad, first = _count_nonfinite(arr)
         if bad:
-            raise ValueError(f"{name} contains {bad} NaN or inf value(s)")
+            raise ValueError(
+                f"{name} contains {bad} NaN or inf value(s) (first at sample {first}): remove "
+                "or fill them (a trajectory with a gap is two: pass the pieces as a list)"
+            )
     return arr
 
 
@@ -135,16 +138,20 @@ def check_states(
 _FINITE_CHUNK = 1 << 22
 
 
-def _count_nonfinite(arr: np.ndarray | OutOfCoreStates) -> int:
-    """Number of NaN/inf values, read in chunks of rows (no full-size temporary)."""
+def _count_nonfinite(arr: np.ndarray | OutOfCoreStates) -> tuple[int, int | None]:
+    """Number of NaN/inf values and the first sample (row) holding one (None if none),
+    read in chunks of rows (no full-size temporary)."""
     row = int(np.prod(arr.shape[1:], dtype=np.int64))
-    bad = 0
+    bad, first = 0, None
     for sl in chunks(arr.shape[0], max(1, _FINITE_CHUNK // max(row, 1))):
         part = np.asarray(arr[sl])
         finite = np.isfinite(part)
         if not finite.all():
             bad += int(finite.size - np.count_nonzero(finite))
-    return bad
+            if first is None:
+                rows = finite.reshape(finite.shape[0], -1).all(axis=1)
+                first = int(sl.start + np.argmin(rows))
+    return bad, first
 
 
 def _is_scalar(v: object) -> bool:

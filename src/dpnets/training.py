@@ -35,7 +35,7 @@ from dpnets.distributed import (
     world_size,
 )
 from dpnets.distributed import is_active as dist_active
-from dpnets.io import atomic_write
+from dpnets.io import atomic_write, check_target
 from dpnets.nn.registry import build, describe
 from dpnets.nn.utils import module_dtype, reset_parameters
 from dpnets.params import (
@@ -288,8 +288,7 @@ class FitRun:
             )
         r = int(out.shape[1])
         if constant is not None:
-            d, batch_size = r + int(constant), int(self.estimator.batch_size)
-            _check_feature_count(d, prepared.n_train, batch_size)
+            _check_feature_count(r, constant, prepared.n_train, int(self.estimator.batch_size))
         return r
 
     def forward(self, module: nn.Module, dtype: torch.dtype) -> Callable[[Tensor], Tensor]:
@@ -375,11 +374,15 @@ def _sharded(est: Any) -> bool:
     return distributed is not False and dist_active()
 
 
-def _check_feature_count(d: int, n_train: int, batch_size: int) -> None:
-    """``d`` features (their covariances) against the training samples and the batch."""
+def _check_feature_count(r: int, constant: bool, n_train: int, batch_size: int) -> None:
+    """``r`` features, and the constant function when ``constant`` (their covariances),
+    against the training samples and the batch."""
+    d = r + int(constant)
     if n_train < d:
+        what = f"{d}: r={r} and the constant function" if constant else f"r={r}"
         raise ValueError(
-            f"fewer training samples ({n_train}) than features (r={d}); provide more data"
+            f"fewer training samples ({n_train}) than features ({what}); provide more "
+            "data or a smaller r"
         )
     if batch_size < d:
         warnings.warn(
@@ -568,6 +571,8 @@ def fit_checkpoint(
     every = check_int("checkpoint_every", every, 1)
     if resume and getattr(est, "seed", None) is None:
         raise ValueError("resume=True needs seed= (the same data split as the first run)")
+    if is_main_process():  # the writer: a missing folder fails now, not after epochs
+        check_target(path)
     return Checkpoint(path, every, bool(resume))
 
 

@@ -446,7 +446,7 @@ def _fit(config: dict[str, dict[str, Any]], out: Path, progress: bool) -> str:
                 raise
             raise WorkflowError(f"--bias: {err}") from None
     units = _units(data, trajs)
-    found += op.features_.diagnostics() + op.diagnostics(units)
+    found += op.diagnostics(units)  # the DPNet's training findings first
     fitted = _Fitted(trajs, usable, lag, dt, units, time.perf_counter() - t0, found, log_weights)
     report = _fit_report(op, data, fitted, model)
     if distributed.is_main_process():  # one writer under a multi-process launch

@@ -35,6 +35,7 @@ from torch import Tensor, nn
 
 from dpnets import diagnostics
 from dpnets.base import fit_data
+from dpnets.diagnostics import Diagnostic
 from dpnets.exceptions import check_is_fitted
 from dpnets.io import jsonable, restore_module, sub_state
 from dpnets.linalg import sym_pinv
@@ -219,8 +220,23 @@ class _KoopmanAutoencoder(DiscreteTimeModel):
             desc=self._desc,
         )
         self._finish(x_train)
+        self.n_train_ = int(prepared.n_train)
         diagnostics.warn(self._diagnostics())
         return self
+
+    def _diagnostics(
+        self, n_samples: int | None = None, units: str | None = None
+    ) -> list[Diagnostic]:
+        """The training's findings (not converged, too few gradient steps:
+        :func:`dpnets.diagnostics.fit_diagnostics`), then the spectrum's."""
+        training = diagnostics.fit_diagnostics(
+            self.history_,
+            "score (minus the autoencoder's loss)",
+            n_train=getattr(self, "n_train_", None),
+            batch_size=int(self.batch_size),
+            epochs=int(self.epochs),
+        )
+        return training + super()._diagnostics(n_samples, units)
 
     def _finish(self, x_train: np.ndarray) -> None:
         """Latent operator and covariance -> the SpectralModel state (eig, eigenfunctions)."""
@@ -248,7 +264,8 @@ class _KoopmanAutoencoder(DiscreteTimeModel):
 
     def transform(self, X: Any) -> np.ndarray:
         """Latent coordinates ``enc(X)``, float64 (n, r)."""
-        return encode(self.encoder_, self._check_X(X)).double().numpy()
+        x = self._check_X(X)  # first: the not-fitted check, before encoder_ is read
+        return encode(self.encoder_, x).double().numpy()
 
     def _observable_coef(self, observable: Any) -> tuple[np.ndarray, tuple[int, ...]]:
         if observable is None:
@@ -555,6 +572,7 @@ def dump_autoencoder(model: Any, tensors: dict[str, Tensor]) -> dict:
             "state_shape_": list(model.state_shape_),
             "n_features_": int(model.n_features_),
             "n_samples_": int(model.n_samples_),
+            "n_train_": getattr(model, "n_train_", None),
             "lag_": model.lag_,
         },
     }
@@ -598,6 +616,7 @@ def restore_autoencoder(cls: type) -> Any:
         model.state_shape_ = tuple(f["state_shape_"])
         model.n_features_ = r
         model.lag_ = f["lag_"]
+        model.n_train_ = f.get("n_train_")  # absent from files written before it was kept
         model._set_latent_state(tensors["cx_"].numpy(), int(f["n_samples_"]))
         return model
 

@@ -76,10 +76,14 @@ class DMD(TransferOperator):
     Notes
     -----
     Other fitted attributes are those of :class:`dpnets.TransferOperator`; ``modes()`` maps
-    back to the full state. DMD regresses on the states as given, so states whose squares
-    leave float64's range (magnitudes near ``1e300`` or ``1e-300``) are refused with a
-    ``ValueError`` naming the magnitude (rescale them; ``EDMD``'s Chebyshev dictionary and
-    the kernel models work in units of the data).
+    back to the full state. Without the constant function (``constant=False``, classical
+    DMD) ``k = 0`` is a process, not the constant function, and data whose mean is far
+    from 0 against their spread (raw, offset units) get that mean as a mode near 1 which
+    biases the others; ``constant=True`` (affine DMD) or centred data avoid it. DMD
+    regresses on the states as given, so states whose squares leave float64's range
+    (magnitudes near ``1e300`` or ``1e-300``) are refused with a ``ValueError`` naming the
+    magnitude (rescale them; ``EDMD``'s Chebyshev dictionary and the kernel models work in
+    units of the data).
 
     Examples
     --------
