@@ -147,6 +147,38 @@ def test_predict_in_frames_time_and_t0():
         model.predict(x[:5], t=1, unit="seconds")
 
 
+def test_multi_step_forecast_from_the_last_frame_is_the_var_forecast():
+    """A VAR(1) far from the origin (raw units): affine DMD's forecasts 1, 2 and 5 steps
+    from the last frame are the least-squares VAR's with intercept, iterated (the optimal
+    forecast of the fitted model), from a trajectory, from (X, Y) pairs and from the
+    identity basis; one state given as a 1-D vector is refused naming the fix."""
+    rng = np.random.default_rng(0)
+    a, v = np.array([[0.8, 0.3], [-0.3, 0.8]]), np.zeros((500, 2))
+    for t in range(1, 500):
+        v[t] = a @ v[t - 1] + 0.5 * rng.normal(size=2)
+    v += [1000.0, -50.0]
+    coef = np.linalg.lstsq(np.c_[v[:-1], np.ones(499)], v[1:], rcond=None)[0]
+    truth, y = [], v[-1]
+    for k in range(1, 6):
+        y = coef[:2].T @ y + coef[2]
+        if k in (1, 2, 5):
+            truth.append(y)
+    for model in (DMD(constant=True).fit(v), DMD(constant=True).fit(v[:-1], v[1:])):
+        pred = model.predict(v[-1:], t=[1, 2, 5])
+        assert pred.shape == (3, 1, 2)  # (horizons, states, *state_shape)
+        np.testing.assert_allclose(pred[:, 0], truth, rtol=0, atol=1e-8)
+    np.testing.assert_allclose(
+        TransferOperator(None).fit(v).predict(v[-1:], t=5)[0], truth[2], rtol=0, atol=1e-8
+    )
+    with pytest.raises(ValueError) as info:
+        DMD(constant=True).fit(v).predict(v[-1], t=1)
+    assert str(info.value) == (
+        "X has 1 features, but DMD is expecting 2 features as input: a 1-D X is 2 states of "
+        "1 feature each; give one state of shape (2,) as a row, x[None] (X[-1:] for the last "
+        "frame)"
+    )
+
+
 def test_append_state_contains_dmd_and_round_trips(tmp_path):
     x = linear_gaussian(3, seed=2).sample(1000, seed=0)
     square = lambda z: z**2  # noqa: E731 - a feature map that misses the state

@@ -452,7 +452,16 @@ class SpectralModel(TransformerMixin, BaseEstimator):
 
     def _check_X(self, X: Any) -> np.ndarray:
         x = check_frames(X, "X")  # a list of trajectories: their frames, in order
-        check_state_shape(x.shape[1:], self.state_shape_, type(self).__name__)
+        want = tuple(self.state_shape_)
+        if getattr(X, "ndim", None) == 1 and len(want) == 1 and want != (1,) and len(X) == want[0]:
+            # one state given as a 1-D vector (x[-1], the last frame) reads as a column of
+            # scalar states: scikit-learn's wording, then what was meant
+            raise ValueError(
+                f"X has 1 features, but {type(self).__name__} is expecting {want[0]} features "
+                f"as input: a 1-D X is {len(X)} states of 1 feature each; give one state of "
+                f"shape ({want[0]},) as a row, x[None] (X[-1:] for the last frame)"
+            )
+        check_state_shape(x.shape[1:], want, type(self).__name__)
         return x
 
     def eigenfunctions(self, X: Any, side: str = "right") -> np.ndarray:
@@ -544,7 +553,8 @@ class SpectralModel(TransformerMixin, BaseEstimator):
         Parameters
         ----------
         X : array (m, *state_shape)
-            Initial states.
+            Initial states (one state as a row: ``x[None]``, ``X[-1:]`` for the last frame;
+            a 1-D ``X`` is ``m`` states of one coordinate).
         t : scalar or sequence
             Forecast horizon(s), in ``unit``; ``t=0`` returns the input states (a
             transfer operator refuses ``t=0`` with an ``observable``, whose values it holds
