@@ -139,6 +139,16 @@ def test_csv_of_a_dated_series_with_gaps(tmp_path):
     assert "--columns SUNACTIVITY (columns=['SUNACTIVITY'] in Python)" in str(caught[0].message)
     path.write_text('"x","y"\n"1","2"\n"3","5"\n')  # quoted numbers, as spreadsheets write
     np.testing.assert_array_equal(read_trajectories(path).data[0], [[1, 2], [3, 5]])
+    path.write_text("x;y\n1.5;2\n3.25;4\n")  # a spreadsheet's semicolons
+    np.testing.assert_array_equal(read_trajectories(path).data[0], [[1.5, 2], [3.25, 4]])
+    path.write_text("x;y\n1,5;2\n3,25;4\n")
+    assert _error("sun.csv", path).endswith(
+        "line 2: '1,5' in column 'x' has a decimal comma: write numbers with a decimal point "
+        "(1.5, not 1,5)"
+    )
+    path.write_text("time,x\n0,0.3\n1,0.1\n3,0.4\n4,0.2\n")  # irregular sampling
+    with pytest.warns(UserWarning, match=r"column 'time' is named as one and rises unevenly"):
+        read_trajectories(path)
 
 
 def test_txt_without_header(tmp_path, states):

@@ -12,15 +12,17 @@ Formats (chosen by the file extension, case-insensitive):
 ``.npz``
     Every array is a trajectory (sorted by key), or only the arrays named by ``keys``.
 ``.csv`` / ``.txt``
-    One trajectory per file; comma-delimited when the first line holds a comma, else
-    whitespace-delimited; lines starting with ``#`` are comments. A first row without any
-    number is a header of column names; ``columns`` picks columns by name or index (an
-    index may be given as text, ``"0"``, as ``--columns 0`` gives it). Rows are frames,
-    evenly spaced in time: a missing value (an empty cell, ``NA``, ``nan``) or a text cell
-    (a date) in a column read is refused naming its line and column and the columns to
-    read; a column read as data that is a time axis, calendar or row index (rising by the
-    same step every row, or named ``year``, ``date``, ``time``, ...) warns, naming the
-    columns to keep.
+    One trajectory per file; semicolon-delimited when the first line holds a semicolon,
+    else comma-delimited when it holds a comma, else whitespace-delimited (numbers with a
+    decimal point; a decimal comma is refused naming it); lines starting with ``#`` are
+    comments. A first row without any number is a header of column names; ``columns``
+    picks columns by name or index (an index may be given as text, ``"0"``, as
+    ``--columns 0`` gives it). Rows are frames, evenly spaced in time: a missing value (an
+    empty cell, ``NA``, ``nan``) or a text cell (a date) in a column read is refused naming
+    its line and column and the columns to read; a column read as data that is a time
+    axis, calendar or row index (rising by the same step over 10 rows or more, or named
+    ``year``, ``date``, ``time``, ...; an unevenly rising one is named as irregular
+    sampling) warns, naming the columns to keep.
 ``.h5`` / ``.hdf5``
     Every numeric dataset with at least one dimension is a trajectory (sorted by path), or
     only the datasets named by ``keys``. An mdtraj HDF5 trajectory (``/coordinates`` and
@@ -439,7 +441,8 @@ class _Reader(MDReading):
         ]
         if not rows:
             raise DataFileError(path, "holds no data")
-        delimiter = "," if "," in rows[0][1] else None
+        # ";" first: a spreadsheet's export where "," is the decimal mark ("1,5;2,25")
+        delimiter = next((d for d in (";", ",") if d in rows[0][1]), None)
 
         def split(line: str) -> list[str]:
             return [c.strip() for c in line.split(delimiter)]
@@ -492,6 +495,12 @@ class _Reader(MDReading):
                 if _is_number(cell):
                     raise DataFileError(
                         path, f"line {lineno}: infinite value {cells[j][:40]!r} in {name}"
+                    )
+                if _is_number(cell.replace(",", ".", 1)) and cell.count(",") == 1:
+                    raise DataFileError(
+                        path,
+                        f"line {lineno}: {cells[j][:40]!r} in {name} has a decimal comma: "
+                        "write numbers with a decimal point (1.5, not 1,5)",
                     )
                 keep = [_column_label(header, k) for k in numeric if k != j]
                 remedy = (
@@ -652,6 +661,10 @@ _TIME_NAMES = frozenset(
 )
 
 
+#: the fewest rows over which a column rising by the same step counts as a clock
+_CLOCK_ROWS = 10
+
+
 def _column_name(header: list[str] | None, j: int) -> str:
     """Column ``j`` as the messages name it: ``column 'co2'`` or ``column 3``."""
     return f"column {header[j]!r}" if header is not None else f"column {j}"
@@ -670,9 +683,9 @@ def _warn_time_columns(
     path: str, header: list[str] | None, usecols: list[int], values: np.ndarray
 ) -> None:
     """Warn about columns read as data that are a time axis, a calendar or a row index:
-    named as one (:data:`_TIME_NAMES`), or rising by the same step every row (at least 3
-    rows; a clock, not a state). A trend no stationary model follows, and not the user's
-    intent: the warning names the other columns to read and ``--dt``."""
+    named as one (:data:`_TIME_NAMES`), or rising by the same step every row (at least
+    :data:`_CLOCK_ROWS` rows; a clock, not a state). A trend no stationary model follows,
+    and not the user's intent: the warning names the other columns to read and ``--dt``."""
     if values.shape[0] < 3 or len(usecols) < 2:
         return
     import warnings
@@ -682,10 +695,18 @@ def _warn_time_columns(
         col = values[:, k]
         step = np.diff(col)
         scale = max(float(np.abs(col).max()), 1.0)
-        if step[0] > 0 and np.all(np.abs(step - step[0]) <= 1e-9 * scale):
+        even = bool(step[0] > 0 and np.all(np.abs(step - step[0]) <= 1e-9 * scale))
+        named = header is not None and header[j].strip().lower() in _TIME_NAMES
+        if even and (named or len(col) >= _CLOCK_ROWS):
             found[j] = f"rises by {step[0]:g} every row"
-        elif header is not None and header[j].strip().lower() in _TIME_NAMES:
+        elif named:
             found[j] = "is named as one"
+            if np.all(step > 0):
+                found[j] += (
+                    f" and rises unevenly (steps {step.min():g} to {step.max():g}: irregular "
+                    "sampling, while the frames must be evenly spaced; resample them onto a "
+                    "regular grid first)"
+                )
     if not found:
         return
     keep = [_column_label(header, i) for i in usecols if i not in found]
