@@ -179,6 +179,24 @@ def test_multi_step_forecast_from_the_last_frame_is_the_var_forecast():
     )
 
 
+def test_a_constant_column_changes_no_spectrum_and_keeps_the_constant_first():
+    """A constant coordinate (a dummy column in a table): EDMD's Chebyshev dictionary then
+    holds several constant functions, and a function vanishing on the data has an
+    eigenvalue 0 whose eigenvector's cosine with the constant was round-off over round-off
+    (1.06): it was put at k = 0. Now the spectrum is EDMD's on the series alone, the
+    constant first; DMD and the forecasts keep the column's value."""
+    rng = np.random.default_rng(1)
+    x = np.zeros(400)
+    for t in range(1, 400):
+        x[t] = 0.8 * x[t - 1] + rng.normal()
+    with_column = np.c_[x, np.full(400, 5.0)]
+    alone = dpnets.baselines.EDMD().fit(x[:, None]).eig()[:4]
+    np.testing.assert_allclose(alone[0], 1.0, atol=1e-12)
+    np.testing.assert_allclose(dpnets.baselines.EDMD().fit(with_column).eig()[:4], alone, atol=1e-8)
+    pred = DMD().fit(with_column).predict(with_column[-1:], t=[1, 3])
+    np.testing.assert_allclose(pred[:, 0, 1], 5.0, atol=1e-10)
+
+
 def test_append_state_contains_dmd_and_round_trips(tmp_path):
     x = linear_gaussian(3, seed=2).sample(1000, seed=0)
     square = lambda z: z**2  # noqa: E731 - a feature map that misses the state

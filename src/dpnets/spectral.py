@@ -869,6 +869,11 @@ _MODAL_CACHE: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, bool]] = {}
 CONSTANT_COSINE = 0.99
 
 
+#: an eigenvector ``r`` with ``r^H cx r`` at most this times ``|cx| |r|^2`` lies in the null
+#: space of the covariance (a function that vanishes on the data)
+_NULL_RTOL = 1e-10
+
+
 def constant_cosines(right: np.ndarray, cx: np.ndarray, mean: np.ndarray | None) -> np.ndarray:
     """The cosine, in the ``cx`` metric, between each right eigenvector (columns of
     ``right``) and the constant function, whose coefficients ``c = cx^+ mean`` are the least
@@ -883,7 +888,11 @@ def constant_cosines(right: np.ndarray, cx: np.ndarray, mean: np.ndarray | None)
     if not abs(1.0 - explained) <= 1e-6:
         return np.zeros(right.shape[1])
     norms = np.sqrt(np.abs(np.einsum("ij,ij->j", np.conj(right), cx @ right)))
-    return np.abs(mean @ right) / np.where(norms > 0, norms, np.inf) / np.sqrt(explained)
+    # an eigenvector in cx's null space (a function that is zero on the data: collinear
+    # features, a constant coordinate in a dictionary) has a norm and a mean of round-off
+    # size whose ratio means nothing: it is not the constant function
+    floor = np.sqrt(_NULL_RTOL * np.linalg.norm(cx, 2)) * np.linalg.norm(right, axis=0)
+    return np.abs(mean @ right) / np.where(norms > floor, norms, np.inf) / np.sqrt(explained)
 
 
 def _total_frames(sources: list | None) -> float | None:
