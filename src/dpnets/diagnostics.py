@@ -165,6 +165,21 @@ def _fmt(lam: complex) -> str:
     return f"{lam.real:.4g}{lam.imag:+.4g}i"
 
 
+def _unresolved_remedy(r: int, n: int, noise: float) -> tuple[str, str]:
+    """The remedies of no resolved process, in Python and on the command line: a shorter
+    lag; and where the noise level ``NOISE_FACTOR * sqrt(r / n)`` is 1 or more (nothing can
+    be resolved at any lag, a short series), the number of pairs that brings it to 0.5."""
+    if noise < 1.0:
+        return "choose a shorter lag (lag=)", "choose a shorter --lag"
+    need = math.ceil(r * (2 * NOISE_FACTOR) ** 2)
+    why = (
+        f"with {n} pairs for {r} basis functions the noise level is above 1, so no lag "
+        f"resolves anything: use more data (about {need} pairs bring it to 0.5) or fewer "
+        "features"
+    )
+    return f"{why} (r=)", f"{why} (--dim)"
+
+
 def spectrum_diagnostics(
     eigvals: Any,
     *,
@@ -251,8 +266,7 @@ def spectrum_diagnostics(
                     "unresolved",
                     f"no process is resolved at this lag: the slowest non-stationary "
                     f"|eigenvalue| ({top:.3g}) is within the noise level ({noise:.3g}) of 0",
-                    "choose a shorter lag (lag=)",
-                    "choose a shorter --lag",
+                    *_unresolved_remedy(lam.size, int(n_samples), noise),
                 )
             )
     if lag_time and span and not generator:
