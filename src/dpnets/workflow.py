@@ -579,8 +579,10 @@ class _Fitted:
     skill: tuple[float, float, float] | None = None  # one-lag RMSE: model, persistence, mean
 
 
-#: the most pairs the fit report's forecast check predicts from (evenly spread)
+#: the most pairs the fit report's forecast check predicts from (evenly spread), and the
+#: most numbers their starting states may hold (large states: fewer pairs)
 _CHECK_PAIRS = 10_000
+_CHECK_NUMBERS = 4_000_000
 
 
 def _forecast_check(op: Any, usable: list, lag: int) -> tuple[float, float, float]:
@@ -589,13 +591,16 @@ def _forecast_check(op: Any, usable: list, lag: int) -> tuple[float, float, floa
     x_t``) and of climatology (the training mean): in-sample, so a model worse than
     persistence here forecasts worse than it on new data too."""
     total = sum(len(t) - lag for t in usable)
-    every = max(1, -(-total // _CHECK_PAIRS))
+    size = int(np.prod(usable[0].shape[1:]))
+    most = max(1, min(_CHECK_PAIRS, _CHECK_NUMBERS // max(size, 1)))
+    every = max(1, -(-total // most))
     x0 = np.concatenate([np.asarray(t[:-lag:every], dtype=np.float64) for t in usable])
     xh = np.concatenate([np.asarray(t[lag::every], dtype=np.float64) for t in usable])
     with warnings.catch_warnings():  # the check's own states are the training states
         warnings.simplefilter("ignore", DiagnosticWarning)
         pred = np.asarray(op.predict(x0, t=1), dtype=np.float64)
-    mean = np.concatenate([np.asarray(t, dtype=np.float64) for t in usable]).mean(0)
+    frames = sum(len(t) for t in usable)  # the training mean, without a float64 copy
+    mean = sum(np.sum(t, axis=0, dtype=np.float64) for t in usable) / frames
 
     def rmse(a: np.ndarray) -> float:
         return float(np.sqrt(np.mean((a - xh) ** 2)))
