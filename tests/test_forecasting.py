@@ -197,6 +197,38 @@ def test_a_constant_column_changes_no_spectrum_and_keeps_the_constant_first():
     np.testing.assert_allclose(pred[:, 0, 1], 5.0, atol=1e-10)
 
 
+def test_a_forecasters_data_frame():
+    """pandas tables as a forecaster holds them: a date column is refused naming it and the
+    columns to select (it was "dtype object with non-numeric values (... 'Timestamp')"), a
+    year column read as data warns naming the others, a gap names its first row and the
+    fix; numbers stored as objects are numbers."""
+    pd = pytest.importorskip("pandas")
+    rng = np.random.default_rng(0)
+    values = rng.normal(size=40)
+    dated = pd.DataFrame({"date": pd.date_range("1958-03-29", periods=40, freq="W"), "co2": values})
+    with pytest.raises(ValueError) as info:
+        DMD().fit(dated)
+    assert str(info.value) == (
+        "trajectory has non-numeric column(s) ['date'] (a date, time or label is not a "
+        "coordinate of the state): select the numeric ones, df[['co2']]; the time between "
+        "rows is the model's dt="
+    )
+    yearly = pd.DataFrame({"YEAR": 1700.0 + np.arange(40), "SUNACTIVITY": values})
+    with pytest.warns(UserWarning, match=r"column 'YEAR' rises by 1 every row: .*df\[\['SUN"):
+        DMD().fit(yearly)
+    gaps = dated[["co2"]].copy()
+    gaps.iloc[[3, 7], 0] = np.nan
+    with pytest.raises(ValueError) as info:
+        DMD().fit(gaps)
+    assert str(info.value).startswith(
+        "trajectory contains 2 NaN or inf value(s) (first at sample 3): missing values: a "
+        "trajectory must be complete and evenly sampled; fill or interpolate the gaps"
+    )
+    np.testing.assert_allclose(
+        DMD().fit(dated[["co2"]].astype(object)).eig(), DMD().fit(values).eig(), rtol=1e-12
+    )
+
+
 def test_append_state_contains_dmd_and_round_trips(tmp_path):
     x = linear_gaussian(3, seed=2).sample(1000, seed=0)
     square = lambda z: z**2  # noqa: E731 - a feature map that misses the state

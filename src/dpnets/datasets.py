@@ -67,6 +67,7 @@ import numpy as np
 from dpnets.file_errors import DataFileError, check_regular, extension, reason
 from dpnets.md_files import MD_EXTENSIONS, MDReading, select_atoms
 from dpnets.md_files import quiet_c_stdout as quiet_c_stdout  # engines reads it here
+from dpnets.states import time_columns
 
 __all__ = [
     "DataFileError",
@@ -636,33 +637,6 @@ def _check_finite(source: str, arr: np.ndarray) -> None:
 _MISSING = frozenset(
     {"", "na", "n/a", "nan", "-nan", "null", "none", "nil", "<na>", "#n/a", "-", "?", "."}
 )
-#: column names that mean a time axis or a calendar, not a coordinate of the state
-_TIME_NAMES = frozenset(
-    {
-        "t",
-        "time",
-        "date",
-        "datetime",
-        "timestamp",
-        "year",
-        "quarter",
-        "month",
-        "week",
-        "day",
-        "hour",
-        "minute",
-        "second",
-        "step",
-        "frame",
-        "index",
-        "unnamed: 0",
-        "",
-    }
-)
-
-
-#: the fewest rows over which a column rising by the same step counts as a clock
-_CLOCK_ROWS = 10
 
 
 def _column_name(header: list[str] | None, j: int) -> str:
@@ -683,30 +657,14 @@ def _warn_time_columns(
     path: str, header: list[str] | None, usecols: list[int], values: np.ndarray
 ) -> None:
     """Warn about columns read as data that are a time axis, a calendar or a row index:
-    named as one (:data:`_TIME_NAMES`), or rising by the same step every row (at least
-    :data:`_CLOCK_ROWS` rows; a clock, not a state). A trend no stationary model follows,
-    and not the user's intent: the warning names the other columns to read and ``--dt``."""
-    if values.shape[0] < 3 or len(usecols) < 2:
+    :func:`dpnets.states.time_columns`. A trend no stationary model follows, and not the
+    user's intent: the warning names the other columns to read and ``--dt``."""
+    if len(usecols) < 2:
         return
     import warnings
 
-    found = {}
-    for k, j in enumerate(usecols):
-        col = values[:, k]
-        step = np.diff(col)
-        scale = max(float(np.abs(col).max()), 1.0)
-        even = bool(step[0] > 0 and np.all(np.abs(step - step[0]) <= 1e-9 * scale))
-        named = header is not None and header[j].strip().lower() in _TIME_NAMES
-        if even and (named or len(col) >= _CLOCK_ROWS):
-            found[j] = f"rises by {step[0]:g} every row"
-        elif named:
-            found[j] = "is named as one"
-            if np.all(step > 0):
-                found[j] += (
-                    f" and rises unevenly (steps {step.min():g} to {step.max():g}: irregular "
-                    "sampling, while the frames must be evenly spaced; resample them onto a "
-                    "regular grid first)"
-                )
+    names = None if header is None else [header[j] for j in usecols]
+    found = {usecols[k]: why for k, why in time_columns(values, names).items()}
     if not found:
         return
     keep = [_column_label(header, i) for i in usecols if i not in found]
