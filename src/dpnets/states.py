@@ -121,12 +121,11 @@ def time_columns(values: np.ndarray, names: Sequence[str] | None = None) -> dict
 def _check_data_frame(a: Any, name: str) -> None:
     """A pandas ``DataFrame`` of states: a non-numeric column (dates, labels) is refused
     naming it and the columns to pass; a time axis, calendar or row index among its
-    columns (:func:`time_columns`) warns, naming the columns to keep."""
-    import warnings
-
+    columns (:func:`time_columns`) warns (a ``DiagnosticWarning``), naming the columns
+    to keep."""
     from pandas.api.types import is_bool_dtype, is_numeric_dtype
 
-    from dpnets.diagnostics import _outside_level
+    from dpnets.diagnostics import Diagnostic, warn
 
     cols = list(a.columns)
     text = []
@@ -153,13 +152,12 @@ def _check_data_frame(a: Any, name: str) -> None:
     if found:
         keep = [c for k, c in enumerate(cols) if k not in found]
         what = "; ".join(f"column {cols[k]!r} {why}" for k, why in found.items())
-        warnings.warn(
+        problem = (
             f"{name}: {what}: a time axis, calendar or row index, read as a coordinate of "
-            "the state (a trend no stationary model follows); select the others, "
-            f"df[{keep!r}], and give the time between rows as dt=",
-            UserWarning,
-            stacklevel=_outside_level(),
+            "the state (a trend no stationary model follows)"
         )
+        remedy = f"select the others, df[{keep!r}], and give the time between rows as dt="
+        warn([Diagnostic("time_column", problem, remedy, remedy)])
 
 
 def check_states(
