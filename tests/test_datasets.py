@@ -146,6 +146,13 @@ def test_csv_of_a_dated_series_with_gaps(tmp_path):
         "line 2: '1,5' in column 'x' has a decimal comma: write numbers with a decimal point "
         "(1.5, not 1,5)"
     )
+    path.write_text("region,1990,1991\n1.0,2.0,3.0\n")  # a header with numeric names
+    assert _error("sun.csv", path).endswith(
+        "line 1 mixes text ('region') and numbers: a header line must name every column with "
+        "text (rename numeric names such as 1990 to y1990), or remove it"
+    )
+    path.write_text("1958-03-29,316.1\n1958-04-05,317.3\n")  # dates, no header
+    assert "line 1: non-numeric value '1958-03-29' in column 0 (a date" in _error("sun", path)
     path.write_text("time,x\n0,0.3\n1,0.1\n3,0.4\n4,0.2\n")  # irregular sampling
     with pytest.warns(UserWarning, match=r"column 'time' is named as one and rises unevenly"):
         read_trajectories(path)

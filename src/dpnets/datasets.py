@@ -503,6 +503,20 @@ class _Reader(MDReading):
                         f"line {lineno}: {cells[j][:40]!r} in {name} has a decimal comma: "
                         "write numbers with a decimal point (1.5, not 1,5)",
                     )
+                below = split(rows[1][1]) if len(rows) > 1 else []
+                if (  # a first line of names, some numeric: a header the rule cannot see
+                    header is None
+                    and lineno == rows[0][0]
+                    and numeric
+                    and len(below) == n_cols
+                    and _is_number(below[j].strip("\"'"))
+                ):
+                    raise DataFileError(
+                        path,
+                        f"line {lineno} mixes text ({cells[j][:40]!r}) and numbers: a header "
+                        "line must name every column with text (rename numeric names such "
+                        "as 1990 to y1990), or remove it",
+                    )
                 keep = [_column_label(header, k) for k in numeric if k != j]
                 remedy = (
                     f"read the numeric columns only: --columns {' '.join(keep)} (columns="
