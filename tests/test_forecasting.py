@@ -229,6 +229,17 @@ def test_a_forecasters_data_frame():
     )
 
 
+def test_a_series_shorter_than_the_features_names_them_truly():
+    """5 frames, 4 pairs, for the default r = 4 and the constant: the count was labelled
+    "r=5"."""
+    with pytest.raises(ValueError) as info:
+        TransferOperator(DPNet(epochs=1, seed=0, progress=False)).fit(np.arange(5.0))
+    assert str(info.value) == (
+        "fewer training samples (4) than features (5: r = 4 and the constant function); "
+        "provide more data or learn fewer features (r=, --dim on the command line)"
+    )
+
+
 def test_append_state_contains_dmd_and_round_trips(tmp_path):
     x = linear_gaussian(3, seed=2).sample(1000, seed=0)
     square = lambda z: z**2  # noqa: E731 - a feature map that misses the state

@@ -289,7 +289,7 @@ class FitRun:
         r = int(out.shape[1])
         if constant is not None:
             d, batch_size = r + int(constant), int(self.estimator.batch_size)
-            _check_feature_count(d, prepared.n_train, batch_size)
+            _check_feature_count(d, prepared.n_train, batch_size, r)
         return r
 
     def forward(self, module: nn.Module, dtype: torch.dtype) -> Callable[[Tensor], Tensor]:
@@ -375,11 +375,14 @@ def _sharded(est: Any) -> bool:
     return distributed is not False and dist_active()
 
 
-def _check_feature_count(d: int, n_train: int, batch_size: int) -> None:
-    """``d`` features (their covariances) against the training samples and the batch."""
+def _check_feature_count(d: int, n_train: int, batch_size: int, r: int | None = None) -> None:
+    """``d`` features (their covariances: the ``r`` learned ones and any constant)
+    against the training samples and the batch."""
     if n_train < d:
+        what = f"r = {r} and the constant function" if r is not None and r < d else f"r = {d}"
         raise ValueError(
-            f"fewer training samples ({n_train}) than features (r={d}); provide more data"
+            f"fewer training samples ({n_train}) than features ({d}: {what}); provide more "
+            "data or learn fewer features (r=, --dim on the command line)"
         )
     if batch_size < d:
         warnings.warn(

@@ -721,7 +721,7 @@ def _skill_line(f: _Fitted) -> str:
     if f.skill is None:
         return ""
     model, pers, clim = f.skill
-    verdict = "better than" if model < pers else "NOT better than"
+    verdict = "better than" if model < pers else "no better than"
     return (
         f"Forecast of the state {f.lag} frame(s) ahead (`dpnets forecast`), on the training "
         f"frames: RMSE {model:.4g}, persistence {pers:.4g}, training mean {clim:.4g}: "
