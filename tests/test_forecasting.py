@@ -4,6 +4,8 @@ learned features, the stabilised estimate, delay embeddings and forecast interva
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 from scipy.integrate import solve_ivp
@@ -11,6 +13,7 @@ from scipy.integrate import solve_ivp
 import dpnets
 from dpnets import DPNet, TransferOperator
 from dpnets.baselines import DMD, KernelDMD, NystromKernelDMD
+from dpnets.diagnostics import DiagnosticWarning
 from dpnets.estimation import stabilize_spectrum
 from dpnets.forecasting import (
     delay_embed,
@@ -227,6 +230,18 @@ def test_a_forecasters_data_frame():
     np.testing.assert_allclose(
         DMD().fit(dated[["co2"]].astype(object)).eig(), DMD().fit(values).eig(), rtol=1e-12
     )
+    # dropna() on a weekly series leaves gaps in time: the rows are no longer evenly spaced
+    weekly = dated.set_index("date")
+    with pytest.warns(
+        DiagnosticWarning, match=r"index is unevenly spaced \(steps from 7 days 00:00:00 to 14"
+    ):
+        DMD().fit(gaps.set_index(weekly.index).dropna())
+    monthly = pd.Series(values, index=pd.date_range("2000-01-01", periods=40, freq="MS"))
+    with warnings.catch_warnings(record=True) as caught:  # monthly: 28 to 31 days
+        warnings.simplefilter("always")
+        for table in (weekly, gaps.set_index(weekly.index).interpolate(), monthly):
+            DMD(dt=7.0).fit(table)
+    assert not [w for w in caught if "index" in str(w.message)]
 
 
 def test_a_series_shorter_than_the_features_names_them_truly():

@@ -116,7 +116,8 @@ class Diagnostic:
         ``"above_one"``, ``"complex"``, ``"unresolved"``, ``"beyond_data"``,
         ``"few_pairs"``, ``"not_converged"``, ``"saturated"``, ``"few_steps"``,
         ``"out_of_range"``, ``"worse_than_persistence"``, ``"time_column"`` (a pandas
-        table's time axis read as data, :mod:`dpnets.states`) or ``"dropped"``.
+        table's time axis read as data, :mod:`dpnets.states`), ``"irregular"`` (a pandas
+        index unevenly spaced in time) or ``"dropped"``.
     problem : str
         What was found, with its numbers.
     python : str

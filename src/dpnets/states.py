@@ -160,6 +160,52 @@ def _check_data_frame(a: Any, name: str) -> None:
         warn([Diagnostic("time_column", problem, remedy, remedy)])
 
 
+def _check_pandas_index(index: Any, name: str) -> None:
+    """A pandas time axis (a ``DatetimeIndex``, ``TimedeltaIndex`` or numeric index) that
+    is not evenly spaced warns (a ``DiagnosticWarning``): rows are frames, evenly spaced in
+    time, and ``dropna()`` on a series with gaps leaves it unevenly spaced. A calendar
+    frequency pandas recognises (months, quarters) counts as even."""
+    import warnings
+
+    import pandas as pd
+
+    from dpnets.diagnostics import Diagnostic, warn
+
+    kind = getattr(index.dtype, "kind", None)
+    if len(index) < 3 or kind not in ("M", "m", "i", "u", "f") or isinstance(index, pd.RangeIndex):
+        return
+    if kind == "M" and index.is_monotonic_increasing:
+        with warnings.catch_warnings():  # pandas 3 announces a change of its return type
+            warnings.simplefilter("ignore")
+            try:
+                if pd.infer_freq(index) is not None:
+                    return
+            except (TypeError, ValueError):  # duplicated: judged below
+                pass
+    if kind in ("M", "m"):  # in nanoseconds, whatever the index's unit
+        values = np.asarray(index.to_numpy(), dtype="datetime64[ns]" if kind == "M" else None)
+        step = np.diff(values).astype("timedelta64[ns]").astype(np.float64)
+    else:
+        step = np.diff(np.asarray(index, dtype=np.float64))
+    if step.size == 0 or np.all(step == step[0]) and step[0] > 0:
+        return
+    if kind in ("M", "m"):
+        low, high = pd.Timedelta(int(step.min()), "ns"), pd.Timedelta(int(step.max()), "ns")
+    else:
+        low, high = f"{step.min():g}", f"{step.max():g}"
+    order = "is not increasing" if np.any(step <= 0) else "is unevenly spaced"
+    problem = (
+        f"{name}: its index {order} (steps from {low} to {high}): the rows must be frames "
+        "evenly spaced in time, as the lag and dt count them"
+    )
+    remedy = (
+        "sort it, or resample onto a regular grid and fill the gaps (df.resample(...)"
+        ".mean().interpolate()); dropna() leaves gaps, while interpolate() or a list of "
+        "the gap-free pieces keeps the spacing"
+    )
+    warn([Diagnostic("irregular", problem, remedy, remedy)])
+
+
 def check_states(
     a: object, name: str = "data", min_samples: int = 1, lazy: bool = False
 ) -> np.ndarray | OutOfCoreStates:
@@ -576,7 +622,7 @@ def trajectories(data: object, lazy: bool | str = True) -> Trajectories:
         if len(data) == 0:
             raise ValueError("empty list of trajectories")
         check_not_rows(data, "X")
-        parts = tuple(_checked(t, f"trajectory {k}", lazy) for k, t in enumerate(data))
+        parts = tuple(_checked(t, f"trajectory {k}", lazy, True) for k, t in enumerate(data))
         shape = parts[0].shape[1:]
         for k, t in enumerate(parts):
             if t.shape[1:] != shape:
@@ -590,7 +636,7 @@ def trajectories(data: object, lazy: bool | str = True) -> Trajectories:
         or hasattr(data, "__array__")
         or (is_out_of_core(data))
     ):
-        traj = _checked(data, "trajectory", lazy)
+        traj = _checked(data, "trajectory", lazy, True)
         return Trajectories((traj,), False, None, traj.shape[1:], is_read_batchwise(traj), lazy)
     raise TypeError(
         "data must be an array (one trajectory), a list of arrays (trajectories), a tuple "
@@ -598,7 +644,13 @@ def trajectories(data: object, lazy: bool | str = True) -> Trajectories:
     )
 
 
-def _checked(a: object, name: str, lazy: bool | str) -> np.ndarray | OutOfCoreStates:
-    """:func:`check_states` of one array, kept on disk as ``lazy`` says."""
+def _checked(
+    a: object, name: str, lazy: bool | str, trajectory: bool = False
+) -> np.ndarray | OutOfCoreStates:
+    """:func:`check_states` of one array, kept on disk as ``lazy`` says; a trajectory
+    given as a pandas object has its index checked as a time axis
+    (:func:`_check_pandas_index`)."""
     arr = check_states(a, name, lazy=bool(lazy))
+    if trajectory and hasattr(a, "index") and hasattr(a, "iloc"):
+        _check_pandas_index(a.index, name)
     return in_memory_unless_large(arr) if lazy == "large" else arr
