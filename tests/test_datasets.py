@@ -139,6 +139,8 @@ def test_csv_of_a_dated_series_with_gaps(tmp_path):
     assert "--columns SUNACTIVITY (columns=['SUNACTIVITY'] in Python)" in str(caught[0].message)
     path.write_text('"x","y"\n"1","2"\n"3","5"\n')  # quoted numbers, as spreadsheets write
     np.testing.assert_array_equal(read_trajectories(path).data[0], [[1, 2], [3, 5]])
+    path.write_text("x,y,\n1,2,\n3,5,\n")  # a trailing delimiter on every line
+    np.testing.assert_array_equal(read_trajectories(path).data[0], [[1, 2], [3, 5]])
     path.write_text("x;y\n1.5;2\n3.25;4\n")  # a spreadsheet's semicolons
     np.testing.assert_array_equal(read_trajectories(path).data[0], [[1.5, 2], [3.25, 4]])
     path.write_text("x;y\n1,5;2\n3,25;4\n")

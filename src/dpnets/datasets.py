@@ -444,6 +444,8 @@ class _Reader(MDReading):
             raise DataFileError(path, "holds no data")
         # ";" first: a spreadsheet's export where "," is the decimal mark ("1,5;2,25")
         delimiter = next((d for d in (";", ",") if d in rows[0][1]), None)
+        if delimiter and all(line.endswith(delimiter) for _, line in rows):
+            rows = [(i, line[:-1]) for i, line in rows]  # a spreadsheet's trailing delimiter
 
         def split(line: str) -> list[str]:
             return [c.strip() for c in line.split(delimiter)]
