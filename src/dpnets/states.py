@@ -39,6 +39,9 @@ __all__ = [
     "OutOfCoreStates",
     "MappedStates",
     "chunks",
+    "time_columns",
+    "TIME_NAMES",
+    "CLOCK_ROWS",
 ]
 
 
