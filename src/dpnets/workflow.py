@@ -1199,7 +1199,8 @@ def forecast_file(
     ``--stride`` included; several files are concatenated, each forecast from its own
     frame). Where the files hold the frames forecast, the forecasts are scored against them
     and against persistence (``x_{t+k lag} = x_t``): a ``DiagnosticWarning`` names the steps
-    at which the model does worse (:func:`dpnets.diagnostics.persistence_diagnostics`).
+    at which the model does worse (:func:`dpnets.diagnostics.persistence_diagnostics`). A
+    biased fit's lag is in rescaled (unbiased) time, so its forecasts are not scored.
     """
     op, config = _load_fit(folder)
     if int(steps) < 1:
@@ -1209,6 +1210,8 @@ def forecast_file(
     x = np.concatenate(trajs.data)
     pred = op.predict(x, t=list(range(1, int(steps) + 1)))
     _save_npy(out, pred)
+    if config["data"].get("bias"):  # lags of rescaled time: no frame to score against
+        return pred
     lag = int(getattr(op, "lag_", None) or 1)
     model, pers, names = [], [], []
     for k in range(1, int(steps) + 1):
