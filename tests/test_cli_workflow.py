@@ -241,3 +241,46 @@ def test_md_files_from_the_project_simulation(tmp_path, monkeypatch, capsys):
     assert main(["fit", str(tmp_path / "run.xtc"), "--out", str(tmp_path / "x")]) == 2
     assert "run.xtc" in capsys.readouterr().err  # no topology: one line naming the file
     assert (tmp_path / "fit_xtc" / "analysis" / "ck_test.png").stat().st_size > 5000
+
+
+def _skill(folder) -> tuple[float, float]:
+    """The report's one-lag forecast RMSE of the model and of persistence."""
+    line = next(r for r in (folder / "report.md").read_text().splitlines() if "RMSE" in r)
+    model = float(line.split("RMSE ")[1].split(",")[0])
+    persistence = float(line.split("persistence ")[1].split(",")[0])
+    return model, persistence
+
+
+def test_fit_and_forecast_say_when_persistence_forecasts_better(tmp_path):
+    """A forecaster's series (issue 40 on the command line): the report scores the
+    forecast of the state against persistence; a random walk with drift, which the learned
+    features do not follow, is flagged in the report and by ``dpnets forecast``; an AR(1)
+    is forecast near its optimum (one-step RMSE = the noise's sd, 1) and not flagged."""
+    from dpnets.diagnostics import DiagnosticWarning
+
+    rng = np.random.default_rng(0)
+    walk = np.cumsum(rng.normal(size=(300, 2)) + [1.0, 0.5], axis=0)
+    ar = np.zeros(600)
+    for t in range(1, 600):
+        ar[t] = 0.9 * ar[t - 1] + rng.normal()
+    args = ["--epochs", "20", "--quiet", "--seed", "0"]
+    for name, x in (("walk", walk), ("ar", ar[:, None])):
+        np.save(tmp_path / f"{name}.npy", x)
+        assert (
+            main(["fit", str(tmp_path / f"{name}.npy"), "--out", str(tmp_path / name), *args]) == 0
+        )
+    persistence = float(np.sqrt(np.mean((walk[1:] - walk[:-1]) ** 2)))
+    model, reported = _skill(tmp_path / "walk")
+    assert reported == pytest.approx(persistence, rel=1e-3) and model > 2 * persistence
+    report = (tmp_path / "walk" / "report.md").read_text()
+    assert "- **worse_than_persistence**: the model forecasts the state worse than " in report
+    assert "model a stationary series (its differences" in report
+    pred = tmp_path / "pred.npy"
+    with pytest.warns(DiagnosticWarning, match=r"worse than persistence .* at 1 lag\(s\)"):
+        fc = [str(tmp_path / "walk"), str(tmp_path / "walk.npy"), "--steps", "2"]
+        assert main(["forecast", *fc, "--out", str(pred)]) == 0
+    assert np.load(pred).shape == (2, 300, 2)
+    model, reported = _skill(tmp_path / "ar")
+    assert reported == pytest.approx(np.sqrt(np.mean(np.diff(ar) ** 2)), rel=1e-3)
+    assert model < reported and abs(model - 1.0) < 0.1
+    assert "worse_than_persistence" not in (tmp_path / "ar" / "report.md").read_text()

@@ -151,6 +151,8 @@ def test_nan_in_a_trajectory_names_the_trajectory_and_its_first_sample(monkeypat
     with pytest.raises(ValueError) as info:
         dpnets.TransferOperator().fit([x, x, bad])
     assert str(info.value) == (
-        "trajectory 2 contains 3 NaN or inf value(s) (first at sample 37): remove or fill "
-        "them (a trajectory with a gap is two: pass the pieces as a list)"
+        "trajectory 2 contains 3 NaN or inf value(s) (first at sample 37, coordinate 1): "
+        "missing values: a trajectory must be complete and evenly sampled; fill or "
+        "interpolate the gaps (pandas' .interpolate()), or pass the pieces between them as a "
+        "list of trajectories"
     )

@@ -95,7 +95,69 @@ def test_csv_with_header_columns_by_name_and_index(tmp_path, states):
     _assert_same(res, [x[:, ::-1] for x in states])
     res = read_trajectories(str(tmp_path / "run*.csv"), columns=[0, "y"])
     _assert_same(res, states)
-    assert read_trajectories(tmp_path / "run0.csv").data[0].shape == (200, 3)
+    with pytest.warns(UserWarning, match=r"column 'step' rises by 1 every row: .* --columns x y"):
+        assert read_trajectories(tmp_path / "run0.csv").data[0].shape == (200, 3)
+
+
+def test_csv_column_indices_given_as_text(tmp_path, states):
+    """``--columns 0 2`` reaches the reader as text: an index, with or without a header."""
+    np.savetxt(tmp_path / "plain.csv", states[0], delimiter=",", fmt="%.17g")
+    res = read_trajectories(tmp_path / "plain.csv", columns=["1", "-2"])
+    np.testing.assert_array_equal(res.data[0], states[0][:, ::-1])
+    (tmp_path / "named.csv").write_text("a,b\n10,20\n30,40\n")
+    np.testing.assert_array_equal(
+        read_trajectories(tmp_path / "named.csv", columns=["1", "a"]).data[0],
+        [[20.0, 10.0], [40.0, 30.0]],
+    )
+    assert "column index 5 out of range (2 columns)" in _error(
+        "plain.csv", tmp_path / "plain.csv", columns=["5"]
+    )
+
+
+def test_csv_of_a_dated_series_with_gaps(tmp_path):
+    """A series as pandas writes it (a date column, empty cells for missing values): one
+    line naming the line, the column and what to do, never a raw parser error; a year
+    column read as data warns, naming the columns to keep."""
+    path = tmp_path / "co2.csv"
+    path.write_text("date,co2\n1958-03-29,316.1\n1958-04-05,317.3\n")
+    assert _error("co2.csv", path) == (
+        f"{path}: line 2: non-numeric value '1958-03-29' in column 'date' (a date, time or "
+        "label is not a coordinate of the state); read the numeric columns only: --columns "
+        "co2 (columns=['co2'] in Python); the time between rows is --dt (dt=)"
+    )
+    path.write_text("date,co2\n1958-03-29,316.1\n1958-04-05,\n1958-04-12,317.6\n")
+    msg = _error("co2.csv", path, columns=["co2"])
+    assert msg.startswith(f"{path}: line 3: missing value '' in column 'co2': the frames")
+    assert "fill or interpolate the gaps" in msg
+    for cell in ("NA", "nan"):
+        path.write_text(f"t,x\n0,1.5\n1,{cell}\n")
+        assert f"line 3: missing value '{cell}' in column 'x'" in _error("co2.csv", path)
+    path = tmp_path / "sun.csv"
+    path.write_text("YEAR,SUNACTIVITY\n1700.0,5.0\n1701.0,11.0\n1702.0,16.0\n")
+    with pytest.warns(UserWarning, match=r"column 'YEAR' rises by 1 every row") as caught:
+        np.testing.assert_array_equal(read_trajectories(path).data[0][:, 1], [5, 11, 16])
+    assert "--columns SUNACTIVITY (columns=['SUNACTIVITY'] in Python)" in str(caught[0].message)
+    path.write_text('"x","y"\n"1","2"\n"3","5"\n')  # quoted numbers, as spreadsheets write
+    np.testing.assert_array_equal(read_trajectories(path).data[0], [[1, 2], [3, 5]])
+    path.write_text("x,y,\n1,2,\n3,5,\n")  # a trailing delimiter on every line
+    np.testing.assert_array_equal(read_trajectories(path).data[0], [[1, 2], [3, 5]])
+    path.write_text("x;y\n1.5;2\n3.25;4\n")  # a spreadsheet's semicolons
+    np.testing.assert_array_equal(read_trajectories(path).data[0], [[1.5, 2], [3.25, 4]])
+    path.write_text("x;y\n1,5;2\n3,25;4\n")
+    assert _error("sun.csv", path).endswith(
+        "line 2: '1,5' in column 'x' has a decimal comma: write numbers with a decimal point "
+        "(1.5, not 1,5)"
+    )
+    path.write_text("region,1990,1991\n1.0,2.0,3.0\n")  # a header with numeric names
+    assert _error("sun.csv", path).endswith(
+        "line 1 mixes text ('region') and numbers: a header line must name every column with "
+        "text (rename numeric names such as 1990 to y1990), or remove it"
+    )
+    path.write_text("1958-03-29,316.1\n1958-04-05,317.3\n")  # dates, no header
+    assert "line 1: non-numeric value '1958-03-29' in column 0 (a date" in _error("sun", path)
+    path.write_text("time,x\n0,0.3\n1,0.1\n3,0.4\n4,0.2\n")  # irregular sampling
+    with pytest.warns(UserWarning, match=r"column 'time' is named as one and rises unevenly"):
+        read_trajectories(path)
 
 
 def test_txt_without_header(tmp_path, states):

@@ -225,6 +225,17 @@ def test_spectrum_diagnostics_thresholds():
     found = spectrum_diagnostics([1.0, 0.1, 0.05, -0.02], constant=True, n_samples=2000)
     assert [d.kind for d in found] == ["unresolved"] and "shorter lag" in found[0].python
     assert "--lag" in found[0].message(cli=True)
+    # 11 pairs for 5 functions (a 12-point series): 3 sqrt(5/11) = 2.02, above any |lambda|
+    found = spectrum_diagnostics([1.0, 0.64, 0.3, 0.1, 0.05], constant=True, n_samples=11)
+    assert (
+        found[0]
+        .message(cli=True)
+        .endswith(
+            "within the noise level (2.02) of 0; with 11 pairs for 5 basis functions the noise "
+            "level is above 1, so no lag resolves anything: use more data (about 180 pairs bring "
+            "it to 0.5) or fewer features (--dim)"
+        )
+    )
     assert spectrum_diagnostics([1.0, 0.9, 0.5], constant=True, n_samples=2000) == []
     # a timescale beyond all the data together: -1 / ln 0.999 = 999.5 frames > 500
     found = spectrum_diagnostics([1.0, 0.999], constant=True, lag_time=1.0, span=500.0)

@@ -4,6 +4,8 @@ learned features, the stabilised estimate, delay embeddings and forecast interva
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 from scipy.integrate import solve_ivp
@@ -11,6 +13,7 @@ from scipy.integrate import solve_ivp
 import dpnets
 from dpnets import DPNet, TransferOperator
 from dpnets.baselines import DMD, KernelDMD, NystromKernelDMD
+from dpnets.diagnostics import DiagnosticWarning
 from dpnets.estimation import stabilize_spectrum
 from dpnets.forecasting import (
     delay_embed,
@@ -169,6 +172,111 @@ def test_an_observable_is_given_at_the_lagged_states():
         "lagged state of each training pair: f(x[lag:]) for a trajectory x (not "
         "f(x[:-lag]), one lag behind), those of each trajectory concatenated for a list, "
         "f(Y) for pairs (X, Y); got 20000 rows"
+    )
+
+
+def test_multi_step_forecast_from_the_last_frame_is_the_var_forecast():
+    """A VAR(1) far from the origin (raw units): affine DMD's forecasts 1, 2 and 5 steps
+    from the last frame are the least-squares VAR's with intercept, iterated (the optimal
+    forecast of the fitted model), from a trajectory, from (X, Y) pairs and from the
+    identity basis; one state given as a 1-D vector is refused naming the fix."""
+    rng = np.random.default_rng(0)
+    a, v = np.array([[0.8, 0.3], [-0.3, 0.8]]), np.zeros((500, 2))
+    for t in range(1, 500):
+        v[t] = a @ v[t - 1] + 0.5 * rng.normal(size=2)
+    v += [1000.0, -50.0]
+    coef = np.linalg.lstsq(np.c_[v[:-1], np.ones(499)], v[1:], rcond=None)[0]
+    truth, y = [], v[-1]
+    for k in range(1, 6):
+        y = coef[:2].T @ y + coef[2]
+        if k in (1, 2, 5):
+            truth.append(y)
+    for model in (DMD(constant=True).fit(v), DMD(constant=True).fit(v[:-1], v[1:])):
+        pred = model.predict(v[-1:], t=[1, 2, 5])
+        assert pred.shape == (3, 1, 2)  # (horizons, states, *state_shape)
+        np.testing.assert_allclose(pred[:, 0], truth, rtol=0, atol=1e-8)
+    np.testing.assert_allclose(
+        TransferOperator(None).fit(v).predict(v[-1:], t=5)[0], truth[2], rtol=0, atol=1e-8
+    )
+    with pytest.raises(ValueError) as info:
+        DMD(constant=True).fit(v).predict(v[-1], t=1)
+    assert str(info.value) == (
+        "X has 1 features, but DMD is expecting 2 features as input: a 1-D X is 2 states of "
+        "1 feature each; give one state of shape (2,) as a row, x[None] (X[-1:] for the last "
+        "frame)"
+    )
+
+
+def test_a_constant_column_changes_no_spectrum_and_keeps_the_constant_first():
+    """A constant coordinate (a dummy column in a table): EDMD's Chebyshev dictionary then
+    holds several constant functions, and a function vanishing on the data has an
+    eigenvalue 0 whose eigenvector's cosine with the constant was round-off over round-off
+    (1.06): it was put at k = 0. Now the spectrum is EDMD's on the series alone, the
+    constant first; DMD and the forecasts keep the column's value."""
+    rng = np.random.default_rng(1)
+    x = np.zeros(400)
+    for t in range(1, 400):
+        x[t] = 0.8 * x[t - 1] + rng.normal()
+    with_column = np.c_[x, np.full(400, 5.0)]
+    alone = dpnets.baselines.EDMD().fit(x[:, None]).eig()[:4]
+    np.testing.assert_allclose(alone[0], 1.0, atol=1e-12)
+    np.testing.assert_allclose(dpnets.baselines.EDMD().fit(with_column).eig()[:4], alone, atol=1e-8)
+    pred = DMD().fit(with_column).predict(with_column[-1:], t=[1, 3])
+    np.testing.assert_allclose(pred[:, 0, 1], 5.0, atol=1e-10)
+
+
+def test_a_forecasters_data_frame():
+    """pandas tables as a forecaster holds them: a date column is refused naming it and the
+    columns to select (it was "dtype object with non-numeric values (... 'Timestamp')"), a
+    year column read as data warns naming the others, a gap names its first row and the
+    fix; numbers stored as objects are numbers."""
+    pd = pytest.importorskip("pandas")
+    rng = np.random.default_rng(0)
+    values = rng.normal(size=40)
+    dated = pd.DataFrame({"date": pd.date_range("1958-03-29", periods=40, freq="W"), "co2": values})
+    with pytest.raises(ValueError) as info:
+        DMD().fit(dated)
+    assert str(info.value) == (
+        "trajectory has non-numeric column(s) ['date'] (a date, time or label is not a "
+        "coordinate of the state): select the numeric ones, df[['co2']]; the time between "
+        "rows is the model's dt="
+    )
+    yearly = pd.DataFrame({"YEAR": 1700.0 + np.arange(40), "SUNACTIVITY": values})
+    with pytest.warns(UserWarning, match=r"column 'YEAR' rises by 1 every row: .*df\[\['SUN"):
+        DMD().fit(yearly)
+    gaps = dated[["co2"]].copy()
+    gaps.iloc[[3, 7], 0] = np.nan
+    with pytest.raises(ValueError) as info:
+        DMD().fit(gaps)
+    assert str(info.value).startswith(
+        "trajectory contains 2 NaN or inf value(s) (first at sample 3): missing values: a "
+        "trajectory must be complete and evenly sampled; fill or interpolate the gaps"
+    )
+    np.testing.assert_allclose(
+        DMD().fit(dated[["co2"]].astype(object)).eig(), DMD().fit(values).eig(), rtol=1e-12
+    )
+    # dropna() on a weekly series leaves gaps in time: the rows are no longer evenly spaced
+    weekly = dated.set_index("date")
+    with pytest.warns(
+        DiagnosticWarning, match=r"index is unevenly spaced \(steps from 7 days 00:00:00 to 14"
+    ):
+        DMD().fit(gaps.set_index(weekly.index).dropna())
+    monthly = pd.Series(values, index=pd.date_range("2000-01-01", periods=40, freq="MS"))
+    with warnings.catch_warnings(record=True) as caught:  # monthly: 28 to 31 days
+        warnings.simplefilter("always")
+        for table in (weekly, gaps.set_index(weekly.index).interpolate(), monthly):
+            DMD(dt=7.0).fit(table)
+    assert not [w for w in caught if "index" in str(w.message)]
+
+
+def test_a_series_shorter_than_the_features_names_them_truly():
+    """5 frames, 4 pairs, for the default r = 4 and the constant: the count was labelled
+    "r=5"."""
+    with pytest.raises(ValueError) as info:
+        TransferOperator(DPNet(epochs=1, seed=0, progress=False)).fit(np.arange(5.0))
+    assert str(info.value) == (
+        "fewer training samples (4) than features (5: r = 4 and the constant function); "
+        "provide more data or learn fewer features (r=, --dim on the command line)"
     )
 
 

@@ -170,6 +170,6 @@ def test_more_features_than_samples_names_the_user_s_r():
     with pytest.raises(ValueError) as info:
         DPNet(r=500, epochs=1, progress=False).fit(x)
     assert str(info.value) == (
-        "fewer training samples (269) than features (501: r=500 and the constant function); "
-        "provide more data or a smaller r"
+        "fewer training samples (269) than features (501: r = 500 and the constant "
+        "function); provide more data or learn fewer features (r=, --dim on the command line)"
     )

@@ -208,7 +208,8 @@ def _parser() -> argparse.ArgumentParser:
     p_fc.add_argument(
         "--out",
         required=True,
-        help="a .npy file: an array (steps, frames, *state_shape) (required)",
+        help="a .npy file: an array (steps, frames, *state_shape) whose [k-1, i] forecasts "
+        "the state k lags after frame i of the files' frames in order (required)",
     )
 
     p_demo = sub.add_parser(
@@ -413,7 +414,10 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     if args.command == "forecast":
         pred = workflow.forecast_file(args.fit, args.data, args.steps, args.out)
-        print(f"{args.out}: forecasts of shape {pred.shape}")
+        print(
+            f"{args.out}: forecasts of shape {pred.shape}: [k - 1, i] is the state k lags "
+            "after frame i (the files' frames in order)"
+        )
         return 0
     if args.command == "demo":
         print(

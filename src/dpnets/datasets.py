@@ -12,9 +12,17 @@ Formats (chosen by the file extension, case-insensitive):
 ``.npz``
     Every array is a trajectory (sorted by key), or only the arrays named by ``keys``.
 ``.csv`` / ``.txt``
-    One trajectory per file; comma-delimited when the first line holds a comma, else
-    whitespace-delimited; lines starting with ``#`` are comments. A first row without any
-    number is a header of column names; ``columns`` picks columns by name or index.
+    One trajectory per file; semicolon-delimited when the first line holds a semicolon,
+    else comma-delimited when it holds a comma, else whitespace-delimited (numbers with a
+    decimal point; a decimal comma is refused naming it); lines starting with ``#`` are
+    comments. A first row without any number is a header of column names; ``columns``
+    picks columns by name or index (an index may be given as text, ``"0"``, as
+    ``--columns 0`` gives it). Rows are frames, evenly spaced in time: a missing value (an
+    empty cell, ``NA``, ``nan``) or a text cell (a date) in a column read is refused naming
+    its line and column and the columns to read; a column read as data that is a time
+    axis, calendar or row index (rising by the same step over 10 rows or more, or named
+    ``year``, ``date``, ``time``, ...; an unevenly rising one is named as irregular
+    sampling) warns, naming the columns to keep.
 ``.h5`` / ``.hdf5``
     Every numeric dataset with at least one dimension is a trajectory (sorted by path), or
     only the datasets named by ``keys``. An mdtraj HDF5 trajectory (``/coordinates`` and
@@ -59,6 +67,7 @@ import numpy as np
 from dpnets.file_errors import DataFileError, check_regular, extension, reason
 from dpnets.md_files import MD_EXTENSIONS, MDReading, select_atoms
 from dpnets.md_files import quiet_c_stdout as quiet_c_stdout  # engines reads it here
+from dpnets.states import time_columns
 
 __all__ = [
     "DataFileError",
@@ -171,7 +180,8 @@ def read_trajectories(
         ``.npz`` keys or HDF5 dataset paths (``"runs/a"`` or ``"/runs/a"``) to read from every
         such file; default: all of them. Ignored for other formats.
     columns : sequence of str or int, optional
-        ``.csv`` / ``.txt`` columns to keep, by header name or by (0-based) index; default: all.
+        ``.csv`` / ``.txt`` columns to keep, by header name or by (0-based) index, an index
+        also as text (``"0"``); default: all.
         Ignored for other formats.
     topology : path, optional
         Topology of molecular-dynamics trajectories (``.pdb``, ``.gro``, ``.prmtop``, ...),
@@ -432,7 +442,10 @@ class _Reader(MDReading):
         ]
         if not rows:
             raise DataFileError(path, "holds no data")
-        delimiter = "," if "," in rows[0][1] else None
+        # ";" first: a spreadsheet's export where "," is the decimal mark ("1,5;2,25")
+        delimiter = next((d for d in (";", ",") if d in rows[0][1]), None)
+        if delimiter and all(line.endswith(delimiter) for _, line in rows):
+            rows = [(i, line[:-1]) for i, line in rows]  # a spreadsheet's trailing delimiter
 
         def split(line: str) -> list[str]:
             return [c.strip() for c in line.split(delimiter)]
@@ -456,18 +469,71 @@ class _Reader(MDReading):
                 ndmin=2,
                 dtype=np.float64,
             )
-            if values.shape[1] == len(usecols):
+            if values.shape[1] == len(usecols) and np.isfinite(values).all():
+                _warn_time_columns(path, header, usecols, values)
                 return values
         except ValueError:
             pass
+        first_cells = split(rows[0][1])
+        numeric = [j for j in range(min(n_cols, len(first_cells))) if _is_number(first_cells[j])]
+        parsed = []
         for lineno, line in rows:
             cells = split(line)
             if len(cells) != n_cols:
                 raise DataFileError(path, f"line {lineno}: {len(cells)} columns, expected {n_cols}")
+            parsed.append(row := [])
             for j in usecols:
-                if not _is_number(cells[j]):
-                    raise DataFileError(path, f"line {lineno}: non-numeric value {cells[j][:40]!r}")
-        raise DataFileError(path, "cannot read: not a table of numbers")
+                cell = cells[j].strip("\"'")  # a quoted number, as spreadsheets may write it
+                if _is_number(cell) and math.isfinite(float(cell)):
+                    row.append(float(cell))
+                    continue
+                name = _column_name(header, j)
+                if cell.lower() in _MISSING or (_is_number(cell) and math.isnan(float(cell))):
+                    raise DataFileError(
+                        path,
+                        f"line {lineno}: missing value {cells[j][:40]!r} in {name}: the "
+                        "frames must be evenly sampled and complete; fill or interpolate the "
+                        "gaps, or cut the file at them into several files (trajectories)",
+                    )
+                if _is_number(cell):
+                    raise DataFileError(
+                        path, f"line {lineno}: infinite value {cells[j][:40]!r} in {name}"
+                    )
+                if _is_number(cell.replace(",", ".", 1)) and cell.count(",") == 1:
+                    raise DataFileError(
+                        path,
+                        f"line {lineno}: {cells[j][:40]!r} in {name} has a decimal comma: "
+                        "write numbers with a decimal point (1.5, not 1,5)",
+                    )
+                below = split(rows[1][1]) if len(rows) > 1 else []
+                if (  # a first line of names, some numeric: a header the rule cannot see
+                    header is None
+                    and lineno == rows[0][0]
+                    and numeric
+                    and len(below) == n_cols
+                    and _is_number(below[j].strip("\"'"))
+                ):
+                    raise DataFileError(
+                        path,
+                        f"line {lineno} mixes text ({cells[j][:40]!r}) and numbers: a header "
+                        "line must name every column with text (rename numeric names such "
+                        "as 1990 to y1990), or remove it",
+                    )
+                keep = [_column_label(header, k) for k in numeric if k != j]
+                remedy = (
+                    f"read the numeric columns only: --columns {' '.join(keep)} (columns="
+                    f"{keep!r} in Python); the time between rows is --dt (dt=)"
+                    if keep
+                    else "every cell of a trajectory must be a number"
+                )
+                raise DataFileError(
+                    path,
+                    f"line {lineno}: non-numeric value {cells[j][:40]!r} in {name} (a date, "
+                    f"time or label is not a coordinate of the state); {remedy}",
+                )
+        values = np.asarray(parsed, dtype=np.float64).reshape(len(parsed), len(usecols))
+        _warn_time_columns(path, header, usecols, values)
+        return values
 
     def _text_columns(self, path: str, header: list[str] | None, n_cols: int) -> list[int]:
         if self.columns is None:
@@ -475,6 +541,12 @@ class _Reader(MDReading):
         out = []
         for col in self.columns:
             if isinstance(col, (int, np.integer)) and not isinstance(col, bool):
+                j = int(col)
+                if not -n_cols <= j < n_cols:
+                    raise DataFileError(path, f"column index {j} out of range ({n_cols} columns)")
+                out.append(j % n_cols)
+            elif isinstance(col, str) and (header is None or col not in header) and _is_index(col):
+                # an index given as text (the command line's --columns 0 2, config.toml)
                 j = int(col)
                 if not -n_cols <= j < n_cols:
                     raise DataFileError(path, f"column index {j} out of range ({n_cols} columns)")
@@ -575,6 +647,61 @@ def _check_finite(source: str, arr: np.ndarray) -> None:
         if not ok.all():
             frame = start + int(np.argmin(ok))
             raise DataFileError(source, f"holds NaN or infinite values (first at frame {frame})")
+
+
+#: text cells that mean a missing value (pandas' ``read_csv`` markers, lowercase)
+_MISSING = frozenset(
+    {"", "na", "n/a", "nan", "-nan", "null", "none", "nil", "<na>", "#n/a", "-", "?", "."}
+)
+
+
+def _column_name(header: list[str] | None, j: int) -> str:
+    """Column ``j`` as the messages name it: ``column 'co2'`` or ``column 3``."""
+    return f"column {header[j]!r}" if header is not None else f"column {j}"
+
+
+def _column_label(header: list[str] | None, j: int) -> str:
+    """Column ``j`` as ``--columns`` takes it: its name (quoted when it holds a space) or
+    its index."""
+    if header is None:
+        return str(j)
+    name = header[j]
+    return name if name and " " not in name else repr(name)
+
+
+def _warn_time_columns(
+    path: str, header: list[str] | None, usecols: list[int], values: np.ndarray
+) -> None:
+    """Warn about columns read as data that are a time axis, a calendar or a row index:
+    :func:`dpnets.states.time_columns`. A trend no stationary model follows, and not the
+    user's intent: the warning names the other columns to read and ``--dt``."""
+    if len(usecols) < 2:
+        return
+    import warnings
+
+    names = None if header is None else [header[j] for j in usecols]
+    found = {usecols[k]: why for k, why in time_columns(values, names).items()}
+    if not found:
+        return
+    keep = [_column_label(header, i) for i in usecols if i not in found]
+    what = "; ".join(f"{_column_name(header, j)} {why}" for j, why in found.items())
+    remedy = (
+        f"leave {'it' if len(found) == 1 else 'them'} out with --columns {' '.join(keep)} "
+        f"(columns={keep!r} in Python) and give the time between rows as --dt (dt=)"
+        if keep
+        else "read the columns that hold the state with --columns (columns=)"
+    )
+    warnings.warn(
+        f"{path}: {what}: a time axis, calendar or row index, read as a coordinate of the "
+        f"state (a trend no stationary model follows); {remedy}",
+        UserWarning,
+        stacklevel=5,
+    )
+
+
+def _is_index(text: str) -> bool:
+    """Whether ``text`` is a whole number, a column index given as text (``"0"``, ``"-1"``)."""
+    return re.fullmatch(r"[+-]?\d+", text.strip()) is not None
 
 
 def _is_number(cell: str) -> bool:

@@ -47,6 +47,11 @@ The checks (documented choices, thresholds in the module constants):
 * **few gradient steps**: a DPNet trained for fewer than ``MIN_GRADIENT_STEPS`` optimiser
   steps (``epochs * ceil(n_train / batch_size)``: 250 frames at the default batch of 1024
   take one step an epoch, 30 in all).
+* **forecast worse than persistence** (:func:`persistence_diagnostics`, by ``dpnets fit``
+  and ``dpnets forecast``): the model's forecast of the state has a larger RMSE than
+  repeating the last state (``x_{t+h} = x_t``), the reference any forecast must beat. The
+  learned features need not carry the state (a projection score at its ceiling, a
+  trending series); the remedies: the state appended to the features, a stationary series.
 * **inputs outside the training range** (:func:`range_diagnostics`, at ``predict``): states
   beyond the training data's range in some coordinate by more than ``RANGE_MARGIN`` of that
   coordinate's range; a model regressed on the training states extrapolates there.
@@ -73,6 +78,7 @@ __all__ = [
     "steps_diagnostics",
     "fit_diagnostics",
     "range_diagnostics",
+    "persistence_diagnostics",
     "warn",
     "ABOVE_ONE_TOL",
     "NOISE_FACTOR",
@@ -114,7 +120,9 @@ class Diagnostic:
     kind : str
         ``"above_one"``, ``"complex"``, ``"unresolved"``, ``"beyond_data"``,
         ``"few_pairs"``, ``"not_converged"``, ``"saturated"``, ``"few_steps"``,
-        ``"out_of_range"``, ``"dropped"`` or ``"rank_deficient"``.
+        ``"out_of_range"``, ``"worse_than_persistence"``, ``"time_column"`` (a pandas
+        table's time axis read as data, :mod:`dpnets.states`), ``"irregular"`` (a pandas
+        index unevenly spaced in time), ``"dropped"`` or ``"rank_deficient"``.
     problem : str
         What was found, with its numbers.
     python : str
@@ -162,6 +170,21 @@ def _fmt(lam: complex) -> str:
     if lam.imag == 0:
         return f"{lam.real:.4g}"
     return f"{lam.real:.4g}{lam.imag:+.4g}i"
+
+
+def _unresolved_remedy(r: int, n: int, noise: float) -> tuple[str, str]:
+    """The remedies of no resolved process, in Python and on the command line: a shorter
+    lag; and where the noise level ``NOISE_FACTOR * sqrt(r / n)`` is 1 or more (nothing can
+    be resolved at any lag, a short series), the number of pairs that brings it to 0.5."""
+    if noise < 1.0:
+        return "choose a shorter lag (lag=)", "choose a shorter --lag"
+    need = math.ceil(r * (2 * NOISE_FACTOR) ** 2)
+    why = (
+        f"with {n} pairs for {r} basis functions the noise level is above 1, so no lag "
+        f"resolves anything: use more data (about {need} pairs bring it to 0.5) or fewer "
+        "features"
+    )
+    return f"{why} (r=)", f"{why} (--dim)"
 
 
 def spectrum_diagnostics(
@@ -254,8 +277,7 @@ def spectrum_diagnostics(
                     "unresolved",
                     f"no process is resolved at this lag: the slowest non-stationary "
                     f"|eigenvalue| ({top:.3g}) is within the noise level ({noise:.3g}) of 0",
-                    "choose a shorter lag (lag=)",
-                    "choose a shorter --lag",
+                    *_unresolved_remedy(lam.size, int(n_samples), noise),
                 )
             )
     if lag_time and span and not generator:
@@ -485,6 +507,38 @@ def range_diagnostics(
             "differences, or the deviations from a trend)",
             "fit on data that covers these states, or model a stationary series (e.g. its "
             "differences, or the deviations from a trend)",
+        )
+    ]
+
+
+def persistence_diagnostics(
+    model_rmse: Sequence[float], persistence_rmse: Sequence[float], horizons: Sequence[str], on: str
+) -> list[Diagnostic]:
+    """The finding of a forecast of the state worse than persistence (``x_{t+h} = x_t``):
+    ``model_rmse`` above ``persistence_rmse`` at some of ``horizons`` (their names, e.g.
+    ``"1 lag"``), measured ``on`` (what data, for the message). A note (``warn=False``):
+    ``dpnets fit`` reports it, ``dpnets forecast`` warns with it."""
+    model = np.asarray(model_rmse, dtype=np.float64)
+    pers = np.asarray(persistence_rmse, dtype=np.float64)
+    worse = np.flatnonzero(model > pers)
+    if worse.size == 0:
+        return []
+    pairs = ", ".join(f"{model[i]:.4g} against {pers[i]:.4g} at {horizons[i]}" for i in worse)
+    return [
+        Diagnostic(
+            "worse_than_persistence",
+            f"the model forecasts the state worse than persistence (x_t+h = x_t) {on} (RMSE "
+            f"{pairs}): use persistence rather than these forecasts; the learned features do "
+            "not carry the state (a trending series, or a score that cannot tell features "
+            "apart)",
+            "regress on the state too (TransferOperator(..., append_state=True)), model a "
+            "stationary series (its differences, or the deviations from a trend), and compare "
+            "with dpnets.forecasting.forecast_errors",
+            "model a stationary series (its differences, or the deviations from a trend) or "
+            "learn more features (--dim); to regress on the state too, "
+            "TransferOperator(dpnets.load('FIT/model.pt').features_, append_state=True)"
+            ".fit(x) in Python",
+            warn=False,
         )
     ]
 

@@ -462,7 +462,16 @@ class SpectralModel(TransformerMixin, BaseEstimator):
 
     def _check_X(self, X: Any) -> np.ndarray:
         x = check_frames(X, "X")  # a list of trajectories: their frames, in order
-        check_state_shape(x.shape[1:], self.state_shape_, type(self).__name__)
+        want = tuple(self.state_shape_)
+        if getattr(X, "ndim", None) == 1 and len(want) == 1 and want != (1,) and len(X) == want[0]:
+            # one state given as a 1-D vector (x[-1], the last frame) reads as a column of
+            # scalar states: scikit-learn's wording, then what was meant
+            raise ValueError(
+                f"X has 1 features, but {type(self).__name__} is expecting {want[0]} features "
+                f"as input: a 1-D X is {len(X)} states of 1 feature each; give one state of "
+                f"shape ({want[0]},) as a row, x[None] (X[-1:] for the last frame)"
+            )
+        check_state_shape(x.shape[1:], want, type(self).__name__)
         return x
 
     def eigenfunctions(self, X: Any, side: str = "right") -> np.ndarray:
@@ -554,7 +563,8 @@ class SpectralModel(TransformerMixin, BaseEstimator):
         Parameters
         ----------
         X : array (m, *state_shape)
-            Initial states.
+            Initial states (one state as a row: ``x[None]``, ``X[-1:]`` for the last frame;
+            a 1-D ``X`` is ``m`` states of one coordinate).
         t : scalar or sequence
             Forecast horizon(s), in ``unit``; ``t=0`` returns the input states (a
             transfer operator refuses ``t=0`` with an ``observable``, whose values it holds
@@ -884,6 +894,11 @@ _MODAL_CACHE: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, bool]] = {}
 CONSTANT_COSINE = 0.99
 
 
+#: an eigenvector ``r`` with ``r^H cx r`` at most this times ``|cx| |r|^2`` lies in the null
+#: space of the covariance (a function that vanishes on the data)
+_NULL_RTOL = 1e-10
+
+
 def constant_cosines(right: np.ndarray, cx: np.ndarray, mean: np.ndarray | None) -> np.ndarray:
     """The cosine, in the ``cx`` metric, between each right eigenvector (columns of
     ``right``) and the constant function, whose coefficients ``c = cx^+ mean`` are the least
@@ -898,7 +913,11 @@ def constant_cosines(right: np.ndarray, cx: np.ndarray, mean: np.ndarray | None)
     if not abs(1.0 - explained) <= 1e-6:
         return np.zeros(right.shape[1])
     norms = np.sqrt(np.abs(np.einsum("ij,ij->j", np.conj(right), cx @ right)))
-    return np.abs(mean @ right) / np.where(norms > 0, norms, np.inf) / np.sqrt(explained)
+    # an eigenvector in cx's null space (a function that is zero on the data: collinear
+    # features, a constant coordinate in a dictionary) has a norm and a mean of round-off
+    # size whose ratio means nothing: it is not the constant function
+    floor = np.sqrt(_NULL_RTOL * np.linalg.norm(cx, 2)) * np.linalg.norm(right, axis=0)
+    return np.abs(mean @ right) / np.where(norms > floor, norms, np.inf) / np.sqrt(explained)
 
 
 def _total_frames(sources: list | None) -> float | None:

@@ -14,6 +14,7 @@ import math
 import mmap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -38,6 +39,9 @@ __all__ = [
     "OutOfCoreStates",
     "MappedStates",
     "chunks",
+    "time_columns",
+    "TIME_NAMES",
+    "CLOCK_ROWS",
 ]
 
 
@@ -58,6 +62,151 @@ def is_sparse(a: object) -> bool:
 def is_streaming(data: object) -> bool:
     """True for a torch ``Dataset`` or ``DataLoader`` (data consumed in batches)."""
     return isinstance(data, (Dataset, DataLoader))
+
+
+#: column names that mean a time axis, a calendar or a row index, not a coordinate of the
+#: state (lowercase; ``"unnamed: 0"`` and ``""``: the index pandas writes to a file)
+TIME_NAMES = frozenset(
+    {
+        "t",
+        "time",
+        "date",
+        "datetime",
+        "timestamp",
+        "year",
+        "quarter",
+        "month",
+        "week",
+        "day",
+        "hour",
+        "minute",
+        "second",
+        "step",
+        "frame",
+        "index",
+        "unnamed: 0",
+        "",
+    }
+)
+#: the fewest rows over which an unnamed column rising by the same step counts as a clock
+CLOCK_ROWS = 10
+
+
+def time_columns(values: np.ndarray, names: Sequence[str] | None = None) -> dict[int, str]:
+    """The columns of a table of states ``values`` (n, d) that are a time axis, a calendar
+    or a row index rather than coordinates of the state, each with why: rising by the same
+    step every row (named as one in :data:`TIME_NAMES`, or over :data:`CLOCK_ROWS` rows or
+    more: a clock), or named as one (and, where it rises unevenly, irregular sampling).
+    ``names``: the column names, if any. Fewer than 3 rows: none."""
+    values = np.asarray(values)
+    if values.ndim != 2 or values.shape[0] < 3:
+        return {}
+    found = {}
+    for k in range(values.shape[1]):
+        col = values[:, k].astype(np.float64)
+        step = np.diff(col)
+        scale = max(float(np.abs(col).max()), 1.0)
+        even = bool(step[0] > 0 and np.all(np.abs(step - step[0]) <= 1e-9 * scale))
+        named = names is not None and str(names[k]).strip().lower() in TIME_NAMES
+        if even and (named or len(col) >= CLOCK_ROWS):
+            found[k] = f"rises by {step[0]:g} every row"
+        elif named:
+            found[k] = "is named as one"
+            if np.all(step > 0):
+                found[k] += (
+                    f" and rises unevenly (steps {step.min():g} to {step.max():g}: irregular "
+                    "sampling, while the frames must be evenly spaced; resample them onto a "
+                    "regular grid first)"
+                )
+    return found
+
+
+def _check_data_frame(a: Any, name: str) -> None:
+    """A pandas ``DataFrame`` of states: a non-numeric column (dates, labels) is refused
+    naming it and the columns to pass; a time axis, calendar or row index among its
+    columns (:func:`time_columns`) warns (a ``DiagnosticWarning``), naming the columns
+    to keep."""
+    from pandas.api.types import is_bool_dtype, is_numeric_dtype
+
+    from dpnets.diagnostics import Diagnostic, warn
+
+    cols = list(a.columns)
+    text = []
+    for c in cols:
+        if getattr(a[c].dtype, "kind", None) in ("m", "M"):  # dates, durations: not states
+            text.append(c)
+            continue
+        if is_numeric_dtype(a[c]) or is_bool_dtype(a[c]):
+            continue
+        try:  # numbers stored as objects are numbers
+            a[c].to_numpy(dtype=np.float64)
+        except (TypeError, ValueError):
+            text.append(c)
+    if text:
+        numeric = [c for c in cols if c not in text]
+        raise ValueError(
+            f"{name} has non-numeric column(s) {text!r} (a date, time or label is not a "
+            "coordinate of the state): select the numeric ones, df[" + repr(numeric) + "]; "
+            "the time between rows is the model's dt="
+        )
+    if len(cols) < 2 or len(a) < 3:
+        return
+    found = time_columns(a.to_numpy(dtype=np.float64, na_value=np.nan), [str(c) for c in cols])
+    if found:
+        keep = [c for k, c in enumerate(cols) if k not in found]
+        what = "; ".join(f"column {cols[k]!r} {why}" for k, why in found.items())
+        problem = (
+            f"{name}: {what}: a time axis, calendar or row index, read as a coordinate of "
+            "the state (a trend no stationary model follows)"
+        )
+        remedy = f"select the others, df[{keep!r}], and give the time between rows as dt="
+        warn([Diagnostic("time_column", problem, remedy, remedy)])
+
+
+def _check_pandas_index(index: Any, name: str) -> None:
+    """A pandas time axis (a ``DatetimeIndex``, ``TimedeltaIndex`` or numeric index) that
+    is not evenly spaced warns (a ``DiagnosticWarning``): rows are frames, evenly spaced in
+    time, and ``dropna()`` on a series with gaps leaves it unevenly spaced. A calendar
+    frequency pandas recognises (months, quarters) counts as even."""
+    import warnings
+
+    import pandas as pd
+
+    from dpnets.diagnostics import Diagnostic, warn
+
+    kind = getattr(index.dtype, "kind", None)
+    if len(index) < 3 or kind not in ("M", "m", "i", "u", "f") or isinstance(index, pd.RangeIndex):
+        return
+    if kind == "M" and index.is_monotonic_increasing:
+        with warnings.catch_warnings():  # pandas 3 announces a change of its return type
+            warnings.simplefilter("ignore")
+            try:
+                if pd.infer_freq(index) is not None:
+                    return
+            except (TypeError, ValueError):  # duplicated: judged below
+                pass
+    if kind in ("M", "m"):  # in nanoseconds, whatever the index's unit
+        values = np.asarray(index.to_numpy(), dtype="datetime64[ns]" if kind == "M" else None)
+        step = np.diff(values).astype("timedelta64[ns]").astype(np.float64)
+    else:
+        step = np.diff(np.asarray(index, dtype=np.float64))
+    if step.size == 0 or np.all(step == step[0]) and step[0] > 0:
+        return
+    if kind in ("M", "m"):
+        low, high = pd.Timedelta(int(step.min()), "ns"), pd.Timedelta(int(step.max()), "ns")
+    else:
+        low, high = f"{step.min():g}", f"{step.max():g}"
+    order = "is not increasing" if np.any(step <= 0) else "is unevenly spaced"
+    problem = (
+        f"{name}: its index {order} (steps from {low} to {high}): the rows must be frames "
+        "evenly spaced in time, as the lag and dt count them"
+    )
+    remedy = (
+        "sort it, or resample onto a regular grid and fill the gaps (df.resample(...)"
+        ".mean().interpolate()); dropna() leaves gaps, while interpolate() or a list of "
+        "the gap-free pieces keeps the spacing"
+    )
+    warn([Diagnostic("irregular", problem, remedy, remedy)])
 
 
 def check_states(
@@ -98,6 +247,8 @@ def check_states(
             f"{name} is a sparse matrix; dpnets needs dense arrays of states (sparse input is "
             "not supported): convert it with .toarray()"
         )
+    if hasattr(a, "columns") and hasattr(a, "iloc"):  # a pandas DataFrame
+        _check_data_frame(a, name)
     arr = OutOfCoreStates(a) if lazy and is_out_of_core(a) else to_numpy(a)
     if np.issubdtype(arr.dtype, np.complexfloating):
         raise ValueError(
@@ -125,12 +276,21 @@ def check_states(
         raise ValueError(f"{name} has {arr.shape[0]} samples; at least {min_samples} needed")
     check_state_size(arr.shape[1:], name, arr.shape[0])
     if np.issubdtype(arr.dtype, np.floating):
-        bad, first = _count_nonfinite(arr)
+        bad, first, value = _count_nonfinite(arr)
         if bad:
-            raise ValueError(
-                f"{name} contains {bad} NaN or inf value(s) (first at sample {first}): remove "
-                "or fill them (a trajectory with a gap is two: pass the pieces as a list)"
+            where = f"first at sample {first[0]}" + (
+                f", coordinate {first[1:] if len(first) > 2 else first[1]}"
+                if len(first) > 1 and arr.shape[1:] != (1,)
+                else ""
             )
+            remedy = (
+                "missing values: a trajectory must be complete and evenly sampled; fill or "
+                "interpolate the gaps (pandas' .interpolate()), or pass the pieces between "
+                "them as a list of trajectories"
+                if np.isnan(value)
+                else "an infinite value (an overflow upstream?)"
+            )
+            raise ValueError(f"{name} contains {bad} NaN or inf value(s) ({where}): {remedy}")
     return arr
 
 
@@ -138,20 +298,21 @@ def check_states(
 _FINITE_CHUNK = 1 << 22
 
 
-def _count_nonfinite(arr: np.ndarray | OutOfCoreStates) -> tuple[int, int | None]:
-    """Number of NaN/inf values and the first sample (row) holding one (None if none),
-    read in chunks of rows (no full-size temporary)."""
+def _count_nonfinite(arr: np.ndarray | OutOfCoreStates) -> tuple[int, tuple, float]:
+    """Number of NaN/inf values, the index of the first and its value, read in chunks of
+    rows (no full-size temporary)."""
     row = int(np.prod(arr.shape[1:], dtype=np.int64))
-    bad, first = 0, None
+    bad, first, value = 0, (), 0.0
     for sl in chunks(arr.shape[0], max(1, _FINITE_CHUNK // max(row, 1))):
         part = np.asarray(arr[sl])
         finite = np.isfinite(part)
         if not finite.all():
+            if not bad:
+                at = np.unravel_index(int(np.argmin(finite)), finite.shape)
+                value = float(part[at])
+                first = (int(at[0]) + int(sl.start or 0), *map(int, at[1:]))
             bad += int(finite.size - np.count_nonzero(finite))
-            if first is None:
-                rows = finite.reshape(finite.shape[0], -1).all(axis=1)
-                first = int(sl.start + np.argmin(rows))
-    return bad, first
+    return bad, first, value
 
 
 def _is_scalar(v: object) -> bool:
@@ -464,7 +625,7 @@ def trajectories(data: object, lazy: bool | str = True) -> Trajectories:
         if len(data) == 0:
             raise ValueError("empty list of trajectories")
         check_not_rows(data, "X")
-        parts = tuple(_checked(t, f"trajectory {k}", lazy) for k, t in enumerate(data))
+        parts = tuple(_checked(t, f"trajectory {k}", lazy, True) for k, t in enumerate(data))
         shape = parts[0].shape[1:]
         for k, t in enumerate(parts):
             if t.shape[1:] != shape:
@@ -478,7 +639,7 @@ def trajectories(data: object, lazy: bool | str = True) -> Trajectories:
         or hasattr(data, "__array__")
         or (is_out_of_core(data))
     ):
-        traj = _checked(data, "trajectory", lazy)
+        traj = _checked(data, "trajectory", lazy, True)
         return Trajectories((traj,), False, None, traj.shape[1:], is_read_batchwise(traj), lazy)
     raise TypeError(
         "data must be an array (one trajectory), a list of arrays (trajectories), a tuple "
@@ -486,7 +647,13 @@ def trajectories(data: object, lazy: bool | str = True) -> Trajectories:
     )
 
 
-def _checked(a: object, name: str, lazy: bool | str) -> np.ndarray | OutOfCoreStates:
-    """:func:`check_states` of one array, kept on disk as ``lazy`` says."""
+def _checked(
+    a: object, name: str, lazy: bool | str, trajectory: bool = False
+) -> np.ndarray | OutOfCoreStates:
+    """:func:`check_states` of one array, kept on disk as ``lazy`` says; a trajectory
+    given as a pandas object has its index checked as a time axis
+    (:func:`_check_pandas_index`)."""
     arr = check_states(a, name, lazy=bool(lazy))
+    if trajectory and hasattr(a, "index") and hasattr(a, "iloc"):
+        _check_pandas_index(a.index, name)
     return in_memory_unless_large(arr) if lazy == "large" else arr

@@ -288,7 +288,8 @@ class FitRun:
             )
         r = int(out.shape[1])
         if constant is not None:
-            _check_feature_count(r, constant, prepared.n_train, int(self.estimator.batch_size))
+            d, batch_size = r + int(constant), int(self.estimator.batch_size)
+            _check_feature_count(d, prepared.n_train, batch_size, r)
         return r
 
     def forward(self, module: nn.Module, dtype: torch.dtype) -> Callable[[Tensor], Tensor]:
@@ -374,15 +375,14 @@ def _sharded(est: Any) -> bool:
     return distributed is not False and dist_active()
 
 
-def _check_feature_count(r: int, constant: bool, n_train: int, batch_size: int) -> None:
-    """``r`` features, and the constant function when ``constant`` (their covariances),
+def _check_feature_count(d: int, n_train: int, batch_size: int, r: int | None = None) -> None:
+    """``d`` features (their covariances: the ``r`` learned ones and any constant)
     against the training samples and the batch."""
-    d = r + int(constant)
     if n_train < d:
-        what = f"{d}: r={r} and the constant function" if constant else f"r={r}"
+        what = f"r = {r} and the constant function" if r is not None and r < d else f"r = {d}"
         raise ValueError(
-            f"fewer training samples ({n_train}) than features ({what}); provide more "
-            "data or a smaller r"
+            f"fewer training samples ({n_train}) than features ({d}: {what}); provide more "
+            "data or learn fewer features (r=, --dim on the command line)"
         )
     if batch_size < d:
         warnings.warn(

@@ -26,6 +26,7 @@ from dpnets.diagnostics import (
     NOISE_FACTOR,
     Diagnostic,
     DiagnosticWarning,
+    persistence_diagnostics,
 )
 from dpnets.fitfolder import (
     DEFAULT_CONFIG,
@@ -447,7 +448,13 @@ def _fit(config: dict[str, dict[str, Any]], out: Path, progress: bool) -> str:
             raise WorkflowError(f"--bias: {err}") from None
     units = _units(data, trajs)
     found += op.diagnostics(units)  # the DPNet's training findings first
-    fitted = _Fitted(trajs, usable, lag, dt, units, time.perf_counter() - t0, found, log_weights)
+    skill = None if log_weights is not None else _forecast_check(op, usable, lag)
+    if skill is not None:
+        on = "one lag ahead on the training frames"
+        found += persistence_diagnostics([skill[0]], [skill[1]], [f"{lag} frame(s)"], on)
+    fitted = _Fitted(
+        trajs, usable, lag, dt, units, time.perf_counter() - t0, found, log_weights, skill
+    )
     report = _fit_report(op, data, fitted, model)
     if distributed.is_main_process():  # one writer under a multi-process launch
         op.save(out / "model.pt")
@@ -569,6 +576,36 @@ class _Fitted:
     seconds: float
     diagnostics: list
     log_weights: list | None = None
+    skill: tuple[float, float, float] | None = None  # one-lag RMSE: model, persistence, mean
+
+
+#: the most pairs the fit report's forecast check predicts from (evenly spread), and the
+#: most numbers their starting states may hold (large states: fewer pairs)
+_CHECK_PAIRS = 10_000
+_CHECK_NUMBERS = 4_000_000
+
+
+def _forecast_check(op: Any, usable: list, lag: int) -> tuple[float, float, float]:
+    """The RMSE of the model's forecast of the state one lag ahead on its training frames
+    (at most :data:`_CHECK_PAIRS` pairs, evenly spread), of persistence (``x_{t+lag} =
+    x_t``) and of climatology (the training mean): in-sample, so a model worse than
+    persistence here forecasts worse than it on new data too."""
+    total = sum(len(t) - lag for t in usable)
+    size = int(np.prod(usable[0].shape[1:]))
+    most = max(1, min(_CHECK_PAIRS, _CHECK_NUMBERS // max(size, 1)))
+    every = max(1, -(-total // most))
+    x0 = np.concatenate([np.asarray(t[:-lag:every], dtype=np.float64) for t in usable])
+    xh = np.concatenate([np.asarray(t[lag::every], dtype=np.float64) for t in usable])
+    with warnings.catch_warnings():  # the check's own states are the training states
+        warnings.simplefilter("ignore", DiagnosticWarning)
+        pred = np.asarray(op.predict(x0, t=1), dtype=np.float64)
+    frames = sum(len(t) for t in usable)  # the training mean, without a float64 copy
+    mean = sum(np.sum(t, axis=0, dtype=np.float64) for t in usable) / frames
+
+    def rmse(a: np.ndarray) -> float:
+        return float(np.sqrt(np.mean((a - xh) ** 2)))
+
+    return rmse(pred), rmse(x0), rmse(np.broadcast_to(mean, xh.shape))
 
 
 #: the number of feature names the report lists
@@ -670,10 +707,25 @@ def _fit_report(op: Any, data: dict, f: _Fitted, model: dict | None = None) -> s
         f"VAMP-2 on the training data: {op.score(f.usable):.4f}"
         f"{' (the biased frames, unweighted)' if f.log_weights else ''}\n\n"
         f"Transfer operator: {_ESTIMATOR[getattr(op, 'reversible', False)]}.\n\n"
+        f"{_skill_line(f)}"
         f"| k | eigenvalue | implied timescale ({f.units}) |\n|---|---|---|\n{rows}\n\n"
         f"## Diagnostics\n\n{diag}\n\n"
         "Validate before trusting the timescales: `dpnets analyze` (timescales against "
         "lag, Chapman–Kolmogorov test, metastable sets).\n"
+    )
+
+
+def _skill_line(f: _Fitted) -> str:
+    """The report's line on the forecast of the state one lag ahead against the
+    references (``dpnets forecast``), or nothing for a biased fit."""
+    if f.skill is None:
+        return ""
+    model, pers, clim = f.skill
+    verdict = "better than" if model < pers else "no better than"
+    return (
+        f"Forecast of the state {f.lag} frame(s) ahead (`dpnets forecast`), on the training "
+        f"frames: RMSE {model:.4g}, persistence {pers:.4g}, training mean {clim:.4g}: "
+        f"{verdict} persistence (in-sample; judge forecasts on held-out data).\n\n"
     )
 
 
@@ -1140,7 +1192,16 @@ def forecast_file(
     folder: str | os.PathLike, paths: Sequence[str], steps: int, out: str | os.PathLike
 ) -> np.ndarray:
     """Forecasts ``E[x_{t + k lag} | x_t]`` for ``k = 1..steps`` from every frame:
-    an array ``(steps, frames, *state_shape)`` saved as ``.npy``."""
+    an array ``(steps, frames, *state_shape)`` saved as ``.npy``.
+
+    ``pred[k - 1, i]`` forecasts the state ``k`` lags (``k * lag`` frames, the fit's lag)
+    after frame ``i`` of the files' frames in input order (read as the fit read its own,
+    ``--stride`` included; several files are concatenated, each forecast from its own
+    frame). Where the files hold the frames forecast, the forecasts are scored against them
+    and against persistence (``x_{t+k lag} = x_t``): a ``DiagnosticWarning`` names the steps
+    at which the model does worse (:func:`dpnets.diagnostics.persistence_diagnostics`). A
+    biased fit's lag is in rescaled (unbiased) time, so its forecasts are not scored.
+    """
     op, config = _load_fit(folder)
     if int(steps) < 1:
         raise WorkflowError(f"--steps must be >= 1, got {steps}")
@@ -1149,6 +1210,27 @@ def forecast_file(
     x = np.concatenate(trajs.data)
     pred = op.predict(x, t=list(range(1, int(steps) + 1)))
     _save_npy(out, pred)
+    if config["data"].get("bias"):  # lags of rescaled time: no frame to score against
+        return pred
+    lag = int(getattr(op, "lag_", None) or 1)
+    model, pers, names = [], [], []
+    for k in range(1, int(steps) + 1):
+        h, start, se_model, se_pers, count = k * lag, 0, 0.0, 0.0, 0
+        for t in trajs.data:
+            n = len(t)
+            if n > h:
+                truth = np.asarray(t[h:], dtype=np.float64)
+                se_model += float(np.sum((pred[k - 1, start : start + n - h] - truth) ** 2))
+                se_pers += float(np.sum((np.asarray(t[:-h], dtype=np.float64) - truth) ** 2))
+                count += truth.size
+            start += n
+        if count:
+            model.append(np.sqrt(se_model / count))
+            pers.append(np.sqrt(se_pers / count))
+            names.append(f"{k} lag(s)")
+    on = "on the frames of these files"
+    for d in persistence_diagnostics(model, pers, names, on):
+        warnings.warn(d.message(cli=True), DiagnosticWarning, stacklevel=2)
     return pred
 
 
