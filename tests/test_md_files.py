@@ -134,3 +134,31 @@ def test_gromacs_top_topology(tmp_path, monkeypatch):
     np.testing.assert_allclose(res.data[0] * 10.0, xyz, atol=1e-4)
     heavy = read_trajectories(path, topology=files.GMX_TOP)  # selection "heavy": elements
     assert 0 < heavy.data[0].shape[1] < n_atoms
+
+
+def test_amber_residues_are_numbered_from_one_as_amber_and_mdanalysis_number_them(tmp_path):
+    """A .prmtop stores no residue numbers and mdtraj numbers its residues from 0 (VAL0 GLU1
+    VAL2); the labels use Amber's, VMD's and MDAnalysis' numbers (VAL1 GLU2 VAL3), and the
+    fit's atoms match a PDB of the same system (MDAnalysis writes resSeq 1, 2, 3)."""
+    from dpnets.engines import match_atoms
+    from dpnets.md_files import load_topology
+
+    res = read_trajectories(files.NCDF, topology=files.PRMncdf, features="dihedrals")
+    assert res.names == [
+        "sin φ GLU2", "sin φ VAL3", "cos φ GLU2", "cos φ VAL3",
+        "sin ψ VAL1", "sin ψ GLU2", "cos ψ VAL1", "cos ψ GLU2",
+    ]  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        u = mda.Universe(files.PRMncdf, files.NCDF)
+        u.atoms.write(str(tmp_path / "bala.pdb"))
+    quads = res.md_features.atoms
+    # the residue of a torsion (its second atom), as MDAnalysis numbers it
+    assert [f"{u.atoms[q[1]].resname}{u.atoms[q[1]].resid}" for q in quads] == [
+        "GLU2", "VAL3", "VAL1", "GLU2",
+    ]  # fmt: skip
+    import mdtraj as md
+
+    pdb = md.load_topology(str(tmp_path / "bala.pdb"))
+    top = load_topology(files.PRMncdf)
+    np.testing.assert_array_equal(match_atoms(top, pdb, quads.ravel()), quads.ravel())

@@ -58,7 +58,8 @@ import numpy as np
 
 from dpnets.file_errors import DataFileError, check_regular, extension, reason
 from dpnets.md_files import MD_EXTENSIONS, MDReading, select_atoms
-from dpnets.md_files import quiet_c_stdout as quiet_c_stdout  # engines reads it here
+from dpnets.md_files import load_topology as load_topology  # engines reads them here
+from dpnets.md_files import quiet_c_stdout as quiet_c_stdout
 
 __all__ = [
     "DataFileError",

@@ -72,8 +72,10 @@ def _load_topology(path: str, what: str) -> tuple[Any, Any, str]:
     found = Path(path).expanduser()
     if not found.is_file():
         raise ExportError(f"{path}: {what} not found")
+    from dpnets.datasets import load_topology
+
     try:
-        top = md.load_topology(str(found))
+        top = load_topology(str(found))  # Amber's residues numbered from 1
     except Exception as err:  # noqa: BLE001 - any reader failure: one line naming the file
         raise ExportError(f"{found}: cannot read {what} ({' '.join(str(err).split())})") from err
     return md, top, str(found.resolve())

@@ -37,7 +37,7 @@ import numpy as np
 
 from dpnets.file_errors import DataFileError, check_regular, extension, reason
 
-__all__ = ["MD_EXTENSIONS", "MDReading", "select_atoms", "quiet_c_stdout"]
+__all__ = ["MD_EXTENSIONS", "MDReading", "load_topology", "select_atoms", "quiet_c_stdout"]
 
 #: The molecular-dynamics trajectory extensions (an mdtraj HDF5 file is recognised by its
 #: content, among the ``.h5`` files).
@@ -52,6 +52,9 @@ _MDTRAJ_TOPOLOGIES = (
     ".pdb", ".pdb.gz", ".pdbx", ".cif", ".gro", ".prmtop", ".parm7", ".psf", ".mol2",
     ".hoomdxml", ".h5", ".lh5", ".xml",
 )  # fmt: skip
+# Topologies that store no residue numbers: mdtraj numbers their residues from 0, Amber's
+# own tools (cpptraj's ``:1``, ambpdb), VMD and MDAnalysis from 1
+_NUMBERED_FROM_ONE = (".prmtop", ".parm7", ".prm7")
 # One AKMA time unit (DCD's DELTA) in ps, as MDAnalysis converts it
 _AKMA_PS = 4.888821e-2
 
@@ -168,7 +171,7 @@ class MDReading:
                 raise DataFileError(top_path, "no such topology file")
             check_regular(top_path, "topology file")
             try:
-                self._topology = md.load_topology(top_path)
+                self._topology = load_topology(top_path)
             except Exception as exc:
                 raise DataFileError(top_path, f"cannot read topology: {reason(exc)}") from exc
         return self._topology
@@ -276,6 +279,22 @@ class MDReading:
 
     def _select(self, path: str, top: Any) -> np.ndarray:
         return select_atoms(top, self.selection, source=path)
+
+
+def load_topology(path: str) -> Any:
+    """mdtraj's topology of file ``path``, its residues numbered as the file's own tools
+    number them: an Amber ``.prmtop``/``.parm7`` stores no residue numbers, and mdtraj
+    numbers its residues from 0 (``VAL0``); they are renumbered from 1 (``VAL1``, mdtraj's
+    ``resSeq``), as Amber (cpptraj's ``:1``, ambpdb), VMD and MDAnalysis number them, so
+    that feature labels read as a chemist expects and atoms match a PDB of the same system
+    by residue number. Other formats keep the numbers they store. mdtraj's exceptions
+    propagate (the callers name the file)."""
+    md = _import_mdtraj()
+    top = md.load_topology(path)
+    if path.lower().endswith(_NUMBERED_FROM_ONE):
+        for residue in top.residues:
+            residue.resSeq = residue.index + 1
+    return top
 
 
 def select_atoms(top: Any, selection: str, source: str = "topology") -> np.ndarray:
