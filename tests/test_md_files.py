@@ -162,3 +162,59 @@ def test_amber_residues_are_numbered_from_one_as_amber_and_mdanalysis_number_the
     pdb = md.load_topology(str(tmp_path / "bala.pdb"))
     top = load_topology(files.PRMncdf)
     np.testing.assert_array_equal(match_atoms(top, pdb, quads.ravel()), quads.ravel())
+
+
+@pytest.mark.parametrize(
+    ("top", "traj", "n_file", "n_top", "fix"),
+    [
+        ("PDB_sub_dry", "XTC_sub_sol", 19385, 937, "solvent and ions included"),
+        ("GRO", "DCD", 3341, 47681, "a dry or stripped one"),
+    ],
+)
+def test_a_trajectory_of_another_atom_count_is_refused_naming_both(top, traj, n_file, n_top, fix):
+    """A dry topology with the solvated run's trajectory (and the reverse): one line with
+    both atom counts and the remedy, not mdtraj's and MDAnalysis' messages."""
+    from dpnets.datasets import DataFileError
+
+    with pytest.raises(DataFileError) as err:
+        read_trajectories(getattr(files, traj), topology=getattr(files, top))
+    msg = str(err.value)
+    assert f"holds {n_file} atoms a frame, but the topology" in msg
+    assert f"has {n_top}: " in msg and fix in msg
+
+
+def test_truncated_or_corrupted_xtc_gives_its_whole_frames(tmp_path):
+    """An XTC cut inside its 4th frame gives its 3 whole frames (MDAnalysis' positions),
+    with a warning; one corrupted inside its 2nd frame gives 1 (MDAnalysis' XTC reader
+    dies of a floating point exception on it, with the .gro or the .tpr), also when
+    MDAnalysis reads the topology (.tpr)."""
+    raw = open(files.XTC, "rb").read()
+    cut, bad = tmp_path / "cut.xtc", tmp_path / "bad.xtc"
+    cut.write_bytes(raw[:600_000])
+    corrupted = bytearray(raw)
+    corrupted[300_000:300_100] = b"x" * 100
+    bad.write_bytes(bytes(corrupted))
+    ref, _, _ = _reference(files.GRO, files.XTC)
+    with pytest.warns(RuntimeWarning, match=r"cut\.xtc: frame 4 cannot be read .*the 3 whole"):
+        res = read_trajectories(cut, topology=files.GRO, selection="all")
+    assert res.n_frames == [3] and res.dt == pytest.approx(100.0, rel=1e-6)
+    np.testing.assert_allclose(res.data[0] * 10.0, ref[:3], atol=1e-4 * np.abs(ref).max())
+    for top in (files.GRO, files.TPR):
+        with pytest.warns(RuntimeWarning, match=r"bad\.xtc: frame 2 cannot be read"):
+            res = read_trajectories(bad, topology=top, selection="all")
+        assert res.n_frames == [1]
+        np.testing.assert_allclose(res.data[0] * 10.0, ref[:1], atol=1e-4 * np.abs(ref).max())
+
+
+def test_tpr_topology_loads_for_the_export():
+    """The export's topology of a .tpr fit (mdtraj refused it): MDAnalysis' atoms, residue
+    names and numbers, through the same load_topology as the reader."""
+    from dpnets.engines import _load_topology
+
+    _, top, _ = _load_topology(files.TPR, "the fit's topology file")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        u = mda.Universe(files.TPR)
+    assert top.n_atoms == u.atoms.n_atoms == 47681
+    ca = u.select_atoms("name CA")
+    assert [f"{top.atom(i).residue}" for i in ca.indices] == [f"{a.resname}{a.resid}" for a in ca]

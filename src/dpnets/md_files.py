@@ -4,10 +4,13 @@
 :class:`MDReading`, the part of its reader that knows topologies and atoms:
 
 - ``.xtc`` / ``.trr`` / ``.dcd`` / ``.nc`` / ``.ncdf`` / ``.netcdf`` / ``.mdcrd`` are loaded
-  by mdtraj with the reader's topology; where mdtraj cannot read the trajectory or does not
-  know the topology (GROMACS ``.tpr`` and ``.top``), MDAnalysis reads it (optional, the
-  ``files`` extra) and the result is converted to an mdtraj ``Trajectory`` (Å → nm, the
-  topology rebuilt atom for atom);
+  by mdtraj with the reader's topology (:func:`load_topology`: mdtraj's, or, for the
+  topologies mdtraj does not know, GROMACS ``.tpr`` and ``.top``, MDAnalysis' rebuilt atom
+  for atom; MDAnalysis is optional, the ``files`` extra; Amber residues numbered from 1);
+- a trajectory of another number of atoms than the topology is refused naming both; an
+  XTC/TRR that mdtraj cannot read to its end (truncated or corrupted) gives its whole
+  frames before the first bad one, with a warning; another file mdtraj cannot read is
+  read by MDAnalysis and converted to an mdtraj ``Trajectory`` (Å → nm), with a warning;
 - an mdtraj HDF5 file (``/coordinates`` and ``/topology``) is read with h5py only
   (:meth:`MDReading._read_mdtraj_hdf5`; mdtraj's own reader would need PyTables);
 - the DCD time step comes from the file's header, and a DCD holding
@@ -163,7 +166,7 @@ class MDReading:
         self._add_md(path, traj, md, timed=time is not None)
 
     def _load_topology(self, md: Any) -> Any:
-        """The reader's topology file, loaded by mdtraj once."""
+        """The reader's topology file, loaded once (:func:`load_topology`)."""
         if self._topology is None:
             top_path = self.topology_path
             assert top_path is not None
@@ -172,47 +175,89 @@ class MDReading:
             check_regular(top_path, "topology file")
             try:
                 self._topology = load_topology(top_path)
+            except DataFileError:
+                raise
             except Exception as exc:
                 raise DataFileError(top_path, f"cannot read topology: {reason(exc)}") from exc
         return self._topology
 
     def _read_md(self, path: str) -> None:
-        """Read one MD trajectory file: mdtraj, else MDAnalysis (an unknown topology, or a
-        file mdtraj fails on: with a warning); the DCD time step from its header."""
+        """Read one MD trajectory file with mdtraj, on the topology :func:`load_topology`
+        gives (mdtraj's, or MDAnalysis' for GROMACS ``.tpr``/``.top``); a file mdtraj fails
+        on: :meth:`_read_damaged`. The DCD time step from its header."""
         ext = extension(path)
         if self.topology_path is None:
             raise DataFileError(
                 path, f"a topology file is needed for {ext} trajectories (topology=...)"
             )
         md = _import_mdtraj()
-        top_path = self.topology_path
-        timed, dt = ext in _MD_TIMED_EXTS, None
-        if not _mdtraj_reads_topology(top_path):  # .tpr, .top, ...: MDAnalysis reads them
-            if not os.path.exists(top_path) or os.path.isdir(top_path):
-                raise DataFileError(top_path, "no such topology file")
-            check_regular(top_path, "topology file")
-            why = f"mdtraj cannot read {extension(top_path) or 'this'} topologies"
-            traj = _read_mdanalysis(md, top_path, path, self.stride, why)
-            timed = ext != ".mdcrd"
-        else:
-            top = self._load_topology(md)
-            try:
-                with warnings.catch_warnings(), quiet_c_stdout():
-                    warnings.simplefilter("ignore")
-                    load = getattr(md, _MDTRAJ_LOADERS[ext]) if ext in _MDTRAJ_LOADERS else md.load
-                    traj = load(path, top=top, stride=self.stride)
-            except Exception as exc:  # another reader may know the file: MDAnalysis
-                why = f"mdtraj cannot read it ({reason(exc)})"
-                traj = _read_mdanalysis(md, top_path, path, self.stride, why, exc)
-                warnings.warn(
-                    f"{path}: {why}; read through MDAnalysis instead ({traj.n_frames} frames; "
-                    "a truncated file gives the whole frames it holds)",
-                    RuntimeWarning,
-                    stacklevel=4,
-                )
+        top = self._load_topology(md)
+        dt = None
+        try:
+            with warnings.catch_warnings(), quiet_c_stdout(stderr=True):
+                warnings.simplefilter("ignore")
+                load = getattr(md, _MDTRAJ_LOADERS[ext]) if ext in _MDTRAJ_LOADERS else md.load
+                traj = load(path, top=top, stride=self.stride)
+        except Exception as exc:
+            traj = self._read_damaged(md, path, top, exc)
         if ext == ".dcd":
             dt = _check_dcd(path, md, traj.n_frames, self.stride)
-        self._add_md(path, traj, md, timed=timed, dt=dt)
+        self._add_md(path, traj, md, timed=ext in _MD_TIMED_EXTS, dt=dt)
+
+    def _read_damaged(self, md: Any, path: str, top: Any, exc: Exception) -> Any:
+        """A trajectory file mdtraj failed on (``exc``): a file of another number of atoms
+        than the topology refused, naming both; an XTC/TRR read frame by frame up to the
+        first frame that cannot be read (a truncated or corrupted file: its whole frames
+        before it, with a warning; MDAnalysis' reader crashes the process with a floating
+        point exception on some corrupted XTC frames); another format through MDAnalysis,
+        with a warning."""
+        ext = extension(path)
+        n_file = _atoms_in_file(md, path)
+        if n_file is not None and n_file != top.n_atoms:
+            if n_file > top.n_atoms:
+                fix = (
+                    "give the topology of the whole system it holds (solvent and ions "
+                    "included), or strip the trajectory to the topology's atoms (gmx trjconv "
+                    "-n, cpptraj strip)"
+                )
+            else:
+                fix = (
+                    "give the topology of the atoms it was written with (a dry or stripped "
+                    "one), or strip the topology to them (gmx convert-tpr -n, cpptraj "
+                    "parmstrip)"
+                )
+            raise DataFileError(
+                path,
+                f"holds {n_file} atoms a frame, but the topology {self.topology_path} has "
+                f"{top.n_atoms}: {fix}",
+            ) from None
+        if ext in _XDR_FILES:
+            traj, n_read, failure = _read_whole_xdr_frames(md, path, top, self.stride)
+            if traj is None:
+                raise DataFileError(
+                    path,
+                    f"cannot read its first frame ({failure or reason(exc)}): a "
+                    f"corrupted file, or not a {ext} file",
+                ) from None
+            if failure is not None:
+                warnings.warn(
+                    f"{path}: frame {n_read + 1} cannot be read ({failure}: a truncated or "
+                    f"corrupted file); reading the {n_read} whole frames before it",
+                    RuntimeWarning,
+                    stacklevel=5,
+                )
+            return traj
+        top_path = self.topology_path
+        assert top_path is not None
+        why = f"mdtraj cannot read it ({reason(exc)})"
+        traj = _read_mdanalysis(md, top_path, path, self.stride, why, exc)
+        warnings.warn(
+            f"{path}: {why}; read through MDAnalysis instead ({traj.n_frames} frames; "
+            "a truncated file gives the whole frames it holds)",
+            RuntimeWarning,
+            stacklevel=5,
+        )
+        return traj
 
     def _add_md(
         self, path: str, traj: Any, md: Any, *, timed: bool, dt: float | None = None
@@ -282,14 +327,18 @@ class MDReading:
 
 
 def load_topology(path: str) -> Any:
-    """mdtraj's topology of file ``path``, its residues numbered as the file's own tools
-    number them: an Amber ``.prmtop``/``.parm7`` stores no residue numbers, and mdtraj
-    numbers its residues from 0 (``VAL0``); they are renumbered from 1 (``VAL1``, mdtraj's
-    ``resSeq``), as Amber (cpptraj's ``:1``, ambpdb), VMD and MDAnalysis number them, so
-    that feature labels read as a chemist expects and atoms match a PDB of the same system
-    by residue number. Other formats keep the numbers they store. mdtraj's exceptions
-    propagate (the callers name the file)."""
+    """The mdtraj topology of file ``path``: read by mdtraj, or, for the topologies it
+    cannot read (GROMACS ``.tpr`` and ``.top``, Amber's old ``.top``), by MDAnalysis
+    (optional, the ``files`` extra) and rebuilt atom for atom. Residues are numbered as the
+    file's own tools number them: an Amber ``.prmtop``/``.parm7`` stores no residue numbers,
+    and mdtraj numbers its residues from 0 (``VAL0``); they are renumbered from 1
+    (``VAL1``, mdtraj's ``resSeq``), as Amber (cpptraj's ``:1``, ambpdb), VMD and
+    MDAnalysis number them, so that feature labels read as a chemist expects and atoms
+    match a PDB of the same system by residue number. Other formats keep the numbers they
+    store. The readers' exceptions propagate (the callers name the file)."""
     md = _import_mdtraj()
+    if not _mdtraj_reads_topology(path):
+        return _mdanalysis_topology(md, path)
     top = md.load_topology(path)
     if path.lower().endswith(_NUMBERED_FROM_ONE):
         for residue in top.residues:
@@ -444,12 +493,7 @@ def _read_mdanalysis(
     read), as an mdtraj ``Trajectory``: positions and cell lengths converted from Å to nm,
     times in ps, the topology's atoms, residues, segments (as chains) and elements."""
     mda = _import_mdanalysis(path, why, cause)
-    kwargs: dict[str, Any] = {}
-    if extension(top_path) == ".top" and _gromacs_top(top_path):  # not Amber's .top
-        kwargs = {
-            "topology_format": "ITP",
-            "include_dir": os.environ.get("GMXLIB", os.path.dirname(os.path.abspath(top_path))),
-        }
+    kwargs = _mdanalysis_topology_kwargs(top_path)
     failure = None
     with _quiet_finalizers():
         try:
@@ -483,17 +527,111 @@ def _read_mdanalysis(
         raise DataFileError(path, f"cannot read through MDAnalysis: {reason(exc)}") from exc
 
 
+def _mdanalysis_topology_kwargs(top_path: str) -> dict[str, Any]:
+    """MDAnalysis' arguments for topology file ``top_path``: a GROMACS ``.top`` is read as
+    ``ITP`` with its ``#include`` files from ``$GMXLIB`` or its folder."""
+    if extension(top_path) == ".top" and _gromacs_top(top_path):  # not Amber's .top
+        return {
+            "topology_format": "ITP",
+            "include_dir": os.environ.get("GMXLIB", os.path.dirname(os.path.abspath(top_path))),
+        }
+    return {}
+
+
+def _mdanalysis_topology(md: Any, top_path: str) -> Any:
+    """The mdtraj topology of a topology file mdtraj cannot read, through MDAnalysis."""
+    why = f"mdtraj cannot read {extension(top_path) or 'this'} topologies"
+    mda = _import_mdanalysis(top_path, why)
+    with _quiet_finalizers(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        u = mda.Universe(top_path, **_mdanalysis_topology_kwargs(top_path))
+    return _mdtraj_topology(md, u)
+
+
+#: the XDR trajectories (GROMACS), read frame by frame after a failure
+_XDR_FILES = (".xtc", ".trr")
+
+
+def _atoms_in_file(md: Any, path: str) -> int | None:
+    """The number of atoms of a trajectory file's first frame as mdtraj reads it (None
+    when it cannot tell)."""
+    ext = extension(path)
+    try:
+        with warnings.catch_warnings(), quiet_c_stdout(stderr=True):
+            warnings.simplefilter("ignore")
+            if ext in _MDTRAJ_LOADERS:
+                with md.formats.NetCDFTrajectoryFile(path) as fh:
+                    return int(fh.n_atoms)
+            cls = {
+                ".xtc": md.formats.XTCTrajectoryFile,
+                ".trr": md.formats.TRRTrajectoryFile,
+                ".dcd": md.formats.DCDTrajectoryFile,
+            }.get(ext)
+            if cls is None:
+                return None
+            with cls(path) as fh:
+                xyz = fh.read(n_frames=1)[0]
+            return int(xyz.shape[1]) if xyz.ndim == 3 and len(xyz) else None
+    except Exception:  # noqa: BLE001 - unknown: the caller's own error says why
+        return None
+
+
+def _read_whole_xdr_frames(md: Any, path: str, top: Any, stride: int) -> tuple[Any | None, str]:
+    """The frames of an XTC/TRR file that mdtraj reads one by one up to the first it cannot
+    (every ``stride``-th), as a ``Trajectory`` (None when it reads none), and why it
+    stopped."""
+    cls = (
+        md.formats.XTCTrajectoryFile if extension(path) == ".xtc" else md.formats.TRRTrajectoryFile
+    )
+    xyz, time, box, failure, i = [], [], [], None, 0
+    with warnings.catch_warnings(), quiet_c_stdout(stderr=True):
+        warnings.simplefilter("ignore")
+        try:
+            with cls(path) as fh:
+                while True:
+                    frame = fh.read(n_frames=1)
+                    if not len(frame[0]):
+                        break
+                    if i % stride == 0:
+                        xyz.append(frame[0][0])
+                        time.append(float(frame[1][0]))
+                        box.append(None if frame[3] is None else frame[3][0])
+                    i += 1
+        except Exception as exc:  # noqa: BLE001 - the frame that cannot be read
+            failure = reason(exc)
+    if not xyz:
+        return None, i, failure
+    traj = md.Trajectory(np.stack(xyz), top, time=np.asarray(time))
+    if all(b is not None for b in box):
+        boxes = np.stack(box)
+        if np.all(np.linalg.norm(boxes, axis=2) > 0):
+            traj.unitcell_vectors = boxes
+    return traj, i, failure
+
+
 @contextlib.contextmanager
-def quiet_c_stdout():
+def quiet_c_stdout(stderr: bool = False):
     """Within the block, what C code writes to the process's standard output is discarded:
     mdtraj's DCD plugin prints its diagnosis of a bad header ("dcdplugin) unrecognized DCD
-    header: ...") there before raising, and the error we raise says it in one line."""
+    header: ...") there before raising, and the error we raise says it in one line.
+    ``stderr``: the standard error too (mdtraj's XDR library prints "(xdrfile error) ..."
+    there); Python's own writes to ``sys.stderr`` in the block are lost with it."""
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(_quiet_fd(sys.stdout))
+        if stderr:
+            stack.enter_context(_quiet_fd(sys.stderr))
+        yield
+
+
+@contextlib.contextmanager
+def _quiet_fd(stream: Any):
+    """Within the block, what is written to the file descriptor of ``stream`` is dropped."""
     try:
-        fd = sys.stdout.fileno()
-    except (AttributeError, OSError, ValueError):  # no real stdout (a notebook): nothing to do
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):  # no real stream (a notebook): nothing to do
         yield
         return
-    sys.stdout.flush()
+    stream.flush()
     saved = os.dup(fd)
     try:
         with open(os.devnull, "wb") as null:
