@@ -218,3 +218,40 @@ def test_tpr_topology_loads_for_the_export():
     assert top.n_atoms == u.atoms.n_atoms == 47681
     ca = u.select_atoms("name CA")
     assert [f"{top.atom(i).residue}" for i in ca.indices] == [f"{a.resname}{a.resid}" for a in ca]
+
+
+def test_a_time_per_frame_that_cannot_be_known_is_warned_of(tmp_path, capsys):
+    """bala.ncdf stores time 0 in every frame, a joined XTC restarts its times, an
+    mdtraj-written DCD has DELTA 1: each warns that its time per frame is unknown (the
+    timescales then in frames), and so does a mix with a timed file; --dt silences it."""
+    import mdtraj as md
+
+    from dpnets.cli import main
+
+    with pytest.warns(RuntimeWarning, match=r"bala\.ncdf: every frame has the time 0 ps"):
+        assert read_trajectories(files.NCDF, topology=files.PRMncdf).dt is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        traj = md.load(files.XTC, top=files.GRO, atom_indices=np.arange(30))
+    traj.time = np.r_[np.arange(5), np.arange(5)] * 100.0
+    traj.save_xtc(str(tmp_path / "joined.xtc"))
+    traj[:3].save_dcd(str(tmp_path / "plain.dcd"))
+    traj[:4].save_pdb(str(tmp_path / "top.pdb"))
+    traj.time = np.arange(10) * 100.0
+    traj.save_xtc(str(tmp_path / "good.xtc"))
+    top = tmp_path / "top.pdb"
+    with pytest.warns(RuntimeWarning) as caught:
+        res = read_trajectories([tmp_path / "good.xtc", tmp_path / "joined.xtc"], topology=top)
+    assert res.dt is None
+    messages = [str(w.message) for w in caught]
+    assert any("joined.xtc: its frame times are not evenly spaced (steps from -400 to 100" in m
+               for m in messages)  # fmt: skip
+    assert any("joined.xtc has no time per frame, while " in m and "good.xtc's is 100 ps" in m
+               for m in messages)  # fmt: skip
+    with pytest.warns(RuntimeWarning, match=r"plain\.dcd: its DCD header stores no time step"):
+        assert read_trajectories(tmp_path / "plain.dcd", topology=top).dt is None
+    args = [str(files.NCDF), "--topology", str(files.PRMncdf), "--features", "dihedrals"]
+    args += ["--epochs", "1", "--dim", "1", "--quiet", "--dt", "2", "--time-unit", "ps"]
+    assert main(["fit", *args, "--out", str(tmp_path / "fit")]) == 0
+    assert "time per frame is unknown" not in capsys.readouterr().err
+    assert "lag 1 frames = 2 ps" in (tmp_path / "fit" / "report.md").read_text()

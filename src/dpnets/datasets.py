@@ -50,6 +50,7 @@ import glob
 import math
 import os
 import re
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -57,7 +58,7 @@ from typing import Any
 import numpy as np
 
 from dpnets.file_errors import DataFileError, check_regular, extension, reason
-from dpnets.md_files import MD_EXTENSIONS, MDReading, select_atoms
+from dpnets.md_files import MD_EXTENSIONS, NO_TIME_STEP, MDReading, select_atoms
 from dpnets.md_files import load_topology as load_topology  # engines reads them here
 from dpnets.md_files import quiet_c_stdout as quiet_c_stdout
 
@@ -371,6 +372,15 @@ class _Reader(MDReading):
                     raise DataFileError(s, f"time per frame {d:g} differs from {s0}'s {d0:g}")
             if len(known) == len(self.dts):
                 dt = d0
+            else:
+                s1 = next(s for s, d in self.dts if d is None)
+                warnings.warn(
+                    f"{s1} has no time per frame, while {s0}'s is {d0:g}"
+                    f"{' ps' if self.any_md else ''}: {NO_TIME_STEP} (timescales in "
+                    "frames); give it (dpnets fit --dt, the estimators' dt=)",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
         atomic_numbers = self._common_atomic_numbers()
         if self.cutoff is not None and self.md_features is not None:
             self._apply_cutoff()

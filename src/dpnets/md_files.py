@@ -55,6 +55,14 @@ _MDTRAJ_TOPOLOGIES = (
     ".pdb", ".pdb.gz", ".pdbx", ".cif", ".gro", ".prmtop", ".parm7", ".psf", ".mol2",
     ".hoomdxml", ".h5", ".lh5", ".xml",
 )  # fmt: skip
+#: the end of the warning of a trajectory whose time per frame cannot be known
+NO_TIME_STEP = "the time per frame is unknown"
+# Why a format without frame times has none (DCD: when its header has no time step)
+_NO_TIMES = {
+    ".mdcrd": "an Amber .mdcrd file stores no frame times",
+    ".dcd": "its DCD header stores no time step (DELTA = 1 AKMA: the placeholder of VMD's "
+    "and mdtraj's writers)",
+}
 # Topologies that store no residue numbers: mdtraj numbers their residues from 0, Amber's
 # own tools (cpptraj's ``:1``, ambpdb), VMD and MDAnalysis from 1
 _NUMBERED_FROM_ONE = (".prmtop", ".parm7", ".prm7")
@@ -263,10 +271,22 @@ class MDReading:
         self, path: str, traj: Any, md: Any, *, timed: bool, dt: float | None = None
     ) -> None:
         """Append the positions or the features of one read trajectory (``timed``: its
-        frames carry their times, else ``dt`` when known)."""
+        frames carry their times, else ``dt`` when known). A time per frame that cannot be
+        known (times all equal or unevenly spaced, a format without times) is warned of
+        (:data:`NO_TIME_STEP`)."""
         self.any_md = True
         if dt is None:
-            dt = _timestep(traj.time) if timed else None
+            if timed:
+                dt, why = _timestep(traj.time)
+            else:
+                why = _NO_TIMES.get(extension(path), "the file stores no frame times")
+            if why and traj.n_frames > 1:
+                warnings.warn(
+                    f"{path}: {why}: {NO_TIME_STEP} (timescales in frames); give it "
+                    "(dpnets fit --dt, the estimators' dt=)",
+                    RuntimeWarning,
+                    stacklevel=5,
+                )
         if self.features == "positions":
             atoms = self._select(path, traj.topology)
             z = np.array([_atomic_number(traj.topology.atom(i)) for i in atoms], dtype=np.int64)
@@ -370,16 +390,24 @@ def select_atoms(top: Any, selection: str, source: str = "topology") -> np.ndarr
 # Helpers
 
 
-def _timestep(time: np.ndarray | None) -> float | None:
+def _timestep(time: np.ndarray | None) -> tuple[float | None, str | None]:
+    """The time between the frames of times ``time`` (ps), or None and why not (None for
+    fewer than 2 frames)."""
     if time is None or len(time) < 2:
-        return None
-    diffs = np.diff(np.asarray(time, dtype=np.float64))
+        return None, None
+    time = np.asarray(time, dtype=np.float64)
+    if not np.all(np.isfinite(time)):
+        return None, "its frame times are not finite"
+    diffs = np.diff(time)
     dt = float(diffs[0])
-    if not np.isfinite(dt) or dt <= 0:
-        return None
-    if not np.allclose(diffs, dt, rtol=1e-4, atol=1e-6):
-        return None
-    return dt
+    if np.all(diffs == 0):
+        return None, f"every frame has the time {time[0]:g} ps (the file stores no time step)"
+    if dt <= 0 or not np.allclose(diffs, dt, rtol=1e-4, atol=1e-6):
+        return None, (
+            f"its frame times are not evenly spaced (steps from {diffs.min():g} to "
+            f"{diffs.max():g} ps: runs joined without renumbering their times?)"
+        )
+    return dt, None
 
 
 def _atomic_number(atom: Any) -> int:

@@ -54,21 +54,25 @@ __all__ = [
 # ------------------------------------------------------------------------------ data and model
 def _read(data: dict[str, Any]):
     from dpnets.datasets import read_trajectories
+    from dpnets.md_files import NO_TIME_STEP
 
     if not data["paths"]:
         raise WorkflowError("no data files given")
-    trajs = read_trajectories(
-        data["paths"],
-        keys=data["keys"] or None,
-        columns=data["columns"] or None,
-        topology=data["topology"] or None,
-        features=data["features"],
-        selection=data["selection"],
-        stride=int(data["stride"]),
-        torsions=[t.strip() for t in str(data.get("torsions") or "phi,psi").split(",") if t],
-        cutoff=float(data.get("cutoff") or 0.0) or None,
-        reference=data.get("reference") or None,
-    )
+    with warnings.catch_warnings():
+        if data.get("dt"):  # --dt gives the time per frame the files lack: no warning
+            warnings.filterwarnings("ignore", message=f".*{NO_TIME_STEP}")
+        trajs = read_trajectories(
+            data["paths"],
+            keys=data["keys"] or None,
+            columns=data["columns"] or None,
+            topology=data["topology"] or None,
+            features=data["features"],
+            selection=data["selection"],
+            stride=int(data["stride"]),
+            torsions=[t.strip() for t in str(data.get("torsions") or "phi,psi").split(",") if t],
+            cutoff=float(data.get("cutoff") or 0.0) or None,
+            reference=data.get("reference") or None,
+        )
     dt, _ = _time(data, trajs)
     return trajs, dt
 
