@@ -419,12 +419,23 @@ def _fit(config: dict[str, dict[str, Any]], out: Path, progress: bool) -> str:
     log_weights = _read_bias(data, trajs)
     lag = int(model["lag"])
     longest = max(t.shape[0] for t in trajs.data)
+    stride = int(data.get("stride") or 1)
+    kept = f" after --stride {stride}" if stride > 1 else ""
     if lag < 1 or lag >= longest:
         raise WorkflowError(
             f"--lag {lag} must be at least 1 and shorter than the longest trajectory "
-            f"({longest} frames)"
+            f"({longest} frames{kept})" + ("; use a smaller --stride" if kept else "")
         )
     usable = [t for t in trajs.data if t.shape[0] > lag]
+    n_pairs, dim = sum(t.shape[0] - lag for t in usable), int(model["dim"])
+    if n_pairs <= dim + 1:  # the covariances of r features and the constant need more
+        raise WorkflowError(
+            f"{n_pairs} lagged pairs at --lag {lag} ({sum(t.shape[0] for t in usable)} "
+            f"frames{kept}) for --dim {dim} learned features and the constant: too few to "
+            "fit; use longer or more trajectories, "
+            + ("a smaller --stride, " if kept else "")
+            + "a shorter --lag or a smaller --dim"
+        )
     if log_weights is not None:
         log_weights = [w for w, t in zip(log_weights, trajs.data, strict=True) if t.shape[0] > lag]
     found = _dropped(trajs, lag)
