@@ -19,7 +19,8 @@ pytest.importorskip("mdtraj")
 mda = pytest.importorskip("MDAnalysis")
 files = pytest.importorskip("MDAnalysisTests.datafiles")
 
-from dpnets.datasets import read_trajectories  # noqa: E402
+from dpnets.datasets import read_trajectories, select_atoms  # noqa: E402
+from dpnets.md_files import load_topology  # noqa: E402
 
 
 def _reference(top: str, traj: str, **kw) -> tuple[np.ndarray, float | None, int]:
@@ -141,7 +142,6 @@ def test_amber_residues_are_numbered_from_one_as_amber_and_mdanalysis_number_the
     VAL2); the labels use Amber's, VMD's and MDAnalysis' numbers (VAL1 GLU2 VAL3), and the
     fit's atoms match a PDB of the same system (MDAnalysis writes resSeq 1, 2, 3)."""
     from dpnets.engines import match_atoms
-    from dpnets.md_files import load_topology
 
     res = read_trajectories(files.NCDF, topology=files.PRMncdf, features="dihedrals")
     assert res.names == [
@@ -255,3 +255,18 @@ def test_a_time_per_frame_that_cannot_be_known_is_warned_of(tmp_path, capsys):
     assert main(["fit", *args, "--out", str(tmp_path / "fit")]) == 0
     assert "time per frame is unknown" not in capsys.readouterr().err
     assert "lag 1 frames = 2 ps" in (tmp_path / "fit" / "report.md").read_text()
+
+
+def test_an_empty_selection_lists_the_names_mdtraj_gave_the_topology():
+    """CHARMM's water is TIP3 with OH2 in the .psf; mdtraj renames them HOH and O, so
+    'name OH2' matches nothing: the error lists the names to use. A name with a '+' is
+    quoted in mdtraj's syntax."""
+    from dpnets.datasets import DataFileError
+
+    names = r"'name OH2' matches no atom; the topology, as mdtraj reads and renames it, "
+    names += r"has residues HOH and atoms O, H1, H2$"
+    with pytest.raises(DataFileError, match=names):
+        read_trajectories(files.DCD_TRICLINIC, topology=files.PSF_TRICLINIC, selection="name OH2")
+    with pytest.raises(DataFileError, match=r"quote names with symbols: resname 'Na\+'$"):
+        select_atoms(load_topology(files.PRMncdf), "resname Na+")
+    assert len(select_atoms(load_topology(files.PRMncdf), "resname 'Na+'")) == 1

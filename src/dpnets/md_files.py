@@ -370,7 +370,10 @@ def select_atoms(top: Any, selection: str, source: str = "topology") -> np.ndarr
     """0-based indices (int64) of the atoms of mdtraj topology ``top`` that ``selection``
     picks, as :func:`~dpnets.datasets.read_trajectories` selects them: ``"heavy"`` (all but
     hydrogens and virtual sites), ``"all"``, or any mdtraj selection string. A bad or empty
-    selection raises :class:`~dpnets.datasets.DataFileError` naming ``source``."""
+    selection raises :class:`~dpnets.datasets.DataFileError` naming ``source``; an empty one
+    lists the residue and atom names the topology has as mdtraj reads it (mdtraj renames
+    some of a file's names: Amber's ``WAT`` and CHARMM's ``TIP3`` to ``HOH``, ``OH2`` to
+    ``O``, ``HT1`` to ``H``)."""
     try:
         if selection == "heavy":
             atoms = [a.index for a in top.atoms if _atomic_number(a) > 1]
@@ -379,11 +382,30 @@ def select_atoms(top: Any, selection: str, source: str = "topology") -> np.ndarr
         else:
             atoms = top.select(selection)
     except Exception as exc:
-        raise DataFileError(source, f"bad atom selection {selection!r}: {reason(exc)}") from exc
+        quote = (
+            "; quote names with symbols: resname 'Na+'"
+            if any(c in selection for c in "+-*") and "'" not in selection
+            else ""
+        )
+        raise DataFileError(
+            source, f"bad atom selection {selection!r}: {reason(exc)}{quote}"
+        ) from exc
     atoms = np.asarray(atoms, dtype=np.int64)
     if atoms.size == 0:
-        raise DataFileError(source, f"atom selection {selection!r} matches no atom")
+        raise DataFileError(
+            source,
+            f"atom selection {selection!r} matches no atom; the topology, as mdtraj reads "
+            f"and renames it, has residues {_some_names(r.name for r in top.residues)} and "
+            f"atoms {_some_names(a.name for a in top.atoms)}",
+        )
     return atoms
+
+
+def _some_names(names: Any, shown: int = 12) -> str:
+    """The distinct ``names`` in order of appearance, the first ``shown`` of them."""
+    distinct = list(dict.fromkeys(names))
+    more = f", … ({len(distinct)} names)" if len(distinct) > shown else ""
+    return ", ".join(distinct[:shown]) + more
 
 
 # --------------------------------------------------------------------------------------------
