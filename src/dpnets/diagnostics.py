@@ -109,7 +109,8 @@ class Diagnostic:
     kind : str
         ``"above_one"``, ``"complex"``, ``"unresolved"``, ``"beyond_data"``,
         ``"few_pairs"``, ``"not_converged"``, ``"saturated"``, ``"few_steps"``,
-        ``"out_of_range"`` or ``"dropped"``.
+        ``"out_of_range"``, ``"dropped"`` or ``"few_units"`` (``dpnets analyze``: a
+        bootstrap over fewer than 5 trajectories or blocks).
     problem : str
         What was found, with its numbers.
     python : str

@@ -10,6 +10,7 @@ repeats the fit), ``training.png`` (the training curve) and ``report.md``.
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import time
@@ -555,6 +556,30 @@ _ESTIMATOR = {
 }
 
 
+#: fewest bootstrap units (whole trajectories, or blocks of a single one) whose resamples
+#: give error bars: 2 have 3 distinct resamples, 3 have 10, 5 have 126
+MIN_BOOTSTRAP_UNITS = 5
+
+
+def _few_units(n_trajectories: int, n_blocks: int) -> list[Diagnostic]:
+    """The bootstrap of the analysis over too few trajectories (or blocks of one)."""
+    n = n_trajectories if n_trajectories > 1 else n_blocks
+    if n >= MIN_BOOTSTRAP_UNITS:
+        return []
+    what = "whole trajectories" if n_trajectories > 1 else "blocks of the single trajectory"
+    fix = f"use {MIN_BOOTSTRAP_UNITS} or more independent trajectories"
+    return [
+        Diagnostic(
+            "few_units",
+            f"the bootstrap intervals resample {n} {what}, which have only "
+            f"{math.comb(2 * n - 1, n)} distinct resamples: the intervals are no error bars",
+            fix + ("" if n_trajectories > 1 else " (or more n_blocks, if the lags allow)"),
+            fix + ("" if n_trajectories > 1 else " (or more --blocks, if the lags allow)"),
+            warn=False,
+        )
+    ]
+
+
 def _dropped(trajs: Any, lag: int) -> list[Diagnostic]:
     """The trajectories too short for one pair at ``lag``, named (they are left out)."""
     pairs = zip(trajs.sources, trajs.data, strict=True)
@@ -916,6 +941,7 @@ def _analyze(
         lags = check_lags(list(settings.lags), "--lags", longest).tolist()
     n_boot = settings.n_bootstrap
     blocks = settings.n_blocks if settings.n_blocks is not None else _auto_blocks(data, lags)
+    found += _few_units(len(data), blocks)
     plt = plot.pyplot()
     step = _steps(settings.progress, 5)
     bars = {"seed": 0, "progress": settings.progress, "n_blocks": blocks}
@@ -928,6 +954,11 @@ def _analyze(
         "eigenvalues": [[float(v.real), float(v.imag)] for v in op.eig()],
         "timescales": [float(v) for v in op.implied_timescales(dt)],
         "diagnostics": [{"kind": d.kind, "message": d.message(cli=True)} for d in found],
+        "bootstrap_over": (
+            f"the {len(data)} trajectories"
+            if len(data) > 1
+            else f"{blocks} blocks of the trajectory"
+        ),
     }
     step("implied timescales against lag (bootstrap)")
     try:
@@ -1045,7 +1076,8 @@ def _analysis_report(
             cells.append(f"{ts[i]:.4g} [{spec.lower[i]:.3g}, {spec.upper[i]:.3g}]")
         else:
             cells.append(f"{ts[i]:.4g}")
-    interval = " (95% bootstrap intervals over trajectories)" if spec is not None else ""
+    over = results.get("bootstrap_over", "trajectories")
+    interval = f" (95% bootstrap intervals over {over})" if spec is not None else ""
     lines.append(f"Slowest implied timescales ({units}): {', '.join(cells)}{interval}.\n")
     if sets is not None:
         lines.append(
