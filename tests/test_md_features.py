@@ -214,3 +214,34 @@ def test_a_tica_pre_projection_before_the_network(tmp_path):
     got = torch.jit.load(str(cv))(torch.tensor(frames.xyz, dtype=torch.float64)).numpy()
     expect = np.real(model.eigenfunctions(x[0][:5]))[:, 1]
     np.testing.assert_allclose(got[:, 0], expect, atol=1e-3 * np.ptp(expect) + 1e-6)
+
+
+@pytest.mark.parametrize(
+    "kind", [["distances", "--cutoff", "0.8"], ["cartesian", "--selection", "name CA"]]
+)
+def test_new_files_get_the_fits_pairs_and_reference(tmp_path, kind):
+    """Contacts were chosen (--cutoff) on the fit's data and Cartesians superposed on its
+    first frame: transform of one file alone gives exactly what it gives with the fit's
+    files (it chose other pairs on the file, 68 not 70: refused; and superposed on the
+    file's own first frame: features off by 36 where they vary by 1, silently)."""
+    out = tmp_path / "fit"
+    sel = ["--selection", "name CA and resid 0 to 20"] if kind[0] == "distances" else []
+    args = ["fit", *ADK, "--topology", files.PSF, "--features", *kind, *sel]
+    args += ["--epochs", "2", "--quiet", "--out", str(out)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        assert main(args) == 0
+        assert main(["transform", str(out), *ADK, "--out", str(tmp_path / "both.npz")]) == 0
+        assert main(["transform", str(out), ADK[1], "--out", str(tmp_path / "one.npy")]) == 0
+    with np.load(tmp_path / "both.npz") as both:
+        np.testing.assert_array_equal(np.load(tmp_path / "one.npy"), both["traj_1"])
+
+
+def test_a_fits_pair_the_new_selection_lacks_is_named(adk):
+    from dpnets.md_features import distance_features
+
+    spec = distance_features(adk.topology, adk.topology.select("name CA and resid 0 to 2"))
+    fit = {"names": [spec.names[2], spec.names[0]]}
+    np.testing.assert_array_equal(spec.like_fit(fit).atoms, spec.atoms[[2, 0]])
+    with pytest.raises(ValueError, match=r"^the selection has no pair d\(X, Y\) of the fit's "):
+        spec.like_fit({"names": ["d(X, Y)", spec.names[0]]})

@@ -51,7 +51,7 @@ import math
 import os
 import re
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -160,6 +160,7 @@ def read_trajectories(
     torsions: Sequence[str] = ("phi", "psi"),
     cutoff: float | None = None,
     reference: str | os.PathLike | None = None,
+    fit_features: Mapping[str, Any] | None = None,
 ) -> Trajectories:
     """Read trajectories from files (one or more per file).
 
@@ -208,6 +209,11 @@ def read_trajectories(
     reference : path, optional
         ``features="cartesian"``: a structure of the same topology to superpose on
         (default: the first frame read).
+    fit_features : mapping, optional
+        The features a fit was trained on (its folder's ``features.json``): new files read
+        for that fit give exactly them, its distance pairs (``cutoff`` is then not applied:
+        it chose the pairs on the fit's data) and its Cartesian reference (``reference``
+        is then not read).
 
     Returns
     -------
@@ -242,6 +248,11 @@ def read_trajectories(
     reader.torsions = [str(t) for t in ([torsions] if isinstance(torsions, str) else torsions)]
     reader.cutoff = None if cutoff is None else float(cutoff)
     reader.reference_path = None if reference is None else os.fspath(reference)
+    if fit_features is not None:
+        reader.fit_features = dict(fit_features)
+        reader.cutoff = None
+        if fit_features.get("reference") is not None:
+            reader.reference_path = None
     for path in files:
         reader.read(path)
     return reader.result()

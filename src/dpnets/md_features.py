@@ -98,6 +98,37 @@ class MDFeatures:
         names = [n for n, k in zip(self.names, keep, strict=True) if k]
         return MDFeatures(self.kind, self.atoms[keep], names)
 
+    def like_fit(self, fit: dict[str, Any]) -> MDFeatures:
+        """These features made the ones a fit was trained on, from its description
+        (:meth:`describe`, the fit folder's ``features.json``), for new files read with the
+        fit's settings: distances, the fit's pairs in its order (picked by name: a contact
+        cut-off chose them on the fit's data, not on the new files'); Cartesians,
+        superposed on the fit's reference (not the new files' first frame). Dihedrals are
+        fixed by the selection and the torsion kinds. ``ValueError`` for a pair the new
+        topology lacks or a reference of another number of atoms."""
+        if self.kind == "distances" and fit.get("names") is not None:
+            where = {name: i for i, name in enumerate(self.names)}
+            missing = [n for n in fit["names"] if n not in where]
+            if missing:
+                raise ValueError(
+                    f"the selection has no pair {missing[0]} of the fit's distances "
+                    f"({len(missing)} of {len(fit['names'])} missing)"
+                )
+            idx = np.array([where[n] for n in fit["names"]], dtype=np.int64)
+            return MDFeatures(self.kind, self.atoms[idx], list(fit["names"]))
+        if self.kind == "cartesian" and fit.get("reference") is not None:
+            ref = np.asarray(fit["reference"], dtype=np.float64)
+            if ref.shape != (len(self.atoms), 3):
+                raise ValueError(
+                    f"the fit's reference holds {len(ref)} atoms; the selection has "
+                    f"{len(self.atoms)}"
+                )
+            assert self.reference is not None
+            full = self.reference.copy()
+            full[self.atoms] = ref  # superposition uses the selected atoms only
+            return MDFeatures(self.kind, self.atoms, self.names, reference=full)
+        return self
+
     def describe(self) -> dict[str, Any]:
         """A JSON-serialisable description (the fit folder's ``features.json``)."""
         out: dict[str, Any] = {

@@ -90,6 +90,10 @@ class MDReading:
     ``md_features``
         The :class:`dpnets.md_features.MDFeatures` of the first MD file (the later files
         reuse it: every file has the same atoms).
+    ``fit_features``
+        A fit's ``features.json`` (new files given to a fit), or None: the features are
+        then the fit's (:meth:`dpnets.md_features.MDFeatures.like_fit`: its distance pairs,
+        whatever the cut-off, and its Cartesian reference).
     ``any_md``
         Whether an MD file was read (times are then in ps).
     """
@@ -110,6 +114,7 @@ class MDReading:
         self.cutoff: float | None = None
         self.reference_path: str | None = None
         self.md_features: Any = None  # the MDFeatures of the first MD file
+        self.fit_features: dict[str, Any] | None = None  # a fit's features.json: its features
 
     def _common_atomic_numbers(self) -> np.ndarray | None:
         """The atomic numbers of the positions read (None when none), the same in every file."""
@@ -314,6 +319,8 @@ class MDReading:
                 spec = md_features.distance_features(top, atoms)
             else:
                 spec = md_features.cartesian(top, atoms, self._reference(traj))
+            if self.fit_features is not None:  # a fit's pairs, its reference
+                spec = spec.like_fit(self.fit_features)
         except ValueError as exc:
             raise DataFileError(path, str(exc)) from None
         self.md_features = spec

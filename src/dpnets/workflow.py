@@ -53,7 +53,10 @@ __all__ = [
 
 
 # ------------------------------------------------------------------------------ data and model
-def _read(data: dict[str, Any]):
+def _read(data: dict[str, Any], folder: str | os.PathLike | None = None):
+    """The trajectories of ``data`` (a config's data table) and the time per frame; for new
+    files given to the fit in ``folder``, the fit's own MD features (its ``features.json``:
+    its distance pairs and Cartesian reference, not chosen again on the new files)."""
     from dpnets.datasets import read_trajectories
     from dpnets.md_files import NO_TIME_STEP
 
@@ -73,6 +76,7 @@ def _read(data: dict[str, Any]):
             torsions=[t.strip() for t in str(data.get("torsions") or "phi,psi").split(",") if t],
             cutoff=float(data.get("cutoff") or 0.0) or None,
             reference=data.get("reference") or None,
+            fit_features=None if folder is None else _fit_features(folder),
         )
     dt, _ = _time(data, trajs)
     return trajs, dt
@@ -748,13 +752,20 @@ def _check_like_fit(op: Any, trajs: Any, folder: str | os.PathLike) -> None:
             )
 
 
+def _fit_features(folder: str | os.PathLike) -> dict[str, Any] | None:
+    """The MD features the fit in ``folder`` was trained on (its ``features.json``), or
+    None (not an MD fit, or a folder from before the file)."""
+    path = Path(folder) / "features.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
 def _check_feature_names(trajs: Any, folder: str | os.PathLike) -> None:
     """The files give the features the fit in ``folder`` was trained on (its
     ``features.json``), named alike; a ``WorkflowError`` naming the first that differs."""
-    path = Path(folder) / "features.json"
-    if trajs.md_features is None or not path.is_file():
+    fit = _fit_features(folder)
+    if trajs.md_features is None or fit is None:
         return
-    want = json.loads(path.read_text()).get("names") or []
+    want = fit.get("names") or []
     got = list(trajs.md_features.names)
     if got != want:
         first = next(
@@ -917,7 +928,7 @@ def _analyze(
             "lag, bootstrap, CK test) would refit on unweighted pairs of the biased frames: "
             "not supported yet; the fit's report holds its timescales"
         )
-    trajs, dt = _read(_data_like(config, paths))
+    trajs, dt = _read(_data_like(config, paths), folder)
     _check_like_fit(op, trajs, folder)
     lag = int(op.lag_)
     data = [t for t in trajs.data if t.shape[0] > lag]
@@ -1161,7 +1172,7 @@ def transform_files(
     data = _data_like(config, paths)
     if topology is not None:
         data["topology"] = os.fspath(topology)
-    trajs, _ = _read(data)
+    trajs, _ = _read(data, folder)
     _check_like_fit(op, trajs, folder)
     _check_feature_names(trajs, folder)
     if out.suffix == ".npy" and len(trajs.data) != 1:
@@ -1191,7 +1202,7 @@ def forecast_file(
     op, config = _load_fit(folder)
     if int(steps) < 1:
         raise WorkflowError(f"--steps must be >= 1, got {steps}")
-    trajs, _ = _read(_data_like(config, paths))
+    trajs, _ = _read(_data_like(config, paths), folder)
     _check_like_fit(op, trajs, folder)
     x = np.concatenate(trajs.data)
     pred = op.predict(x, t=list(range(1, int(steps) + 1)))
