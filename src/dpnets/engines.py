@@ -317,9 +317,13 @@ def export_fit(
     else:
         raise ExportError(f"{fit}: no such fit folder or model file")
     model = load(model_path)
+    # the unit of the fit's timescales (a folder's config stores it unless it is frames)
+    unit = str(data.get("time_unit") or "frames") if fit.is_dir() else None
 
     def export_model(out: Path, **kw: Any) -> dict[str, Any]:
         """:func:`dpnets.export.export` of the fit's model, refusals naming CLI options."""
+        if unit is not None:
+            kw["metadata"] = {"time_unit": unit, **(kw.get("metadata") or {})}
         return export(
             model, out, modes, dtype, complex_parts=complex_parts, remedies=CLI_REMEDIES, **kw
         )
