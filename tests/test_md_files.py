@@ -270,3 +270,35 @@ def test_an_empty_selection_lists_the_names_mdtraj_gave_the_topology():
     with pytest.raises(DataFileError, match=r"quote names with symbols: resname 'Na\+'$"):
         select_atoms(load_topology(files.PRMncdf), "resname Na+")
     assert len(select_atoms(load_topology(files.PRMncdf), "resname 'Na+'")) == 1
+
+
+def test_charmm_triclinic_dcd_box_gives_minimum_image_distances():
+    """tip125_tric_C36.dcd stores CHARMM's box matrix, which mdtraj's reader took for
+    lengths and angle cosines (3.08 nm, angles -2.6/9.6/14.6 degrees: every water-water
+    distance 1.8e19 nm). The box as MDAnalysis reads it, and the distances the true
+    minimum image in it (brute force over neighbouring images), also with a stride."""
+    import itertools
+
+    from MDAnalysis.lib.mdamath import triclinic_vectors
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        u = mda.Universe(files.PSF_TRICLINIC, files.DCD_TRICLINIC)
+        boxes = [triclinic_vectors(ts.dimensions) / 10.0 for ts in u.trajectory]
+        xyz = np.stack([ts.positions / 10.0 for ts in u.trajectory])
+    oxygens = u.select_atoms("name OH2").indices
+    res = read_trajectories(
+        files.DCD_TRICLINIC,
+        topology=files.PSF_TRICLINIC,
+        features="distances",
+        selection="name O",  # mdtraj's name of CHARMM's OH2
+        stride=3,
+    )
+    pairs = res.md_features.atoms
+    assert set(pairs.ravel()) == set(oxygens)
+    images = np.array(list(itertools.product(range(-2, 3), repeat=3)), dtype=np.float64)
+    for row, frame in enumerate(range(0, 10, 3)):
+        diff = xyz[frame][pairs[:, 1]] - xyz[frame][pairs[:, 0]]
+        shifts = images @ boxes[frame]
+        brute = np.linalg.norm(diff[:, None, :] + shifts[None], axis=2).min(axis=1)
+        np.testing.assert_allclose(res.data[0][row], brute, atol=1e-5)

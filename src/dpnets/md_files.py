@@ -215,6 +215,7 @@ class MDReading:
             traj = self._read_damaged(md, path, top, exc)
         if ext == ".dcd":
             dt = _check_dcd(path, md, traj.n_frames, self.stride)
+            _charmm_box(path, traj, self.stride)
         self._add_md(path, traj, md, timed=ext in _MD_TIMED_EXTS, dt=dt)
 
     def _read_damaged(self, md: Any, path: str, top: Any, exc: Exception) -> Any:
@@ -471,6 +472,64 @@ def _topology_from_json(md: Any, raw: Any) -> Any:
     for a, b in spec.get("bonds", []):
         top.add_bond(atoms[a], atoms[b])
     return top
+
+
+def _dcd_unit_cells(path: str, n_frames: int, stride: int) -> np.ndarray | None:
+    """The six numbers of the unit cell block of the frames ``0, stride, ...`` (``n_frames``
+    of them) of a CHARMM/NAMD DCD file, as stored (``[A, gamma, B, beta, alpha, C]`` or
+    CHARMM's box matrix), or None when the file has no such block or a layout this reader
+    does not know (fixed atoms)."""
+    with open(path, "rb") as fh:
+        head = fh.read(92)
+        if len(head) < 92:
+            return None
+        order = next((o for o in "<>" if struct.unpack(o + "i4s", head[:8]) == (84, b"CORD")), None)
+        if order is None:
+            return None
+        icntrl = struct.unpack(order + "20i", head[8:88])
+        if icntrl[19] == 0 or icntrl[10] == 0 or icntrl[8] != 0:  # X-PLOR, no cell, fixed atoms
+            return None
+        size = struct.unpack(order + "i", fh.read(4))[0]  # the title block
+        fh.seek(size + 4, os.SEEK_CUR)
+        marker, n_atoms, end = struct.unpack(order + "3i", fh.read(12))
+        if marker != 4 or end != 4:
+            return None
+        start = fh.tell()
+        frame = 56 + 3 * (8 + 4 * n_atoms) + (8 + 4 * n_atoms) * (icntrl[11] == 1)
+        cells = np.empty((n_frames, 6), dtype=np.float64)
+        for i in range(n_frames):
+            fh.seek(start + i * stride * frame)
+            block = fh.read(56)
+            if len(block) < 56 or struct.unpack(order + "i", block[:4])[0] != 48:
+                return None
+            cells[i] = struct.unpack(order + "6d", block[4:52])
+    return cells
+
+
+def _charmm_box(path: str, traj: Any, stride: int) -> None:
+    """Set the unit cells of a DCD trajectory written by CHARMM in its box-matrix form
+    (lower triangle of the symmetric box matrix, Å), which mdtraj's reader takes for
+    lengths and angle cosines (a 3.5 nm triclinic water box read as 3.1 nm with angles of
+    -2.6, 9.6 and 14.6 degrees, and minimum-image distances of 1.8e19 nm). The same
+    test as MDAnalysis' reader: a cell is a box matrix where its angles are not cosines
+    and some number is negative or an angle above 180."""
+    try:
+        raw = _dcd_unit_cells(path, traj.n_frames, stride)
+    except (OSError, struct.error):
+        return
+    if raw is None:
+        return
+    uc = raw[:, [0, 2, 5, 4, 3, 1]]  # A, B, C, alpha, beta, gamma
+    cosines = np.all(np.abs(uc[:, 3:]) <= 1.0, axis=1)
+    matrix = ~cosines & (np.any(uc < 0.0, axis=1) | np.any(uc[:, 3:] > 180.0, axis=1))
+    if not matrix.any():
+        return
+    vectors = np.stack([raw[:, [0, 1, 3]], raw[:, [1, 2, 4]], raw[:, [3, 4, 5]]], axis=1) / 10.0
+    with warnings.catch_warnings():  # mdtraj's vectors of the misread cells: invalid
+        warnings.simplefilter("ignore")
+        if not matrix.all() and traj.unitcell_vectors is not None:
+            vectors[~matrix] = traj.unitcell_vectors[~matrix]
+        traj.unitcell_vectors = vectors.astype(np.float32)
 
 
 def _dcd_header(path: str) -> tuple[int, int, float] | None:
