@@ -49,7 +49,7 @@ def test_torsions_by_kind_of_the_selected_residues_equal_mdtraj(adk):
     assert t.md_features.blocks == (("phi", 6), ("psi", 6), ("chi1", 2))
     # the default is every backbone phi/psi: 214 residues, 213 of each
     assert _read(features="dihedrals").state_shape == (852,)
-    with pytest.warns(RuntimeWarning, match=r"no chi1 torsion: left out .*kept: phi"):
+    with pytest.warns(RuntimeWarning, match=r"residues \(ALA\) have no chi1 torsion: left out"):
         t = read_trajectories(
             ADK,
             topology=files.PSF,
@@ -58,8 +58,11 @@ def test_torsions_by_kind_of_the_selected_residues_equal_mdtraj(adk):
             torsions=["phi", "chi1"],
         )  # ALA8 has no chi1
     assert t.names == ["sin φ ALA8", "cos φ ALA8"]
-    with pytest.raises(DataFileError, match="no chi4 torsion in the selected residues"):
+    with pytest.raises(DataFileError, match=r"the selected residues \(ALA\) have no chi4 "):
         _read(features="dihedrals", selection="resid 7", torsions=["chi4"])  # ALA8
+    # the residues named, so that a chemist sees why (glycines have no chi1)
+    with pytest.raises(DataFileError, match=r"residues \(GLY x20\) have no chi1, chi2 torsion$"):
+        _read(features="dihedrals", selection="resname GLY", torsions=["chi1", "chi2"])
     with pytest.raises(ValueError, match="torsion kinds must be among"):
         _read(features="dihedrals", torsions=["chi9"])
 
@@ -245,3 +248,16 @@ def test_a_fits_pair_the_new_selection_lacks_is_named(adk):
     np.testing.assert_array_equal(spec.like_fit(fit).atoms, spec.atoms[[2, 0]])
     with pytest.raises(ValueError, match=r"^the selection has no pair d\(X, Y\) of the fit's "):
         spec.like_fit({"names": ["d(X, Y)", spec.names[0]]})
+
+
+def test_the_report_names_the_torsion_kinds_kept(tmp_path, capsys):
+    """phi,chi1 of ALA8: chi1 left out with a warning naming the residue, and the report's
+    inputs say phi (it said the kinds asked for, phi,chi1)."""
+    out = tmp_path / "fit"
+    args = ["fit", *ADK, "--topology", files.PSF, "--features", "dihedrals", "--dim", "1"]
+    args += ["--selection", "resid 7", "--torsions", "phi,chi1", "--epochs", "1", "--quiet"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        assert main([*args, "--out", str(out)]) == 0
+    report = (out / "report.md").read_text()
+    assert "Inputs: features `dihedrals` (phi), selection `resid 7`" in report

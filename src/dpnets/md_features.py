@@ -174,12 +174,18 @@ def torsion_features(top: Any, kinds: list[str] | tuple[str, ...], atoms: np.nda
         names += [f"{f} {sym} {r}" for f in ("sin", "cos") for r in res]
         quads.append(idx)
         blocks.append((kind, len(idx)))
+    names_of = [top.residue(i).name for i in sorted(residues)]
+    counts = {n: names_of.count(n) for n in dict.fromkeys(names_of)}
+    touched = ", ".join(f"{n} x{c}" if c > 1 else n for n, c in list(counts.items())[:12])
+    touched += ", …" if len(counts) > 12 else ""
     if not quads:
-        raise ValueError(f"the topology has no {', '.join(kinds)} torsion in the selected residues")
+        raise ValueError(
+            f"the selected residues ({touched}) have no {', '.join(dict.fromkeys(kinds))} torsion"
+        )
     if missing:
         warnings.warn(
-            f"the selected residues have no {', '.join(missing)} torsion: left out of the "
-            f"features (kept: {', '.join(k for k, _ in blocks)})",
+            f"the selected residues ({touched}) have no {', '.join(missing)} torsion: left "
+            f"out of the features (kept: {', '.join(k for k, _ in blocks)})",
             RuntimeWarning,
             stacklevel=4,
         )

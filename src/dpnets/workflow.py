@@ -624,7 +624,9 @@ def _inputs_line(data: dict, trajs: Any, model: dict | None = None) -> str:
     features = data.get("features") or "as stored"
     what = f"features `{features}`"
     if features == "dihedrals":
-        what += f" ({data.get('torsions') or 'phi,psi'})"
+        blocks = getattr(trajs.md_features, "blocks", ())
+        kept = ",".join(k for k, _ in blocks) if blocks else data.get("torsions") or "phi,psi"
+        what += f" ({kept})"  # the kinds the selected residues have, as computed
     if features == "distances" and data.get("cutoff"):
         what += f" closer than {data['cutoff']:g} nm in some frame"
     if data.get("selection") and features in ("dihedrals", "distances", "cartesian", "positions"):
