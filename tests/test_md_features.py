@@ -261,3 +261,23 @@ def test_the_report_names_the_torsion_kinds_kept(tmp_path, capsys):
         assert main([*args, "--out", str(out)]) == 0
     report = (out / "report.md").read_text()
     assert "Inputs: features `dihedrals` (phi), selection `resid 7`" in report
+
+
+def test_distances_of_a_solvated_system_refused_or_warned():
+    """bala.prmtop's 2661 atoms are 3.5 million pairs (adenylate kinase's solvated 12744
+    heavy atoms, 81 million: gigabytes a frame): refused naming the remedy; a selection
+    with waters warns (distances and superposed positions alike)."""
+    from dpnets.md_features import cartesian, distance_features
+    from dpnets.md_files import load_topology
+
+    top = load_topology(files.PRMncdf)
+    with pytest.raises(ValueError, match=r"^the selection has 2661 atoms, 3,539,130 pairs "):
+        distance_features(top, np.arange(top.n_atoms))
+    atoms = top.select("protein or (water and resid 3 to 10)")
+    with pytest.warns(RuntimeWarning, match=r"holds 21 atoms of 7 water molecules among its 71"):
+        assert distance_features(top, atoms).n_columns == 71 * 70 // 2
+    with pytest.warns(RuntimeWarning, match=r"their positions are no slow coordinate"):
+        cartesian(top, atoms, np.zeros((top.n_atoms, 3)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        distance_features(top, top.select("protein"))

@@ -192,11 +192,40 @@ def torsion_features(top: Any, kinds: list[str] | tuple[str, ...], atoms: np.nda
     return MDFeatures("dihedrals", np.concatenate(quads), names, tuple(blocks))
 
 
+#: most atom pairs of a distance featurisation (1,415 atoms): beyond it the features,
+#: their names and the network's first layer no longer fit in memory for any useful run
+MAX_DISTANCE_PAIRS = 1_000_000
+
+
+def _warn_solvent(top: Any, atoms: np.ndarray, what: str) -> None:
+    """Warn when the selected ``atoms`` include water: its distances or positions are no
+    slow coordinate of the solute (waters exchange), and they swamp the solute's."""
+    water = np.isin(atoms, top.select("water"))
+    if water.any():
+        n = len({top.atom(int(a)).residue.index for a in atoms[water]})
+        warnings.warn(
+            f"the selection holds {int(water.sum())} atoms of {n} water molecules among its "
+            f"{len(atoms)}: their {what} are no slow coordinate of the solute (waters "
+            "exchange); select the solute (--selection 'protein and name CA', 'not water')",
+            RuntimeWarning,
+            stacklevel=4,
+        )
+
+
 def distance_features(top: Any, atoms: np.ndarray) -> MDFeatures:
-    """All pairwise distances of the selected ``atoms`` (``ValueError`` for fewer than 2)."""
+    """All pairwise distances of the selected ``atoms`` (``ValueError`` for fewer than 2, or
+    more pairs than :data:`MAX_DISTANCE_PAIRS`; a warning when they include water)."""
     atoms = np.asarray(atoms, dtype=np.int64)
     if len(atoms) < 2:
         raise ValueError(f"distances need two atoms; the selection has {len(atoms)}")
+    n_pairs = len(atoms) * (len(atoms) - 1) // 2
+    if n_pairs > MAX_DISTANCE_PAIRS:
+        raise ValueError(
+            f"the selection has {len(atoms)} atoms, {n_pairs:,} pairs of distances: more "
+            f"than {MAX_DISTANCE_PAIRS:,}; select fewer atoms (--selection 'protein and name "
+            "CA'), then --cutoff keeps the contacts"
+        )
+    _warn_solvent(top, atoms, "distances")
     i, j = np.triu_indices(len(atoms), k=1)
     pairs = np.stack([atoms[i], atoms[j]], axis=1)
     atom = top.atom
@@ -210,5 +239,6 @@ def cartesian(top: Any, atoms: np.ndarray, reference: np.ndarray) -> MDFeatures:
     atoms = np.asarray(atoms, dtype=np.int64)
     if len(atoms) < 3:
         raise ValueError(f"a superposition needs at least 3 atoms; the selection has {len(atoms)}")
+    _warn_solvent(top, atoms, "positions")
     names = [f"{c} {_label(top, a)}" for a in atoms for c in "xyz"]
     return MDFeatures("cartesian", atoms, names, reference=np.asarray(reference, np.float64))
