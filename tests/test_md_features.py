@@ -281,3 +281,26 @@ def test_distances_of_a_solvated_system_refused_or_warned():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         distance_features(top, top.select("protein"))
+
+
+def test_labels_tell_apart_the_residues_a_topology_numbers_alike():
+    """YiiP (a homodimer in a .gro: one chain, both monomers numbered from TYR7): every
+    label once, qualified by mdtraj's residue index where the number repeats; chains with
+    identifiers qualify by chain; a unique label stays as it is (POPG572, ALA2)."""
+    from dpnets.md_features import residue_labels
+    from dpnets.md_files import load_topology
+
+    labels = residue_labels(load_topology(files.GRO_MEMPROT))
+    assert len(set(labels)) == len(labels) == 848
+    assert labels[0] == "TYR7(resid 0)" and labels[282] == "TYR7(resid 282)"
+    assert labels[-1] == "POPG572"
+    top = md.Topology()
+    for chain_id in "AB":
+        chain = top.add_chain(chain_id=chain_id)
+        top.add_residue("ALA", chain, resSeq=1)
+    top.add_residue("ALA", chain, resSeq=2)
+    assert residue_labels(top) == ["ALA1:A", "ALA1:B", "ALA2"]
+    t = read_trajectories(
+        files.XTC_MEMPROT, topology=files.GRO_MEMPROT, features="dihedrals", selection="protein"
+    )
+    assert len(set(t.names)) == len(t.names) == 2252

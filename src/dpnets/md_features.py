@@ -4,7 +4,8 @@ exporting the fit to an engine (:mod:`dpnets.engines`).
 
 An :class:`MDFeatures` names its kind, the atoms of every feature (0-based indices of the
 fit's topology) and one human-readable label per output column, as PyEMMA's featurizer
-``describe()`` does:
+``describe()`` does, its residues named by :func:`residue_labels` (``ALA5``; unique: a
+number the topology repeats is qualified by chain or residue index):
 
 * ``"dihedrals"``: torsions by kind (:data:`TORSION_KINDS`: ``phi``, ``psi``, ``omega``,
   ``chi1`` … ``chi4``, from mdtraj's ``compute_<kind>``), those of the residues the
@@ -21,12 +22,20 @@ fit's topology) and one human-readable label per output column, as PyEMMA's feat
 from __future__ import annotations
 
 import warnings
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-__all__ = ["TORSION_KINDS", "MDFeatures", "torsion_features", "distance_features", "cartesian"]
+__all__ = [
+    "TORSION_KINDS",
+    "MDFeatures",
+    "residue_labels",
+    "torsion_features",
+    "distance_features",
+    "cartesian",
+]
 
 #: torsion kinds mdtraj computes (``md.compute_<kind>``), and their symbols in labels
 TORSION_KINDS = {
@@ -107,14 +116,23 @@ class MDFeatures:
         fixed by the selection and the torsion kinds. ``ValueError`` for a pair the new
         topology lacks or a reference of another number of atoms."""
         if self.kind == "distances" and fit.get("names") is not None:
-            where = {name: i for i, name in enumerate(self.names)}
-            missing = [n for n in fit["names"] if n not in where]
+            seen: Counter = Counter()  # a name repeated (older fits): its k-th occurrence
+            where = {}
+            for i, name in enumerate(self.names):
+                where[(name, seen[name])] = i
+                seen[name] += 1
+            seen = Counter()
+            keys = []
+            for name in fit["names"]:
+                keys.append((name, seen[name]))
+                seen[name] += 1
+            missing = [n for n, k in keys if (n, k) not in where]
             if missing:
                 raise ValueError(
                     f"the selection has no pair {missing[0]} of the fit's distances "
                     f"({len(missing)} of {len(fit['names'])} missing)"
                 )
-            idx = np.array([where[n] for n in fit["names"]], dtype=np.int64)
+            idx = np.array([where[k] for k in keys], dtype=np.int64)
             return MDFeatures(self.kind, self.atoms[idx], list(fit["names"]))
         if self.kind == "cartesian" and fit.get("reference") is not None:
             ref = np.asarray(fit["reference"], dtype=np.float64)
@@ -143,9 +161,28 @@ class MDFeatures:
         return out
 
 
-def _label(top: Any, i: int) -> str:
+def residue_labels(top: Any) -> list[str]:
+    """One label per residue of mdtraj topology ``top``, unique: its name and number
+    (``ALA5``); a label the topology repeats (a homodimer's two chains, numbered alike) is
+    qualified by its chain identifier (``ALA5:B``) where that tells them apart, else by
+    mdtraj's 0-based residue index, which ``--selection 'resid 282'`` selects
+    (``TYR7(resid 282)``: a GROMACS ``.gro`` holds no chains)."""
+    plain = [str(r) for r in top.residues]
+    counts = Counter(plain)
+    labels = []
+    for r, name in zip(top.residues, plain, strict=True):
+        chain = str(getattr(r.chain, "chain_id", "") or "").strip()
+        labels.append(name if counts[name] == 1 or not chain else f"{name}:{chain}")
+    counts = Counter(labels)
+    return [
+        label if counts[label] == 1 else f"{label}(resid {r.index})"
+        for r, label in zip(top.residues, labels, strict=True)
+    ]
+
+
+def _atom_label(top: Any, residues: list[str], i: int) -> str:
     a = top.atom(int(i))
-    return f"{a.residue}-{a.name}"
+    return f"{residues[a.residue.index]}-{a.name}"
 
 
 def torsion_features(top: Any, kinds: list[str] | tuple[str, ...], atoms: np.ndarray) -> MDFeatures:
@@ -161,6 +198,7 @@ def torsion_features(top: Any, kinds: list[str] | tuple[str, ...], atoms: np.nda
             f"torsion kinds must be among {', '.join(TORSION_KINDS)}; got {', '.join(kinds)!s}"
         )
     probe = md.Trajectory(np.zeros((1, top.n_atoms, 3), dtype=np.float32), top)
+    labels = residue_labels(top)
     residues = {top.atom(int(a)).residue.index for a in atoms}
     quads, names, blocks, missing = [], [], [], []
     for kind in dict.fromkeys(kinds):  # each kind once, in the order asked
@@ -170,7 +208,7 @@ def torsion_features(top: Any, kinds: list[str] | tuple[str, ...], atoms: np.nda
             missing.append(kind)
             continue
         sym = TORSION_KINDS[kind]
-        res = [str(top.atom(int(q[1])).residue) for q in idx]
+        res = [labels[top.atom(int(q[1])).residue.index] for q in idx]
         names += [f"{f} {sym} {r}" for f in ("sin", "cos") for r in res]
         quads.append(idx)
         blocks.append((kind, len(idx)))
@@ -228,8 +266,9 @@ def distance_features(top: Any, atoms: np.ndarray) -> MDFeatures:
     _warn_solvent(top, atoms, "distances")
     i, j = np.triu_indices(len(atoms), k=1)
     pairs = np.stack([atoms[i], atoms[j]], axis=1)
-    atom = top.atom
-    names = [f"d({atom(int(a))}, {atom(int(b))})" for a, b in pairs]
+    residues = residue_labels(top)
+    label = {int(a): _atom_label(top, residues, a) for a in atoms}
+    names = [f"d({label[int(a)]}, {label[int(b)]})" for a, b in pairs]
     return MDFeatures("distances", pairs, names)
 
 
@@ -240,5 +279,6 @@ def cartesian(top: Any, atoms: np.ndarray, reference: np.ndarray) -> MDFeatures:
     if len(atoms) < 3:
         raise ValueError(f"a superposition needs at least 3 atoms; the selection has {len(atoms)}")
     _warn_solvent(top, atoms, "positions")
-    names = [f"{c} {_label(top, a)}" for a in atoms for c in "xyz"]
+    residues = residue_labels(top)
+    names = [f"{c} {_atom_label(top, residues, a)}" for a in atoms for c in "xyz"]
     return MDFeatures("cartesian", atoms, names, reference=np.asarray(reference, np.float64))
