@@ -248,6 +248,14 @@ def test_a_time_per_frame_that_cannot_be_known_is_warned_of(tmp_path, capsys):
                for m in messages)  # fmt: skip
     assert any("joined.xtc has no time per frame, while " in m and "good.xtc's is 100 ps" in m
                for m in messages)  # fmt: skip
+    # 0.2 ps frames 1 us into a run: XTC's float32 times step by 0.1875 or 0.25; evenly
+    # spaced within float32's spacing (0.0625 there), the mean step taken, no warning
+    traj.time = 1e6 + 0.2 * np.arange(10)
+    traj.save_xtc(str(tmp_path / "late.xtc"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        late = read_trajectories(tmp_path / "late.xtc", topology=top).dt
+    assert late == pytest.approx(0.2, abs=0.0625 / 9)
     with pytest.warns(RuntimeWarning, match=r"plain\.dcd: its DCD header stores no time step"):
         assert read_trajectories(tmp_path / "plain.dcd", topology=top).dt is None
     args = [str(files.NCDF), "--topology", str(files.PRMncdf), "--features", "dihedrals"]
