@@ -249,13 +249,14 @@ def test_a_time_per_frame_that_cannot_be_known_is_warned_of(tmp_path, capsys):
     assert any("joined.xtc has no time per frame, while " in m and "good.xtc's is 100 ps" in m
                for m in messages)  # fmt: skip
     # 0.2 ps frames 1 us into a run: XTC's float32 times step by 0.1875 or 0.25; evenly
-    # spaced within float32's spacing (0.0625 there), the mean step taken, no warning
+    # spaced within float32's spacing (0.0625 there): 0.2 (the mean, 0.2014, cannot be told
+    # from it by the stored times), no warning
     traj.time = 1e6 + 0.2 * np.arange(10)
     traj.save_xtc(str(tmp_path / "late.xtc"))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         late = read_trajectories(tmp_path / "late.xtc", topology=top).dt
-    assert late == pytest.approx(0.2, abs=0.0625 / 9)
+    assert late == 0.2
     with pytest.warns(RuntimeWarning, match=r"plain\.dcd: its DCD header stores no time step"):
         assert read_trajectories(tmp_path / "plain.dcd", topology=top).dt is None
     args = [str(files.NCDF), "--topology", str(files.PRMncdf), "--features", "dihedrals"]
@@ -310,3 +311,25 @@ def test_charmm_triclinic_dcd_box_gives_minimum_image_distances():
         shifts = images @ boxes[frame]
         brute = np.linalg.norm(diff[:, None, :] + shifts[None], axis=2).min(axis=1)
         np.testing.assert_allclose(res.data[0][row], brute, atol=1e-5)
+
+
+def test_files_with_other_time_steps_are_refused_and_float32_steps_agree(tmp_path):
+    """Two chunks of one run 1 us in (0.2 ps frames, float32 times: mean steps 0.20004 and
+    0.19983) share the time per frame 0.2; a file at 2 ps with one at 1 ps is refused."""
+    import mdtraj as md
+
+    from dpnets.datasets import DataFileError
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        traj = md.load(files.XTC, top=files.GRO, atom_indices=np.arange(30))
+    traj = md.join([traj] * 30)  # 300 frames
+    traj[:1].save_pdb(str(tmp_path / "top.pdb"))
+    for i, (start, step) in enumerate([(1e6, 0.2), (1e6 + 10.1, 0.2), (0.0, 2.0), (0.0, 1.0)]):
+        traj.time = start + step * np.arange(traj.n_frames)
+        traj.save_xtc(str(tmp_path / f"run{i}.xtc"))
+    top = tmp_path / "top.pdb"
+    res = read_trajectories([tmp_path / "run0.xtc", tmp_path / "run1.xtc"], topology=top)
+    assert res.dt == 0.2
+    with pytest.raises(DataFileError, match=r"run3\.xtc: time per frame 1 differs from .*run2"):
+        read_trajectories([tmp_path / "run2.xtc", tmp_path / "run3.xtc"], topology=top)

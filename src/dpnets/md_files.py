@@ -434,12 +434,19 @@ def _timestep(time: np.ndarray | None) -> tuple[float | None, str | None]:
     # the mean step; the formats store times in float32 (XTC, TRR, Amber NetCDF): a step
     # of 0.2 ps at 1 us is stored as 0.1875 or 0.25, within float32's spacing there
     dt = float(time[-1] - time[0]) / (len(time) - 1)
-    tol = 1e-4 * abs(dt) + 2.0 * float(np.spacing(np.float32(np.abs(time).max()))) + 1e-6
-    if dt <= 0 or np.any(np.abs(diffs - dt) > tol):
+    spacing = 2.0 * float(np.spacing(np.float32(np.abs(time).max())))
+    if dt <= 0 or np.any(np.abs(diffs - dt) > 1e-4 * abs(dt) + spacing + 1e-6):
         return None, (
             f"its frame times are not evenly spaced (steps from {diffs.min():g} to "
             f"{diffs.max():g} ps: runs joined without renumbering their times?)"
         )
+    # the step with the fewest significant digits the stored times cannot tell from the
+    # mean (0.2, not 0.20004 or 0.19983: chunks of one run then agree on it)
+    resolution = spacing / (len(time) - 1)
+    for digits in range(1, 17):
+        nice = float(f"{dt:.{digits}g}")
+        if abs(nice - dt) <= resolution:
+            return nice, None
     return dt, None
 
 
