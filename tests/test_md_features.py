@@ -304,3 +304,20 @@ def test_labels_tell_apart_the_residues_a_topology_numbers_alike():
         files.XTC_MEMPROT, topology=files.GRO_MEMPROT, features="dihedrals", selection="protein"
     )
     assert len(set(t.names)) == len(t.names) == 2252
+
+
+def test_a_selection_split_across_the_box_is_warned_of():
+    """adk_oplsaa.xtc holds the protein broken at the box's faces (GROMACS' default): its
+    superposed C-alpha positions are those of pieces (RMSD 2.1 nm to the first frame, 0.2
+    whole); bala.ncdf, boxed and whole, warns of nothing."""
+    split = r"adk_oplsaa\.xtc: the selection is split across the periodic box in 10 of 10 "
+    split += r"frames \(ARG124-CA and VAL125-CA"
+    with pytest.warns(RuntimeWarning, match=split):
+        read_trajectories(files.XTC, topology=files.GRO, features="cartesian", selection="name CA")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warnings.filterwarnings("ignore", message=".*time per frame is unknown")
+        warnings.filterwarnings("ignore", category=UserWarning)  # netCDF4 not installed
+        read_trajectories(
+            files.NCDF, topology=files.PRMncdf, features="cartesian", selection="protein"
+        )

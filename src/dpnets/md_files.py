@@ -295,12 +295,15 @@ class MDReading:
                 )
         if self.features == "positions":
             atoms = self._select(path, traj.topology)
+            _warn_split(path, traj, atoms, "positions")
             z = np.array([_atomic_number(traj.topology.atom(i)) for i in atoms], dtype=np.int64)
             xyz = np.ascontiguousarray(traj.xyz[:, atoms], dtype=np.float32)
             self._add(path, xyz, dt, strided=True)
             self.atomic_numbers.append((path, z))
             return
         spec = self._md_features(path, traj)
+        if spec.kind == "cartesian":
+            _warn_split(path, traj, spec.atoms, "superposed positions")
         self.names.append(list(spec.names))
         self._add(path, spec.compute(traj), dt, strided=True)
 
@@ -448,6 +451,43 @@ def _timestep(time: np.ndarray | None) -> tuple[float | None, str | None]:
         if abs(nice - dt) <= resolution:
             return nice, None
     return dt, None
+
+
+def _warn_split(path: str, traj: Any, atoms: np.ndarray, what: str) -> None:
+    """Warn when the selected ``atoms`` are split across the periodic box in some frame:
+    two of them in neighbouring residues of one chain (or one residue) farther apart than
+    their minimum image (GROMACS writes molecules broken at the box's faces unless told
+    otherwise): positions, superposed or not, are then those of pieces. Torsions and
+    distances take the minimum image and need no whole molecules."""
+    if traj.unitcell_lengths is None or len(atoms) < 2:
+        return
+    md = _import_mdtraj()
+    top = traj.topology
+    res = np.array([top.atom(int(a)).residue.index for a in atoms])
+    chain = np.array([top.atom(int(a)).residue.chain.index for a in atoms])
+    near = (np.abs(np.diff(res)) <= 1) & (chain[1:] == chain[:-1])
+    if not near.any():
+        return
+    pairs = np.stack([atoms[:-1][near], atoms[1:][near]], axis=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        direct = md.compute_distances(traj, pairs, periodic=False)
+        image = md.compute_distances(traj, pairs, periodic=True)
+    split = direct > image + 0.1  # nm: a neighbour seen across the box
+    if not split.any():
+        return
+    frames = int(split.any(axis=1).sum())
+    f, k = np.argwhere(split)[0]
+    a, b = (top.atom(int(x)) for x in pairs[k])
+    warnings.warn(
+        f"{path}: the selection is split across the periodic box in {frames} of "
+        f"{traj.n_frames} frames ({a} and {b}, neighbours, {direct[f, k]:.2f} nm apart "
+        f"through the box in frame {f}): its {what} are those of pieces, not of the "
+        "molecule; make the molecules whole first (gmx trjconv -pbc mol, cpptraj "
+        "autoimage) or use --features dihedrals or distances (minimum image)",
+        RuntimeWarning,
+        stacklevel=6,
+    )
 
 
 def _atomic_number(atom: Any) -> int:
