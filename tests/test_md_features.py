@@ -321,3 +321,24 @@ def test_a_selection_split_across_the_box_is_warned_of():
         read_trajectories(
             files.NCDF, topology=files.PRMncdf, features="cartesian", selection="protein"
         )
+
+
+def test_analyze_flags_files_saved_at_another_time_step(tmp_path):
+    """dpnets analyze FIT new.xtc takes the fit's time per frame (1 ps); files saved every
+    10 ps make its lag another lag time and its timescales 10 times too short: flagged in
+    the report's Diagnostics (other_time_step), not for files saved as the fit's."""
+    from dpnets.workflow import _other_time_step
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        traj = md.load(files.DCD2, top=files.PSF)
+    traj.time = 10.0 * np.arange(traj.n_frames)
+    traj.save_xtc(str(tmp_path / "slow.xtc"))
+    res = read_trajectories(tmp_path / "slow.xtc", topology=files.PSF, selection="name CA")
+    (diag,) = _other_time_step(res, {"dt": 1.0, "time_unit": "ps", "stride": 1}, 1)
+    assert diag.kind == "other_time_step" and diag.message(cli=True).endswith(
+        "the timescales are 10 times too short; analyze files saved as often as the fit's, "
+        "or refit on these"
+    )
+    assert _other_time_step(res, {"dt": 0.01, "time_unit": "ns", "stride": 1}, 1) == []
+    assert _other_time_step(res, {"dt": 1.0, "time_unit": "time units"}, 1) == []

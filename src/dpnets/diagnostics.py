@@ -109,8 +109,9 @@ class Diagnostic:
     kind : str
         ``"above_one"``, ``"complex"``, ``"unresolved"``, ``"beyond_data"``,
         ``"few_pairs"``, ``"not_converged"``, ``"saturated"``, ``"few_steps"``,
-        ``"out_of_range"``, ``"dropped"`` or ``"few_units"`` (``dpnets analyze``: a
-        bootstrap over fewer than 5 trajectories or blocks).
+        ``"out_of_range"``, ``"dropped"``, or, from ``dpnets analyze``, ``"few_units"`` (a
+        bootstrap over fewer than 5 trajectories or blocks) and ``"other_time_step"``
+        (files saved at another time step than the fit's).
     problem : str
         What was found, with its numbers.
     python : str

@@ -761,6 +761,33 @@ def _fit_features(folder: str | os.PathLike) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
+def _other_time_step(trajs: Any, data: dict, lag: int) -> list[Diagnostic]:
+    """New files whose own time per frame differs from the one the fit's config holds
+    (which the analysis uses): the model's lag in frames is then another lag time on them,
+    and the timescales are off by the ratio if the files' times are right."""
+    unit, fit_dt = str(data.get("time_unit") or ""), float(data.get("dt") or 0.0)
+    stored = trajs.time_unit or ""
+    if trajs.dt is None or not fit_dt or unit not in _SECONDS or stored not in _SECONDS:
+        return []
+    files_dt = trajs.dt * _SECONDS[stored] / _SECONDS[unit]
+    if math.isclose(files_dt, fit_dt, rel_tol=1e-3):
+        return []
+    fix = "analyze files saved as often as the fit's, or refit on these"
+    return [
+        Diagnostic(
+            "other_time_step",
+            f"{trajs.sources[0]}: its frames are {files_dt:g} {unit} apart (with the fit's "
+            f"stride {int(data.get('stride') or 1)}), the fit's {fit_dt:g} {unit}: the "
+            f"analysis takes the fit's {fit_dt:g} {unit} a frame, and the lag of {lag} "
+            "frames is another lag time on these files; if their times are right, the "
+            f"timescales are {files_dt / fit_dt:.3g} times too short",
+            fix,
+            fix,
+            warn=False,
+        )
+    ]
+
+
 def _check_feature_names(trajs: Any, folder: str | os.PathLike) -> None:
     """The files give the features the fit in ``folder`` was trained on (its
     ``features.json``), named alike; a ``WorkflowError`` naming the first that differs."""
@@ -933,6 +960,7 @@ def _analyze(
     trajs, dt = _read(_data_like(config, paths), folder)
     _check_like_fit(op, trajs, folder)
     lag = int(op.lag_)
+    other_step = _other_time_step(trajs, config["data"], lag) if paths else []
     data = [t for t in trajs.data if t.shape[0] > lag]
     if not data:
         raise WorkflowError(f"every trajectory is shorter than the model's lag ({lag} frames)")
@@ -945,7 +973,7 @@ def _analyze(
         warnings.simplefilter("ignore", DiagnosticWarning)
         op = clone(op).set_params(**params).fit(data)
     units = _units(config["data"], trajs)
-    found = _dropped(trajs, lag) + op.diagnostics(units)
+    found = other_step + _dropped(trajs, lag) + op.diagnostics(units)
     longest = max(t.shape[0] for t in data)
     if settings.lags is None:  # the default scan: the lags the data can hold
         scan = {max(1, lag // 4), max(1, lag // 2), lag, 2 * lag, 4 * lag}
