@@ -342,3 +342,24 @@ def test_analyze_flags_files_saved_at_another_time_step(tmp_path):
     )
     assert _other_time_step(res, {"dt": 0.01, "time_unit": "ns", "stride": 1}, 1) == []
     assert _other_time_step(res, {"dt": 1.0, "time_unit": "time units"}, 1) == []
+
+
+def test_a_reference_structure_of_any_format():
+    """--reference as a .gro (mdtraj's load_frame raised NotImplementedError: "cannot read
+    the reference structure: NotImplementedError") or a trajectory of the topology (its
+    first frame; an Amber .ncdf too): the same superposition as the same positions given
+    otherwise."""
+    kw = {"features": "cartesian", "selection": "name CA"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # the protein split across the box
+        gro = read_trajectories(files.XTC, topology=files.GRO, reference=files.GRO, **kw)
+        ref = md.load(files.GRO)
+    # the .gro is the run's first frame: superposed on it, that frame is the .gro's C-alphas
+    ca = ref.topology.select("name CA")
+    np.testing.assert_allclose(gro.data[0][0], ref.xyz[0, ca].ravel(), atol=2e-3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        kw["selection"] = "protein"
+        first = read_trajectories(files.NCDF, topology=files.PRMncdf, **kw)
+        ncdf = read_trajectories(files.NCDF, topology=files.PRMncdf, reference=files.NCDF, **kw)
+    np.testing.assert_array_equal(first.data[0], ncdf.data[0])

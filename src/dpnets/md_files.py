@@ -338,11 +338,18 @@ class MDReading:
         path = self.reference_path
         if not os.path.isfile(path):
             raise DataFileError(path, "no such reference structure")
+        ext = extension(path)
         try:
-            if extension(path) == ".pdb":
-                ref = md.load_pdb(path)
-            else:
-                ref = md.load_frame(path, 0, top=self.topology_path)
+            with warnings.catch_warnings(), quiet_c_stdout(stderr=True):
+                warnings.simplefilter("ignore")
+                if ext in _MDTRAJ_LOADERS:  # a trajectory of the topology: its first frame
+                    ref = md.load_netcdf(path, top=self._load_topology(md), frame=0)
+                elif ext in MD_EXTENSIONS:
+                    ref = md.load_frame(path, 0, top=self._load_topology(md))
+                else:  # a structure file with its own atoms (.pdb, .gro, ...)
+                    ref = md.load(path)[0]
+        except DataFileError:
+            raise
         except Exception as exc:
             raise DataFileError(
                 path, f"cannot read the reference structure: {reason(exc)}"
