@@ -333,3 +333,14 @@ def test_files_with_other_time_steps_are_refused_and_float32_steps_agree(tmp_pat
     assert res.dt == 0.2
     with pytest.raises(DataFileError, match=r"run3\.xtc: time per frame 1 differs from .*run2"):
         read_trajectories([tmp_path / "run2.xtc", tmp_path / "run3.xtc"], topology=top)
+
+
+def test_a_netcdf_no_reader_can_read_says_what_it_may_be(tmp_path):
+    """A truncated Amber NetCDF fails in mdtraj and in MDAnalysis with numpy's words ("When
+    changing to a larger dtype ..."): the line ends by saying what the file may be."""
+    from dpnets.datasets import DataFileError
+
+    cut = tmp_path / "cut.ncdf"
+    cut.write_bytes(open(files.NCDF, "rb").read()[:400_000])
+    with pytest.raises(DataFileError, match=r"a truncated or corrupted file, or not a \.ncdf "):
+        read_trajectories(cut, topology=files.PRMncdf)

@@ -674,7 +674,10 @@ def _read_mdanalysis(
                 warnings.simplefilter("ignore")
                 u = mda.Universe(top_path, path, **kwargs)
         except Exception as exc:  # its traceback holds the half-built reader: dropped here
-            failure = f"cannot read ({why}; MDAnalysis with {top_path}: {reason(exc)})"
+            failure = (
+                f"cannot read ({why}; MDAnalysis with {top_path}: {reason(exc)}): a truncated "
+                f"or corrupted file, or not a {extension(path) or 'trajectory'} file?"
+            )
     if failure is not None:
         raise DataFileError(path, failure) from None
     try:
