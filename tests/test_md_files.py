@@ -220,7 +220,7 @@ def test_tpr_topology_loads_for_the_export():
     assert [f"{top.atom(i).residue}" for i in ca.indices] == [f"{a.resname}{a.resid}" for a in ca]
 
 
-def test_a_time_per_frame_that_cannot_be_known_is_warned_of(tmp_path, capsys):
+def test_a_time_per_frame_that_cannot_be_known_is_warned_of(tmp_path):
     """bala.ncdf stores time 0 in every frame, a joined XTC restarts its times, an
     mdtraj-written DCD has DELTA 1: each warns that its time per frame is unknown (the
     timescales then in frames), and so does a mix with a timed file; --dt silences it."""
@@ -261,9 +261,20 @@ def test_a_time_per_frame_that_cannot_be_known_is_warned_of(tmp_path, capsys):
         assert read_trajectories(tmp_path / "plain.dcd", topology=top).dt is None
     args = [str(files.NCDF), "--topology", str(files.PRMncdf), "--features", "dihedrals"]
     args += ["--epochs", "1", "--dim", "1", "--quiet", "--dt", "2", "--time-unit", "ps"]
-    assert main(["fit", *args, "--out", str(tmp_path / "fit")]) == 0
-    assert "time per frame is unknown" not in capsys.readouterr().err
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert main(["fit", *args, "--out", str(tmp_path / "fit")]) == 0
+    assert not [w for w in caught if "time per frame" in str(w.message)]
     assert "lag 1 frames = 2 ps" in (tmp_path / "fit" / "report.md").read_text()
+    # a fit in frames warns; transform, which uses no time, does not
+    args = args[: args.index("--dt")]
+    with pytest.warns(RuntimeWarning, match=r"bala\.ncdf: every frame has the time 0 ps"):
+        assert main(["fit", *args, "--out", str(tmp_path / "frames")]) == 0
+    feats = str(tmp_path / "f.npy")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert main(["transform", str(tmp_path / "frames"), str(files.NCDF), "--out", feats]) == 0
+    assert not [w for w in caught if "time per frame" in str(w.message)]
 
 
 def test_an_empty_selection_lists_the_names_mdtraj_gave_the_topology():

@@ -53,17 +53,19 @@ __all__ = [
 
 
 # ------------------------------------------------------------------------------ data and model
-def _read(data: dict[str, Any], folder: str | os.PathLike | None = None):
+def _read(data: dict[str, Any], folder: str | os.PathLike | None = None, timed: bool = True):
     """The trajectories of ``data`` (a config's data table) and the time per frame; for new
     files given to the fit in ``folder``, the fit's own MD features (its ``features.json``:
-    its distance pairs and Cartesian reference, not chosen again on the new files)."""
+    its distance pairs and Cartesian reference, not chosen again on the new files).
+    ``timed=False``: the caller uses no time (transform, forecast), so a file without a
+    time per frame is not warned of."""
     from dpnets.datasets import read_trajectories
     from dpnets.md_files import NO_TIME_STEP
 
     if not data["paths"]:
         raise WorkflowError("no data files given")
     with warnings.catch_warnings():
-        if data.get("dt"):  # --dt gives the time per frame the files lack: no warning
+        if data.get("dt") or not timed:  # --dt gives the time the files lack, or none used
             warnings.filterwarnings("ignore", message=f".*{NO_TIME_STEP}")
         trajs = read_trajectories(
             data["paths"],
@@ -1202,7 +1204,7 @@ def transform_files(
     data = _data_like(config, paths)
     if topology is not None:
         data["topology"] = os.fspath(topology)
-    trajs, _ = _read(data, folder)
+    trajs, _ = _read(data, folder, timed=False)
     _check_like_fit(op, trajs, folder)
     _check_feature_names(trajs, folder)
     if out.suffix == ".npy" and len(trajs.data) != 1:
@@ -1232,7 +1234,7 @@ def forecast_file(
     op, config = _load_fit(folder)
     if int(steps) < 1:
         raise WorkflowError(f"--steps must be >= 1, got {steps}")
-    trajs, _ = _read(_data_like(config, paths), folder)
+    trajs, _ = _read(_data_like(config, paths), folder, timed=False)
     _check_like_fit(op, trajs, folder)
     x = np.concatenate(trajs.data)
     pred = op.predict(x, t=list(range(1, int(steps) + 1)))
