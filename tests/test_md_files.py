@@ -252,7 +252,7 @@ def test_a_time_per_frame_that_cannot_be_known_is_warned_of(tmp_path):
     with pytest.warns(RuntimeWarning, match=r"plain\.dcd: its DCD header stores no time step"):
         assert read_trajectories(tmp_path / "plain.dcd", topology=top).dt is None
     args = [str(files.NCDF), "--topology", str(files.PRMncdf), "--features", "dihedrals"]
-    args += ["--epochs", "1", "--dim", "1", "--quiet", "--dt", "2", "--time-unit", "ps"]
+    args += ["--epochs", "1", "--dim", "1", "--quiet", "--dt", "2"]  # in the files' ps
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         assert main(["fit", *args, "--out", str(tmp_path / "fit")]) == 0

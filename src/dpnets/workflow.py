@@ -89,13 +89,13 @@ _SECONDS = {"fs": 1e-15, "ps": 1e-12, "ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms":
 
 
 def _time(data: dict, trajs: Any) -> tuple[float, str]:
-    """The time per frame and its unit: ``--dt`` in ``--time-unit`` (default "time
-    units"); else the files' time per frame (MD: ps), converted to ``--time-unit`` when
-    one is given; else 1 frame."""
+    """The time per frame and its unit: ``--dt`` in ``--time-unit`` (default: the files'
+    unit, ps for MD files, else "time units"); else the files' time per frame (MD: ps),
+    converted to ``--time-unit`` when one is given; else 1 frame."""
     unit = str(data.get("time_unit") or "")
     given = float(data.get("dt") or 0.0)
-    if given:
-        return given, unit or "time units"
+    if given:  # in --time-unit, else the files' unit (MD: ps), as --time-unit's help says
+        return given, unit or trajs.time_unit or "time units"
     if trajs.dt:
         stored = trajs.time_unit or ""
         if unit and unit != stored:
