@@ -160,3 +160,27 @@ def test_a_config_file_value_is_checked_against_its_options_range(tmp_path):
         (tmp_path / "c.toml").write_text(line)
         with pytest.raises(WorkflowError, match=match):
             load_config(tmp_path / "c.toml")
+
+
+def test_a_fit_that_cannot_run_or_diverges_says_so_in_one_line(tmp_path, capsys):
+    """Too few frames after --stride (a lag as long as the data, or fewer pairs than the
+    features), and a training that diverges (FloatingPointError): exit status 2 and one
+    line naming the options to change, never a traceback."""
+    rng = np.random.default_rng(0)
+    path = tmp_path / "x.npy"
+    np.save(path, np.cumsum(rng.standard_normal((600, 2)), axis=0))
+    fit = ["fit", str(path), "--quiet", "--epochs", "3", "--out", str(tmp_path / "f")]
+    assert main([*fit, "--stride", "600"]) == 2
+    assert capsys.readouterr().err == (
+        "dpnets: error: --lag 1 must be at least 1 and shorter than the longest trajectory "
+        "(1 frames after --stride 600); use a smaller --stride\n"
+    )
+    assert main([*fit, "--stride", "150"]) == 2
+    assert capsys.readouterr().err == (
+        "dpnets: error: 3 lagged pairs at --lag 1 (4 frames after --stride 150) for --dim 4 "
+        "learned features and the constant: too few to fit; use longer or more "
+        "trajectories, a smaller --stride, a shorter --lag or a smaller --dim\n"
+    )
+    assert main([*fit, "--lr", "10000"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("dpnets: error: training diverged") and err.count("\n") == 1

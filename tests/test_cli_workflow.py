@@ -42,6 +42,16 @@ def test_fit_analyze_transform_forecast_on_npy_files(tmp_path, trajs, capsys):
     res = json.loads((out / "analysis" / "results.json").read_text())
     assert res["lag"] == 2 and res["time_unit"] == "time units"
     assert res["ck_max_abs_diff"] < 0.1 and abs(sum(res["sets_stationary"]) - 1) < 1e-9
+    # 4 trajectories: a bootstrap of 35 distinct resamples, said to be no error bars
+    few = [d["message"] for d in res["diagnostics"] if d["kind"] == "few_units"]
+    assert few == [
+        "the bootstrap intervals resample 4 whole trajectories, which have only 35 distinct "
+        "resamples: the intervals are no error bars; use 5 or more independent trajectories"
+    ]
+    assert (
+        "(95% bootstrap intervals over the 4 trajectories)"
+        in (out / "analysis" / "report.md").read_text()
+    )
     # the fit's configuration repeats it exactly
     again = tmp_path / "again"
     assert main(["fit", "--config", str(out / "config.toml"), "--out", str(again), "--quiet"]) == 0

@@ -63,12 +63,14 @@ def test_complex_mode_refused_by_name_or_exported_as_two_parts(dihedral_fit, tmp
     # the slowest real mode exports, and plumed.dat says the truth about both
     assert main([*args, "--modes", f"1,{k}", "--complex-parts"]) == 0
     plumed = (out.parent / "plumed.dat").read_text()
-    assert f"# cv.node-0: eigenfunction 1 (eigenvalue {lam[1].real:.5g}, implied" in plumed
+    ts = model.implied_timescales()[1]  # in the fit's ps (the DCD's 1 ps a frame): said so
+    node0 = f"# cv.node-0: eigenfunction 1 (eigenvalue {lam[1].real:.5g}, implied timescale "
+    assert f"{node0}{ts:.4g} ps)" in plumed
     assert f"# cv.node-1: real part of the complex eigenfunction {k} (eigenvalue 0.975" in plumed
     assert f"# cv.node-2: imaginary part of the complex eigenfunction {k}" in plumed
     assert "OPES_METAD ARG=cv.node-0 " in plumed  # the slowest mode, real: biased alone
     meta = read_metadata(out)
-    assert meta["output_parts"] == [None, "real", "imaginary"]
+    assert meta["output_parts"] == [None, "real", "imaginary"] and meta["time_unit"] == "ps"
     # the file on the fit's torsions: the real mode and both parts of the complex one
     traj = md.load(files.DCD, top=files.PSF)
     phi_idx, phi = md.compute_phi(traj)

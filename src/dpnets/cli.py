@@ -487,7 +487,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     warnings.formatwarning = _one_line_warning
     try:
         return _run(args)
-    except (ValueError, OSError, ImportError) as err:
+    except (ValueError, OSError, ImportError, FloatingPointError) as err:  # diverged training
         message = " ".join(str(err).split()) or type(err).__name__
         print(f"dpnets: error: {message}", file=sys.stderr)
         return 2

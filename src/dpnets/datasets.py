@@ -58,15 +58,17 @@ import glob
 import math
 import os
 import re
-from collections.abc import Sequence
+import warnings
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from dpnets.file_errors import DataFileError, check_regular, extension, reason
-from dpnets.md_files import MD_EXTENSIONS, MDReading, select_atoms
-from dpnets.md_files import quiet_c_stdout as quiet_c_stdout  # engines reads it here
+from dpnets.md_files import MD_EXTENSIONS, NO_TIME_STEP, MDReading, select_atoms
+from dpnets.md_files import load_topology as load_topology  # engines reads them here
+from dpnets.md_files import quiet_c_stdout as quiet_c_stdout
 from dpnets.states import time_columns
 
 __all__ = [
@@ -167,6 +169,7 @@ def read_trajectories(
     torsions: Sequence[str] = ("phi", "psi"),
     cutoff: float | None = None,
     reference: str | os.PathLike | None = None,
+    fit_features: Mapping[str, Any] | None = None,
 ) -> Trajectories:
     """Read trajectories from files (one or more per file).
 
@@ -216,6 +219,11 @@ def read_trajectories(
     reference : path, optional
         ``features="cartesian"``: a structure of the same topology to superpose on
         (default: the first frame read).
+    fit_features : mapping, optional
+        The features a fit was trained on (its folder's ``features.json``): new files read
+        for that fit give exactly them, its distance pairs (``cutoff`` is then not applied:
+        it chose the pairs on the fit's data) and its Cartesian reference (``reference``
+        is then not read).
 
     Returns
     -------
@@ -250,6 +258,11 @@ def read_trajectories(
     reader.torsions = [str(t) for t in ([torsions] if isinstance(torsions, str) else torsions)]
     reader.cutoff = None if cutoff is None else float(cutoff)
     reader.reference_path = None if reference is None else os.fspath(reference)
+    if fit_features is not None:
+        reader.fit_features = dict(fit_features)
+        reader.cutoff = None
+        if fit_features.get("reference") is not None:
+            reader.reference_path = None
     for path in files:
         reader.read(path)
     return reader.result()
@@ -380,6 +393,15 @@ class _Reader(MDReading):
                     raise DataFileError(s, f"time per frame {d:g} differs from {s0}'s {d0:g}")
             if len(known) == len(self.dts):
                 dt = d0
+            else:
+                s1 = next(s for s, d in self.dts if d is None)
+                warnings.warn(
+                    f"{s1} has no time per frame, while {s0}'s is {d0:g}"
+                    f"{' ps' if self.any_md else ''}: {NO_TIME_STEP} (timescales in "
+                    "frames); give it (dpnets fit --dt, the estimators' dt=)",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
         atomic_numbers = self._common_atomic_numbers()
         if self.cutoff is not None and self.md_features is not None:
             self._apply_cutoff()

@@ -122,7 +122,9 @@ class Diagnostic:
         ``"few_pairs"``, ``"not_converged"``, ``"saturated"``, ``"few_steps"``,
         ``"out_of_range"``, ``"worse_than_persistence"``, ``"time_column"`` (a pandas
         table's time axis read as data, :mod:`dpnets.states`), ``"irregular"`` (a pandas
-        index unevenly spaced in time), ``"dropped"`` or ``"rank_deficient"``.
+        index unevenly spaced in time), ``"dropped"``, ``"rank_deficient"``, or, from
+        ``dpnets analyze``, ``"few_units"`` (a bootstrap over fewer than 5 trajectories or
+        blocks) and ``"other_time_step"`` (files saved at another time step than the fit's).
     problem : str
         What was found, with its numbers.
     python : str

@@ -72,8 +72,10 @@ def _load_topology(path: str, what: str) -> tuple[Any, Any, str]:
     found = Path(path).expanduser()
     if not found.is_file():
         raise ExportError(f"{path}: {what} not found")
+    from dpnets.datasets import load_topology
+
     try:
-        top = md.load_topology(str(found))
+        top = load_topology(str(found))  # Amber's residues numbered from 1
     except Exception as err:  # noqa: BLE001 - any reader failure: one line naming the file
         raise ExportError(f"{found}: cannot read {what} ({' '.join(str(err).split())})") from err
     return md, top, str(found.resolve())
@@ -315,9 +317,13 @@ def export_fit(
     else:
         raise ExportError(f"{fit}: no such fit folder or model file")
     model = load(model_path)
+    # the unit of the fit's timescales (a folder's config stores it unless it is frames)
+    unit = str(data.get("time_unit") or "frames") if fit.is_dir() else None
 
     def export_model(out: Path, **kw: Any) -> dict[str, Any]:
         """:func:`dpnets.export.export` of the fit's model, refusals naming CLI options."""
+        if unit is not None:
+            kw["metadata"] = {"time_unit": unit, **(kw.get("metadata") or {})}
         return export(
             model, out, modes, dtype, complex_parts=complex_parts, remedies=CLI_REMEDIES, **kw
         )

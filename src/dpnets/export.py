@@ -1628,9 +1628,14 @@ def _output_label(mode: int, part: str | None) -> str:
     return f"mode {mode}" if part is None else f"mode {mode} ({part} part)"
 
 
-def _description(mode: int, part: str | None, lam: complex, timescale: float | None) -> str:
-    """What an output is, in words (the metadata's ``descriptions``, ``plumed.dat``)."""
+def _description(
+    mode: int, part: str | None, lam: complex, timescale: float | None, unit: str | None = None
+) -> str:
+    """What an output is, in words (the metadata's ``descriptions``, ``plumed.dat``), the
+    timescale in ``unit`` when known."""
     ts = "" if timescale is None else f", implied timescale {timescale:.4g}"
+    if ts and unit:
+        ts += f" {unit}"
     if part is None:
         return f"eigenfunction {mode} (eigenvalue {_eigenvalue(lam)}{ts})"
     return (
@@ -1640,7 +1645,10 @@ def _description(mode: int, part: str | None, lam: complex, timescale: float | N
 
 
 def _metadata(
-    model: Any, modes: list[int], outputs: list[tuple[int, str | None]]
+    model: Any,
+    modes: list[int],
+    outputs: list[tuple[int, str | None]],
+    time_unit: str | None = None,
 ) -> dict[str, Any]:
     lam = np.asarray(model.eigvals_)[modes]
     dt = getattr(model, "dt", None)
@@ -1658,7 +1666,7 @@ def _metadata(
         "modes": modes,
         "outputs": [_output_label(m, p) for m, p in outputs],
         "descriptions": [
-            _description(m, p, complex(lam[modes.index(m)]), timescales[modes.index(m)])
+            _description(m, p, complex(lam[modes.index(m)]), timescales[modes.index(m)], time_unit)
             for m, p in outputs
         ],
         "output_modes": [m for m, _ in outputs],
@@ -1768,7 +1776,9 @@ def export(
         scripted (e.g. SchNet, which is then traced on one state and applied state by
         state).
     metadata : dict, optional
-        Extra JSON-serialisable entries for the metadata.
+        Extra JSON-serialisable entries for the metadata; its ``time_unit`` (the unit of
+        the model's ``dt``, e.g. ``"ps"``) is also written after the timescales of the
+        ``descriptions``.
     complex_parts : bool, default False
         Export each complex mode of ``modes`` as two outputs, its real and its imaginary
         part (the two modes of a conjugate pair cannot both be given); False refuses
@@ -1858,7 +1868,7 @@ def _export(
             raise ExportError(
                 f"example has shape {tuple(ex.shape)}; expected (n, *{in_shape}) or {in_shape}"
             )
-    meta = _metadata(model, modes, outputs)
+    meta = _metadata(model, modes, outputs, (metadata or {}).get("time_unit"))
     meta["inputs"] = {
         "shape": list(in_shape),
         "names": None if input_names is None else [str(n) for n in input_names],

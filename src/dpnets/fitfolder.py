@@ -138,7 +138,14 @@ FIT_OPTIONS: tuple[FitOption, ...] = (
     ),
     FitOption("data", "stride", 1, "keep every k-th frame (default {default}: every frame)", low=1),
     # 0: from the files, else 1 frame
-    FitOption("data", "dt", 0.0, "time per frame (default: from the files, else 1 frame)", low=0.0),
+    FitOption(
+        "data",
+        "dt",
+        0.0,
+        "time between the frames kept, after --stride (default: the files' time per frame "
+        "times --stride, else 1 frame)",
+        low=0.0,
+    ),
     FitOption(
         "data",
         "time_unit",

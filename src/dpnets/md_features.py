@@ -4,7 +4,8 @@ exporting the fit to an engine (:mod:`dpnets.engines`).
 
 An :class:`MDFeatures` names its kind, the atoms of every feature (0-based indices of the
 fit's topology) and one human-readable label per output column, as PyEMMA's featurizer
-``describe()`` does:
+``describe()`` does, its residues named by :func:`residue_labels` (``ALA5``; unique: a
+number the topology repeats is qualified by chain or residue index):
 
 * ``"dihedrals"``: torsions by kind (:data:`TORSION_KINDS`: ``phi``, ``psi``, ``omega``,
   ``chi1`` … ``chi4``, from mdtraj's ``compute_<kind>``), those of the residues the
@@ -21,12 +22,20 @@ fit's topology) and one human-readable label per output column, as PyEMMA's feat
 from __future__ import annotations
 
 import warnings
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-__all__ = ["TORSION_KINDS", "MDFeatures", "torsion_features", "distance_features", "cartesian"]
+__all__ = [
+    "TORSION_KINDS",
+    "MDFeatures",
+    "residue_labels",
+    "torsion_features",
+    "distance_features",
+    "cartesian",
+]
 
 #: torsion kinds mdtraj computes (``md.compute_<kind>``), and their symbols in labels
 TORSION_KINDS = {
@@ -98,6 +107,46 @@ class MDFeatures:
         names = [n for n, k in zip(self.names, keep, strict=True) if k]
         return MDFeatures(self.kind, self.atoms[keep], names)
 
+    def like_fit(self, fit: dict[str, Any]) -> MDFeatures:
+        """These features made the ones a fit was trained on, from its description
+        (:meth:`describe`, the fit folder's ``features.json``), for new files read with the
+        fit's settings: distances, the fit's pairs in its order (picked by name: a contact
+        cut-off chose them on the fit's data, not on the new files'); Cartesians,
+        superposed on the fit's reference (not the new files' first frame). Dihedrals are
+        fixed by the selection and the torsion kinds. ``ValueError`` for a pair the new
+        topology lacks or a reference of another number of atoms."""
+        if self.kind == "distances" and fit.get("names") is not None:
+            seen: Counter = Counter()  # a name repeated (older fits): its k-th occurrence
+            where = {}
+            for i, name in enumerate(self.names):
+                where[(name, seen[name])] = i
+                seen[name] += 1
+            seen = Counter()
+            keys = []
+            for name in fit["names"]:
+                keys.append((name, seen[name]))
+                seen[name] += 1
+            missing = [n for n, k in keys if (n, k) not in where]
+            if missing:
+                raise ValueError(
+                    f"the selection has no pair {missing[0]} of the fit's distances "
+                    f"({len(missing)} of {len(fit['names'])} missing)"
+                )
+            idx = np.array([where[k] for k in keys], dtype=np.int64)
+            return MDFeatures(self.kind, self.atoms[idx], list(fit["names"]))
+        if self.kind == "cartesian" and fit.get("reference") is not None:
+            ref = np.asarray(fit["reference"], dtype=np.float64)
+            if ref.shape != (len(self.atoms), 3):
+                raise ValueError(
+                    f"the fit's reference holds {len(ref)} atoms; the selection has "
+                    f"{len(self.atoms)}"
+                )
+            assert self.reference is not None
+            full = self.reference.copy()
+            full[self.atoms] = ref  # superposition uses the selected atoms only
+            return MDFeatures(self.kind, self.atoms, self.names, reference=full)
+        return self
+
     def describe(self) -> dict[str, Any]:
         """A JSON-serialisable description (the fit folder's ``features.json``)."""
         out: dict[str, Any] = {
@@ -112,9 +161,28 @@ class MDFeatures:
         return out
 
 
-def _label(top: Any, i: int) -> str:
+def residue_labels(top: Any) -> list[str]:
+    """One label per residue of mdtraj topology ``top``, unique: its name and number
+    (``ALA5``); a label the topology repeats (a homodimer's two chains, numbered alike) is
+    qualified by its chain identifier (``ALA5:B``) where that tells them apart, else by
+    mdtraj's 0-based residue index, which ``--selection 'resid 282'`` selects
+    (``TYR7(resid 282)``: a GROMACS ``.gro`` holds no chains)."""
+    plain = [str(r) for r in top.residues]
+    counts = Counter(plain)
+    labels = []
+    for r, name in zip(top.residues, plain, strict=True):
+        chain = str(getattr(r.chain, "chain_id", "") or "").strip()
+        labels.append(name if counts[name] == 1 or not chain else f"{name}:{chain}")
+    counts = Counter(labels)
+    return [
+        label if counts[label] == 1 else f"{label}(resid {r.index})"
+        for r, label in zip(top.residues, labels, strict=True)
+    ]
+
+
+def _atom_label(top: Any, residues: list[str], i: int) -> str:
     a = top.atom(int(i))
-    return f"{a.residue}-{a.name}"
+    return f"{residues[a.residue.index]}-{a.name}"
 
 
 def torsion_features(top: Any, kinds: list[str] | tuple[str, ...], atoms: np.ndarray) -> MDFeatures:
@@ -130,6 +198,7 @@ def torsion_features(top: Any, kinds: list[str] | tuple[str, ...], atoms: np.nda
             f"torsion kinds must be among {', '.join(TORSION_KINDS)}; got {', '.join(kinds)!s}"
         )
     probe = md.Trajectory(np.zeros((1, top.n_atoms, 3), dtype=np.float32), top)
+    labels = residue_labels(top)
     residues = {top.atom(int(a)).residue.index for a in atoms}
     quads, names, blocks, missing = [], [], [], []
     for kind in dict.fromkeys(kinds):  # each kind once, in the order asked
@@ -139,31 +208,67 @@ def torsion_features(top: Any, kinds: list[str] | tuple[str, ...], atoms: np.nda
             missing.append(kind)
             continue
         sym = TORSION_KINDS[kind]
-        res = [str(top.atom(int(q[1])).residue) for q in idx]
+        res = [labels[top.atom(int(q[1])).residue.index] for q in idx]
         names += [f"{f} {sym} {r}" for f in ("sin", "cos") for r in res]
         quads.append(idx)
         blocks.append((kind, len(idx)))
+    names_of = [top.residue(i).name for i in sorted(residues)]
+    counts = {n: names_of.count(n) for n in dict.fromkeys(names_of)}
+    touched = ", ".join(f"{n} x{c}" if c > 1 else n for n, c in list(counts.items())[:12])
+    touched += ", …" if len(counts) > 12 else ""
     if not quads:
-        raise ValueError(f"the topology has no {', '.join(kinds)} torsion in the selected residues")
+        raise ValueError(
+            f"the selected residues ({touched}) have no {', '.join(dict.fromkeys(kinds))} torsion"
+        )
     if missing:
         warnings.warn(
-            f"the selected residues have no {', '.join(missing)} torsion: left out of the "
-            f"features (kept: {', '.join(k for k, _ in blocks)})",
+            f"the selected residues ({touched}) have no {', '.join(missing)} torsion: left "
+            f"out of the features (kept: {', '.join(k for k, _ in blocks)})",
             RuntimeWarning,
             stacklevel=4,
         )
     return MDFeatures("dihedrals", np.concatenate(quads), names, tuple(blocks))
 
 
+#: most atom pairs of a distance featurisation (1,415 atoms): beyond it the features,
+#: their names and the network's first layer no longer fit in memory for any useful run
+MAX_DISTANCE_PAIRS = 1_000_000
+
+
+def _warn_solvent(top: Any, atoms: np.ndarray, what: str) -> None:
+    """Warn when the selected ``atoms`` include water: its distances or positions are no
+    slow coordinate of the solute (waters exchange), and they swamp the solute's."""
+    water = np.isin(atoms, top.select("water"))
+    if water.any():
+        n = len({top.atom(int(a)).residue.index for a in atoms[water]})
+        warnings.warn(
+            f"the selection holds {int(water.sum())} atoms of {n} water molecules among its "
+            f"{len(atoms)}: their {what} are no slow coordinate of the solute (waters "
+            "exchange); select the solute (--selection 'protein and name CA', 'not water')",
+            RuntimeWarning,
+            stacklevel=4,
+        )
+
+
 def distance_features(top: Any, atoms: np.ndarray) -> MDFeatures:
-    """All pairwise distances of the selected ``atoms`` (``ValueError`` for fewer than 2)."""
+    """All pairwise distances of the selected ``atoms`` (``ValueError`` for fewer than 2, or
+    more pairs than :data:`MAX_DISTANCE_PAIRS`; a warning when they include water)."""
     atoms = np.asarray(atoms, dtype=np.int64)
     if len(atoms) < 2:
         raise ValueError(f"distances need two atoms; the selection has {len(atoms)}")
+    n_pairs = len(atoms) * (len(atoms) - 1) // 2
+    if n_pairs > MAX_DISTANCE_PAIRS:
+        raise ValueError(
+            f"the selection has {len(atoms)} atoms, {n_pairs:,} pairs of distances: more "
+            f"than {MAX_DISTANCE_PAIRS:,}; select fewer atoms (--selection 'protein and name "
+            "CA'), then --cutoff keeps the contacts"
+        )
+    _warn_solvent(top, atoms, "distances")
     i, j = np.triu_indices(len(atoms), k=1)
     pairs = np.stack([atoms[i], atoms[j]], axis=1)
-    atom = top.atom
-    names = [f"d({atom(int(a))}, {atom(int(b))})" for a, b in pairs]
+    residues = residue_labels(top)
+    label = {int(a): _atom_label(top, residues, a) for a in atoms}
+    names = [f"d({label[int(a)]}, {label[int(b)]})" for a, b in pairs]
     return MDFeatures("distances", pairs, names)
 
 
@@ -173,5 +278,7 @@ def cartesian(top: Any, atoms: np.ndarray, reference: np.ndarray) -> MDFeatures:
     atoms = np.asarray(atoms, dtype=np.int64)
     if len(atoms) < 3:
         raise ValueError(f"a superposition needs at least 3 atoms; the selection has {len(atoms)}")
-    names = [f"{c} {_label(top, a)}" for a in atoms for c in "xyz"]
+    _warn_solvent(top, atoms, "positions")
+    residues = residue_labels(top)
+    names = [f"{c} {_atom_label(top, residues, a)}" for a in atoms for c in "xyz"]
     return MDFeatures("cartesian", atoms, names, reference=np.asarray(reference, np.float64))

@@ -10,6 +10,7 @@ repeats the fit), ``training.png`` (the training curve) and ``report.md``.
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import time
@@ -53,23 +54,33 @@ __all__ = [
 
 
 # ------------------------------------------------------------------------------ data and model
-def _read(data: dict[str, Any]):
+def _read(data: dict[str, Any], folder: str | os.PathLike | None = None, timed: bool = True):
+    """The trajectories of ``data`` (a config's data table) and the time per frame; for new
+    files given to the fit in ``folder``, the fit's own MD features (its ``features.json``:
+    its distance pairs and Cartesian reference, not chosen again on the new files).
+    ``timed=False``: the caller uses no time (transform, forecast), so a file without a
+    time per frame is not warned of."""
     from dpnets.datasets import read_trajectories
+    from dpnets.md_files import NO_TIME_STEP
 
     if not data["paths"]:
         raise WorkflowError("no data files given")
-    trajs = read_trajectories(
-        data["paths"],
-        keys=data["keys"] or None,
-        columns=data["columns"] or None,
-        topology=data["topology"] or None,
-        features=data["features"],
-        selection=data["selection"],
-        stride=int(data["stride"]),
-        torsions=[t.strip() for t in str(data.get("torsions") or "phi,psi").split(",") if t],
-        cutoff=float(data.get("cutoff") or 0.0) or None,
-        reference=data.get("reference") or None,
-    )
+    with warnings.catch_warnings():
+        if data.get("dt") or not timed:  # --dt gives the time the files lack, or none used
+            warnings.filterwarnings("ignore", message=f".*{NO_TIME_STEP}")
+        trajs = read_trajectories(
+            data["paths"],
+            keys=data["keys"] or None,
+            columns=data["columns"] or None,
+            topology=data["topology"] or None,
+            features=data["features"],
+            selection=data["selection"],
+            stride=int(data["stride"]),
+            torsions=[t.strip() for t in str(data.get("torsions") or "phi,psi").split(",") if t],
+            cutoff=float(data.get("cutoff") or 0.0) or None,
+            reference=data.get("reference") or None,
+            fit_features=None if folder is None else _fit_features(folder),
+        )
     dt, _ = _time(data, trajs)
     return trajs, dt
 
@@ -79,13 +90,13 @@ _SECONDS = {"fs": 1e-15, "ps": 1e-12, "ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms":
 
 
 def _time(data: dict, trajs: Any) -> tuple[float, str]:
-    """The time per frame and its unit: ``--dt`` in ``--time-unit`` (default "time
-    units"); else the files' time per frame (MD: ps), converted to ``--time-unit`` when
-    one is given; else 1 frame."""
+    """The time per frame and its unit: ``--dt`` in ``--time-unit`` (default: the files'
+    unit, ps for MD files, else "time units"); else the files' time per frame (MD: ps),
+    converted to ``--time-unit`` when one is given; else 1 frame."""
     unit = str(data.get("time_unit") or "")
     given = float(data.get("dt") or 0.0)
-    if given:
-        return given, unit or "time units"
+    if given:  # in --time-unit, else the files' unit (MD: ps), as --time-unit's help says
+        return given, unit or trajs.time_unit or "time units"
     if trajs.dt:
         stored = trajs.time_unit or ""
         if unit and unit != stored:
@@ -416,12 +427,23 @@ def _fit(config: dict[str, dict[str, Any]], out: Path, progress: bool) -> str:
     log_weights = _read_bias(data, trajs)
     lag = int(model["lag"])
     longest = max(t.shape[0] for t in trajs.data)
+    stride = int(data.get("stride") or 1)
+    kept = f" after --stride {stride}" if stride > 1 else ""
     if lag < 1 or lag >= longest:
         raise WorkflowError(
             f"--lag {lag} must be at least 1 and shorter than the longest trajectory "
-            f"({longest} frames)"
+            f"({longest} frames{kept})" + ("; use a smaller --stride" if kept else "")
         )
     usable = [t for t in trajs.data if t.shape[0] > lag]
+    n_pairs, dim = sum(t.shape[0] - lag for t in usable), int(model["dim"])
+    if n_pairs <= dim + 1:  # the covariances of r features and the constant need more
+        raise WorkflowError(
+            f"{n_pairs} lagged pairs at --lag {lag} ({sum(t.shape[0] for t in usable)} "
+            f"frames{kept}) for --dim {dim} learned features and the constant: too few to "
+            "fit; use longer or more trajectories, "
+            + ("a smaller --stride, " if kept else "")
+            + "a shorter --lag or a smaller --dim"
+        )
     if log_weights is not None:
         log_weights = [w for w, t in zip(log_weights, trajs.data, strict=True) if t.shape[0] > lag]
     found = _dropped(trajs, lag)
@@ -547,6 +569,30 @@ _ESTIMATOR = {
 }
 
 
+#: fewest bootstrap units (whole trajectories, or blocks of a single one) whose resamples
+#: give error bars: 2 have 3 distinct resamples, 3 have 10, 5 have 126
+MIN_BOOTSTRAP_UNITS = 5
+
+
+def _few_units(n_trajectories: int, n_blocks: int) -> list[Diagnostic]:
+    """The bootstrap of the analysis over too few trajectories (or blocks of one)."""
+    n = n_trajectories if n_trajectories > 1 else n_blocks
+    if n >= MIN_BOOTSTRAP_UNITS:
+        return []
+    what = "whole trajectories" if n_trajectories > 1 else "blocks of the single trajectory"
+    fix = f"use {MIN_BOOTSTRAP_UNITS} or more independent trajectories"
+    return [
+        Diagnostic(
+            "few_units",
+            f"the bootstrap intervals resample {n} {what}, which have only "
+            f"{math.comb(2 * n - 1, n)} distinct resamples: the intervals are no error bars",
+            fix + ("" if n_trajectories > 1 else " (or more n_blocks, if the lags allow)"),
+            fix + ("" if n_trajectories > 1 else " (or more --blocks, if the lags allow)"),
+            warn=False,
+        )
+    ]
+
+
 def _dropped(trajs: Any, lag: int) -> list[Diagnostic]:
     """The trajectories too short for one pair at ``lag``, named (they are left out)."""
     pairs = zip(trajs.sources, trajs.data, strict=True)
@@ -617,7 +663,9 @@ def _inputs_line(data: dict, trajs: Any, model: dict | None = None) -> str:
     features = data.get("features") or "as stored"
     what = f"features `{features}`"
     if features == "dihedrals":
-        what += f" ({data.get('torsions') or 'phi,psi'})"
+        blocks = getattr(trajs.md_features, "blocks", ())
+        kept = ",".join(k for k, _ in blocks) if blocks else data.get("torsions") or "phi,psi"
+        what += f" ({kept})"  # the kinds the selected residues have, as computed
     if features == "distances" and data.get("cutoff"):
         what += f" closer than {data['cutoff']:g} nm in some frame"
     if data.get("selection") and features in ("dihedrals", "distances", "cartesian", "positions"):
@@ -760,13 +808,47 @@ def _check_like_fit(op: Any, trajs: Any, folder: str | os.PathLike) -> None:
             )
 
 
+def _fit_features(folder: str | os.PathLike) -> dict[str, Any] | None:
+    """The MD features the fit in ``folder`` was trained on (its ``features.json``), or
+    None (not an MD fit, or a folder from before the file)."""
+    path = Path(folder) / "features.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _other_time_step(trajs: Any, data: dict, lag: int) -> list[Diagnostic]:
+    """New files whose own time per frame differs from the one the fit's config holds
+    (which the analysis uses): the model's lag in frames is then another lag time on them,
+    and the timescales are off by the ratio if the files' times are right."""
+    unit, fit_dt = str(data.get("time_unit") or ""), float(data.get("dt") or 0.0)
+    stored = trajs.time_unit or ""
+    if trajs.dt is None or not fit_dt or unit not in _SECONDS or stored not in _SECONDS:
+        return []
+    files_dt = trajs.dt * _SECONDS[stored] / _SECONDS[unit]
+    if math.isclose(files_dt, fit_dt, rel_tol=1e-3):
+        return []
+    fix = "analyze files saved as often as the fit's, or refit on these"
+    return [
+        Diagnostic(
+            "other_time_step",
+            f"{trajs.sources[0]}: its frames are {files_dt:g} {unit} apart (with the fit's "
+            f"stride {int(data.get('stride') or 1)}), the fit's {fit_dt:g} {unit}: the "
+            f"analysis takes the fit's {fit_dt:g} {unit} a frame, and the lag of {lag} "
+            "frames is another lag time on these files; if their times are right, the "
+            f"timescales are {files_dt / fit_dt:.3g} times too short",
+            fix,
+            fix,
+            warn=False,
+        )
+    ]
+
+
 def _check_feature_names(trajs: Any, folder: str | os.PathLike) -> None:
     """The files give the features the fit in ``folder`` was trained on (its
     ``features.json``), named alike; a ``WorkflowError`` naming the first that differs."""
-    path = Path(folder) / "features.json"
-    if trajs.md_features is None or not path.is_file():
+    fit = _fit_features(folder)
+    if trajs.md_features is None or fit is None:
         return
-    want = json.loads(path.read_text()).get("names") or []
+    want = fit.get("names") or []
     got = list(trajs.md_features.names)
     if got != want:
         first = next(
@@ -929,9 +1011,10 @@ def _analyze(
             "lag, bootstrap, CK test) would refit on unweighted pairs of the biased frames: "
             "not supported yet; the fit's report holds its timescales"
         )
-    trajs, dt = _read(_data_like(config, paths))
+    trajs, dt = _read(_data_like(config, paths), folder)
     _check_like_fit(op, trajs, folder)
     lag = int(op.lag_)
+    other_step = _other_time_step(trajs, config["data"], lag) if paths else []
     data = [t for t in trajs.data if t.shape[0] > lag]
     if not data:
         raise WorkflowError(f"every trajectory is shorter than the model's lag ({lag} frames)")
@@ -944,7 +1027,7 @@ def _analyze(
         warnings.simplefilter("ignore", DiagnosticWarning)
         op = clone(op).set_params(**params).fit(data)
     units = _units(config["data"], trajs)
-    found = _dropped(trajs, lag) + op.diagnostics(units)
+    found = other_step + _dropped(trajs, lag) + op.diagnostics(units)
     longest = max(t.shape[0] for t in data)
     if settings.lags is None:  # the default scan: the lags the data can hold
         scan = {max(1, lag // 4), max(1, lag // 2), lag, 2 * lag, 4 * lag}
@@ -953,6 +1036,7 @@ def _analyze(
         lags = check_lags(list(settings.lags), "--lags", longest).tolist()
     n_boot = settings.n_bootstrap
     blocks = settings.n_blocks if settings.n_blocks is not None else _auto_blocks(data, lags)
+    found += _few_units(len(data), blocks)
     plt = plot.pyplot()
     step = _steps(settings.progress, 5)
     bars = {"seed": 0, "progress": settings.progress, "n_blocks": blocks}
@@ -965,6 +1049,11 @@ def _analyze(
         "eigenvalues": [[float(v.real), float(v.imag)] for v in op.eig()],
         "timescales": [float(v) for v in op.implied_timescales(dt)],
         "diagnostics": [{"kind": d.kind, "message": d.message(cli=True)} for d in found],
+        "bootstrap_over": (
+            f"the {len(data)} trajectories"
+            if len(data) > 1
+            else f"{blocks} blocks of the trajectory"
+        ),
     }
     step("implied timescales against lag (bootstrap)")
     try:
@@ -1082,7 +1171,8 @@ def _analysis_report(
             cells.append(f"{ts[i]:.4g} [{spec.lower[i]:.3g}, {spec.upper[i]:.3g}]")
         else:
             cells.append(f"{ts[i]:.4g}")
-    interval = " (95% bootstrap intervals over trajectories)" if spec is not None else ""
+    over = results.get("bootstrap_over", "trajectories")
+    interval = f" (95% bootstrap intervals over {over})" if spec is not None else ""
     lines.append(f"Slowest implied timescales ({units}): {', '.join(cells)}{interval}.\n")
     if sets is not None:
         lines.append(
@@ -1166,7 +1256,7 @@ def transform_files(
     data = _data_like(config, paths)
     if topology is not None:
         data["topology"] = os.fspath(topology)
-    trajs, _ = _read(data)
+    trajs, _ = _read(data, folder, timed=False)
     _check_like_fit(op, trajs, folder)
     _check_feature_names(trajs, folder)
     if out.suffix == ".npy" and len(trajs.data) != 1:
@@ -1205,7 +1295,7 @@ def forecast_file(
     op, config = _load_fit(folder)
     if int(steps) < 1:
         raise WorkflowError(f"--steps must be >= 1, got {steps}")
-    trajs, _ = _read(_data_like(config, paths))
+    trajs, _ = _read(_data_like(config, paths), folder, timed=False)
     _check_like_fit(op, trajs, folder)
     x = np.concatenate(trajs.data)
     pred = op.predict(x, t=list(range(1, int(steps) + 1)))
