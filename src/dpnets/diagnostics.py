@@ -532,7 +532,8 @@ def persistence_diagnostics(
             f"the model forecasts the state worse than persistence (x_t+h = x_t) {on} (RMSE "
             f"{pairs}): use persistence rather than these forecasts; the learned features do "
             "not carry the state (a trending series, or a score that cannot tell features "
-            "apart)",
+            "apart); this concerns forecasts of the state only, not the slow modes and their "
+            "timescales",
             "regress on the state too (TransferOperator(..., append_state=True)), model a "
             "stationary series (its differences, or the deviations from a trend), and compare "
             "with dpnets.forecasting.forecast_errors",
