@@ -133,7 +133,10 @@ def implied_timescales(
     lags : sequence of int
         Lags in frames.
     k : int, default 3
-        Number of timescales (the stationary one excluded).
+        Number of timescales (the stationary one excluded). A ``ValueError`` when the model has
+        fewer (its eigenvalues less the stationary ones, at the lag where it has most), as
+        :func:`bootstrap_spectrum` does; NaN is left only where a lag's fit has fewer finite
+        timescales than another's (e.g. a negative eigenvalue).
     dt : float, optional
         Time between frames: timescales and lag times are in its units. Default: the
         estimator's ``dt`` (e.g. ``TransferOperator(..., dt=0.1)``), else 1 (frames).
@@ -184,6 +187,7 @@ def implied_timescales(
     stationary: list[tuple[float, int]] = []
     boot = n_blocks if n_bootstrap else None
     scan = _LagScan(estimator, refit_features, trajs, lags, boot, progress)
+    _check_k(k, [(est, int(lag)) for est, lag in zip(scan.fits, lags, strict=True)], dt)
     ts = np.full((lags.size, k), np.nan)
     for j, est in enumerate(scan.fits):
         ts[j] = _slowest(est, k, dt, int(lags[j]), stationary)
@@ -409,6 +413,32 @@ def _warn_unresolvable(ts: np.ndarray, lags: np.ndarray, dt: float, longest: int
         "features (e.g. fewer of them, or another seed) or use longer trajectories.",
         RuntimeWarning,
         stacklevel=3,
+    )
+
+
+def _check_k(k: int, fits: list[tuple[Any, int]], dt: float) -> None:
+    """Refuse ``k`` larger than the number of timescales the fits have (at the lag where they
+    have most): their eigenvalues less the stationary ones (infinite timescales). The table
+    would otherwise be padded with NaN columns, as if those timescales were unresolved."""
+    most, n_eig, n_inf = -1, 0, 0
+    for est, lag in fits:
+        if est is None:
+            continue
+        ts = (
+            est.implied_timescales(lag * dt)
+            if isinstance(est, OperatorFit)
+            else np.asarray(est.implied_timescales(dt), dtype=np.float64)
+        )
+        inf = int(np.sum(np.isposinf(ts)))
+        if ts.size - inf > most:
+            most, n_eig, n_inf = ts.size - inf, ts.size, inf
+    if most < 0 or k <= most:
+        return
+    stationary = f", {n_inf} of them stationary" if n_inf else ""
+    remedy = f"use k <= {most}" if most else "the model needs more basis functions"
+    raise ValueError(
+        f"k={k} exceeds the {most} timescales the model has ({n_eig} eigenvalues{stationary}); "
+        f"{remedy}"
     )
 
 

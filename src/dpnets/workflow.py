@@ -1057,7 +1057,9 @@ def _analyze(
     }
     step("implied timescales against lag (bootstrap)")
     try:
-        its = implied_timescales(op, data, lags, k=3, dt=dt, n_bootstrap=n_boot, **bars)
+        finite = int(np.sum(~np.isposinf(op.implied_timescales(dt))))  # the model's, no more
+        k_its = max(1, min(3, finite))
+        its = implied_timescales(op, data, lags, k=k_its, dt=dt, n_bootstrap=n_boot, **bars)
         its.plot(units=units).savefig(out / "timescales.png", dpi=100)
         results.update(
             its_lags=its.lags.tolist(),
