@@ -277,3 +277,5 @@ def test_k_beyond_the_models_timescales_is_refused_not_padded_with_nan():
     res = implied_timescales(op, s, [1, 2], k=2)  # the largest k: every entry finite
     assert np.isfinite(res.timescales).all()
     np.testing.assert_allclose(res.timescales[0], exact(1), rtol=0.1)
+    default = implied_timescales(op, s, [1, 2])  # 3, or all the model has if fewer
+    np.testing.assert_array_equal(default.timescales, res.timescales)
