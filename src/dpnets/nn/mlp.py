@@ -92,9 +92,18 @@ class MLP(nn.Module):
         self.out_dim = int(out_dim)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        state = tuple(x.shape[1:])
         x = x.reshape(x.shape[0], -1)
         if x.shape[1] != self.in_dim:
-            raise ValueError(f"MLP expects {self.in_dim} input features, got {x.shape[1]}")
+            # states (T, d) whose last axis is the MLP's input: trajectories stacked in one
+            # 3-D array (n_traj, T, d), read as n_traj frames of shape (T, d)
+            stacked = len(state) == 2 and state[1] == self.in_dim
+            hint = (
+                f" (states of shape {state}: a stack of trajectories (n_traj, T, d)? pass list(X))"
+                if stacked
+                else ""
+            )
+            raise ValueError(f"MLP expects {self.in_dim} input features, got {x.shape[1]}{hint}")
         return self.net(x)
 
 
