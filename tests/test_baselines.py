@@ -427,8 +427,17 @@ def test_save_load_custom_callables(traj: np.ndarray, tmp_path) -> None:
         return (a @ b.T + 1.0) ** 2
 
     x = traj[:10]
-    for model in (EDMD(dictionary).fit(traj), KernelDMD(kernel, rank=3).fit(traj[:200])):
-        model.save(tmp_path / "c.pt")
+    models = (EDMD(dictionary).fit(traj), KernelDMD(kernel, rank=3).fit(traj[:200]))
+    for model, what, keyword in zip(
+        models, ("feature map", "kernel"), ("features=...", "features=kernel"), strict=True
+    ):
+        with pytest.warns(UserWarning) as rec:  # said at save, not only at load
+            model.save(tmp_path / "c.pt")
+        assert [str(w.message) for w in rec if "saved without" in str(w.message)] == [
+            f"{tmp_path / 'c.pt'}: saved without the model's custom {what} (a Python callable, "
+            "which a file does not store: loading never executes code); load it with "
+            f"dpnets.load(path, {keyword})"
+        ]
         with pytest.raises(ValueError, match="features="):
             dpnets.load(tmp_path / "c.pt")
         back = dpnets.load(

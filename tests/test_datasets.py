@@ -411,10 +411,30 @@ def test_nan_or_inf(tmp_path, bad):
     x = np.zeros((20, 2))
     x[7, 1] = bad
     np.save(tmp_path / "nan.npy", x)
+    remedy = (
+        "missing values: a trajectory must be complete and evenly sampled; fill or interpolate "
+        "the gaps (pandas' .interpolate()), or pass the pieces between them as separate files"
+        if np.isnan(bad)
+        else "an infinite value (an overflow upstream?)"
+    )
     msg = _error("nan.npy", tmp_path / "nan.npy")
-    assert "NaN" in msg and "frame 7" in msg
+    assert msg == (
+        f"{tmp_path / 'nan.npy'}: holds 1 NaN or inf value(s) (first at frame 7, coordinate 1): "
+        + remedy
+    )
+    x[12, 0] = bad  # stride 3 skips frame 7: the first read is the file's frame 12 (row 4)
+    np.savez(tmp_path / "nan.npz", a=x)
+    msg = _error("nan.npz", tmp_path / "nan.npz", stride=3)
+    assert "holds 1 NaN or inf value(s) (first at frame 12, coordinate 0): " + remedy in msg
     np.savetxt(tmp_path / "nan.txt", x)
     _error("nan.txt", tmp_path / "nan.txt")
+    if importlib.util.find_spec("h5py") is not None:
+        import h5py
+
+        with h5py.File(tmp_path / "nan.h5", "w") as fh:
+            fh["x"] = x
+        msg = _error("nan.h5", tmp_path / "nan.h5")
+        assert "holds 2 NaN or inf value(s) (first at frame 7, coordinate 1): " + remedy in msg
 
 
 def test_npz_with_object_array_is_not_unpickled(tmp_path):

@@ -325,6 +325,38 @@ def test_a_lag_too_long_says_so_and_analyze_still_writes_its_report(ou_files, tm
     assert "PCCA+ metastable sets" in res["skipped"] and res["diagnostics"]
 
 
+NO_CHANGE = (
+    "the data do not change: every training frame is the same state, so there are no "
+    "dynamics to learn (the eigenvalues and timescales mean nothing); check the data (a "
+    "constant or frozen signal, or the wrong array or columns); a model needs states that change"
+)
+
+
+def test_data_that_never_change_are_said_so_not_a_shorter_lag(tmp_path):
+    """Every frame the same state (each coordinate its own constant): one finding, that the
+    data do not change, instead of 'no process is resolved: choose a shorter lag' and a
+    rank-deficient basis; a finding, not a refusal (scikit-learn's checks fit such data)."""
+    from dpnets.baselines import DMD
+
+    still = np.tile([1.0, 2.0, 3.0], (300, 1))
+    for est in (dpnets.TransferOperator(lag=1), DMD(lag=1)):
+        with pytest.warns(DiagnosticWarning) as rec:
+            est.fit(still)
+        assert [str(w.message) for w in rec] == [NO_CHANGE]
+        assert [(d.kind, d.message()) for d in est.diagnostics()] == [("no_change", NO_CHANGE)]
+    moving = still + np.linspace(0.0, 1e-9, 300)[:, None] * [1, 0, 0]  # one coordinate moves
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        dpnets.TransferOperator(lag=1).fit(moving)
+    assert not any("do not change" in str(w.message) for w in rec)
+    np.save(tmp_path / "still.npy", still)
+    out = tmp_path / "fit"
+    assert main(["fit", str(tmp_path / "still.npy"), "--out", str(out), *FAST]) == 0
+    report = (out / "report.md").read_text()
+    assert f"- **no_change**: {NO_CHANGE}" in report
+    assert "**unresolved**" not in report and "**worse_than_persistence**" not in report
+
+
 files = pytest.importorskip("MDAnalysisTests.datafiles")
 
 

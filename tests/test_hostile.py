@@ -803,6 +803,24 @@ def test_a_list_of_rows_is_explained(fit):
     assert "(shape (300, 2))" in str(info.value)
 
 
+def test_a_stack_of_trajectories_is_hinted_to_an_mlp():
+    """Four trajectories of 2 coordinates stacked as one (4, 300, 2) array are read as 4
+    frames of shape (300, 2): the MLP's error says what the shape suggests; list(X) fits.
+    States whose last axis is not the MLP's input (a field) get no such hint."""
+    x = np.stack([np.hstack([_ou(300, seed=2 * i), _ou(300, seed=2 * i + 1)]) for i in range(4)])
+    net = _net(epochs=1).set_params(encoder=MLP(2, (8,), 2))
+    with pytest.raises(ValueError) as info:
+        net.fit(x)
+    assert str(info.value) == (
+        "MLP expects 2 input features, got 600 (states of shape (300, 2): a stack of "
+        "trajectories (n_traj, T, d)? pass list(X))"
+    )
+    assert net.fit(list(x)).transform(x[0]).shape == (300, 2)
+    with pytest.raises(ValueError) as info:  # snapshots of a 5 x 4 field
+        _net(epochs=1).set_params(encoder=MLP(2, (8,), 2)).fit(np.zeros((50, 5, 4)))
+    assert str(info.value) == "MLP expects 2 input features, got 20"
+
+
 def test_a_list_of_numbers_is_explained():
     x = _ou(300)[:, 0]
     with pytest.raises(ValueError, match=r"X is a list of 300 numbers.*np.asarray\(X\)"):

@@ -72,10 +72,13 @@ def test_frames_positions_and_time_step_match_mdanalysis(case):
 
 
 def test_dcd_time_step_is_read_from_its_header():
-    """adk_dims.dcd: DELTA * NSAVC = 1 ps, as MDAnalysis reads it (not 'frames')."""
+    """adk_dims.dcd: DELTA * NSAVC = 1 ps, as MDAnalysis reads it (not 'frames'); exactly 1,
+    not the 0.99999991 of DELTA's float32 times the 7-digit AKMA unit (as an XTC's step is
+    rounded to what its float32 times can tell apart)."""
     res = _ours(files.DCD, files.PSF)
-    assert res.dt == pytest.approx(1.0, rel=1e-6)
-    assert _ours(files.DCD, files.PSF, stride=3).dt == pytest.approx(3.0, rel=1e-6)
+    assert res.dt == 1.0
+    assert _ours(files.DCD, files.PSF, stride=3).dt == 3.0
+    assert _ours(files.DCD2, files.PSF).dt == 1.0  # NSAVC 1, DELTA 20.4548 AKMA
 
 
 def test_dcd_with_fewer_frames_than_its_header_reads_them_with_a_warning():

@@ -260,3 +260,22 @@ def test_warns_when_a_second_eigenvalue_is_exactly_one():
     with pytest.warns(RuntimeWarning, match="2 real eigenvalues equal to 1 at lag"):
         res = implied_timescales(TransferOperator(lambda z: z), trajs, [1, 3], k=1)
     np.testing.assert_allclose(res.timescales[0, 0], 1 / np.log(2), rtol=0.3)
+
+
+def test_k_beyond_the_models_timescales_is_refused_not_padded_with_nan():
+    """Three indicator functions: three eigenvalues, one stationary, so two timescales; k=3 or
+    k=5 is refused as bootstrap_spectrum refuses it (not a table padded with NaN columns)."""
+    s = MarkovChain(P).sample(3000, seed=0)
+    op = TransferOperator(one_hot, constant=False)
+    for k in (3, 5):
+        with pytest.raises(ValueError) as err:
+            implied_timescales(op, s, [1, 2], k=k)
+        assert str(err.value) == (
+            f"k={k} exceeds the 2 timescales the model has (3 eigenvalues, 1 of them "
+            "stationary); use k <= 2"
+        )
+    res = implied_timescales(op, s, [1, 2], k=2)  # the largest k: every entry finite
+    assert np.isfinite(res.timescales).all()
+    np.testing.assert_allclose(res.timescales[0], exact(1), rtol=0.1)
+    default = implied_timescales(op, s, [1, 2])  # 3, or all the model has if fewer
+    np.testing.assert_array_equal(default.timescales, res.timescales)

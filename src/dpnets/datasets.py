@@ -69,7 +69,7 @@ from dpnets.file_errors import DataFileError, check_regular, extension, reason
 from dpnets.md_files import MD_EXTENSIONS, NO_TIME_STEP, MDReading, select_atoms
 from dpnets.md_files import load_topology as load_topology  # engines reads them here
 from dpnets.md_files import quiet_c_stdout as quiet_c_stdout
-from dpnets.states import time_columns
+from dpnets.states import nonfinite_problem, time_columns
 
 __all__ = [
     "DataFileError",
@@ -91,8 +91,6 @@ _HDF5_EXTS = (".h5", ".hdf5")
 #: The file extensions :func:`read_trajectories` reads.
 EXTENSIONS = _ARRAY_EXTS + _TEXT_EXTS + _HDF5_EXTS + MD_EXTENSIONS
 _GLOB_CHARS = re.compile(r"[*?\[]")
-# Elements of the finiteness check per chunk (memory-mapped files are not read all at once).
-_CHUNK = 1 << 22
 
 
 @dataclass(eq=False)
@@ -370,7 +368,7 @@ class _Reader(MDReading):
             arr = arr[:: self.stride]
         if len(arr) == 0:
             raise DataFileError(source, "holds no frames")
-        _check_finite(source, arr)
+        _check_finite(source, arr, self.stride)
         if self.data and arr.shape[1:] != self.data[0].shape[1:]:
             raise DataFileError(
                 source,
@@ -660,15 +658,13 @@ def _numeric_dtype(dtype: np.dtype) -> bool:
     return dtype.kind in "biuf"
 
 
-def _check_finite(source: str, arr: np.ndarray) -> None:
-    per_frame = max(1, int(np.prod(arr.shape[1:])))
-    step = max(1, _CHUNK // per_frame)
-    for start in range(0, len(arr), step):
-        block = np.asarray(arr[start : start + step])
-        ok = np.isfinite(block).reshape(len(block), -1).all(axis=1)
-        if not ok.all():
-            frame = start + int(np.argmin(ok))
-            raise DataFileError(source, f"holds NaN or infinite values (first at frame {frame})")
+def _check_finite(source: str, arr: np.ndarray, stride: int = 1) -> None:
+    """Refuse NaN/inf values, naming the first (its frame in the file) and the remedy, in
+    the words of :func:`dpnets.states.check_states`."""
+    if np.issubdtype(arr.dtype, np.floating):
+        problem = nonfinite_problem(arr, "frame", "separate files", stride)
+        if problem:
+            raise DataFileError(source, f"holds {problem}")
 
 
 #: text cells that mean a missing value (pandas' ``read_csv`` markers, lowercase)

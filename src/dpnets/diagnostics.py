@@ -52,6 +52,11 @@ The checks (documented choices, thresholds in the module constants):
   repeating the last state (``x_{t+h} = x_t``), the reference any forecast must beat. The
   learned features need not carry the state (a projection score at its ceiling, a
   trending series); the remedies: the state appended to the features, a stationary series.
+* **data that do not change** (:func:`no_change_diagnostics`, at a ``TransferOperator``'s
+  fit): every training frame is the same state (the training range of every coordinate is
+  one value), so there are no dynamics to learn; it replaces the findings that follow from
+  it (no process resolved, a rank-deficient basis). A finding, not a refusal: estimators
+  still fit such data (scikit-learn's estimator checks do).
 * **inputs outside the training range** (:func:`range_diagnostics`, at ``predict``): states
   beyond the training data's range in some coordinate by more than ``RANGE_MARGIN`` of that
   coordinate's range; a model regressed on the training states extrapolates there.
@@ -79,6 +84,7 @@ __all__ = [
     "fit_diagnostics",
     "range_diagnostics",
     "persistence_diagnostics",
+    "no_change_diagnostics",
     "warn",
     "ABOVE_ONE_TOL",
     "NOISE_FACTOR",
@@ -119,12 +125,13 @@ class Diagnostic:
     ----------
     kind : str
         ``"above_one"``, ``"complex"``, ``"unresolved"``, ``"beyond_data"``,
-        ``"few_pairs"``, ``"not_converged"``, ``"saturated"``, ``"few_steps"``,
-        ``"out_of_range"``, ``"worse_than_persistence"``, ``"time_column"`` (a pandas
-        table's time axis read as data, :mod:`dpnets.states`), ``"irregular"`` (a pandas
-        index unevenly spaced in time), ``"dropped"``, ``"rank_deficient"``, or, from
-        ``dpnets analyze``, ``"few_units"`` (a bootstrap over fewer than 5 trajectories or
-        blocks) and ``"other_time_step"`` (files saved at another time step than the fit's).
+        ``"few_pairs"``, ``"no_change"`` (training states that never change),
+        ``"not_converged"``, ``"saturated"``, ``"few_steps"``, ``"out_of_range"``,
+        ``"worse_than_persistence"``, ``"time_column"`` (a pandas table's time axis read as
+        data, :mod:`dpnets.states`), ``"irregular"`` (a pandas index unevenly spaced in
+        time), ``"dropped"``, ``"rank_deficient"``, or, from ``dpnets analyze``,
+        ``"few_units"`` (a bootstrap over fewer than 5 trajectories or blocks) and
+        ``"other_time_step"`` (files saved at another time step than the fit's).
     problem : str
         What was found, with its numbers.
     python : str
@@ -476,6 +483,27 @@ def steps_diagnostics(n_train: int, batch_size: int, epochs: int) -> list[Diagno
             f"train for more steps: epochs={need} at this batch size, or a smaller "
             "batch_size= (ceil(n_pairs / batch_size) steps an epoch; keep it well above r)",
             f"train for more steps: --epochs {need} at this batch size, or a smaller --batch-size",
+        )
+    ]
+
+
+def no_change_diagnostics(low: Any, high: Any) -> list[Diagnostic]:
+    """The finding of training states that never change (every frame the same state: the
+    training range ``[low, high]`` of every coordinate is one value); none when the range is
+    unknown (None)."""
+    if low is None or high is None or not np.array_equal(low, high):
+        return []
+    remedy = (
+        "check the data (a constant or frozen signal, or the wrong array or columns); a "
+        "model needs states that change"
+    )
+    return [
+        Diagnostic(
+            "no_change",
+            "the data do not change: every training frame is the same state, so there are no "
+            "dynamics to learn (the eigenvalues and timescales mean nothing)",
+            remedy,
+            remedy,
         )
     ]
 

@@ -45,6 +45,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import numpy as np
@@ -153,6 +154,7 @@ def dump_features(features: Any, tensors: dict[str, torch.Tensor]) -> dict:
         cfg = _KINDS[kind][1](features, sub)
         tensors.update({f"features.{k}": v for k, v in sub.items()})
         return {"kind": "model", "model_kind": kind, "config": cfg}
+    not_stored("feature map", "features=...")
     return {"kind": "custom", "config": None}
 
 
@@ -194,19 +196,50 @@ def sub_state(tensors: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.
     return {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
 
 
+#: what the model being saved holds but its file leaves out (custom callables), as
+#: ``(what, load keyword)``; collected by :func:`not_stored` during :func:`save`
+_NOT_STORED: ContextVar[list[tuple[str, str]] | None] = ContextVar("not_stored", default=None)
+
+
+def not_stored(what: str, keyword: str) -> None:
+    """Record, while a model is being saved, that it holds a custom ``what`` (a Python
+    callable) which the file does not store (loading never executes code): :func:`save` then
+    warns that loading needs ``load(path, <keyword>)``."""
+    found = _NOT_STORED.get()
+    if found is not None and all(k != keyword for _, k in found):  # one warning per keyword
+        found.append((what, keyword))
+
+
 def save(model: Any, path: str | os.PathLike) -> None:
     """Save a fitted dpnets model (DPNet, TransferOperator, ...) to ``path`` atomically.
 
     In a ``torch.distributed`` process group only rank 0 writes (every process holds the
     same model after distributed training); the others check the model and return. There
     is no barrier, so calling it on rank 0 alone is fine too.
+
+    Warns
+    -----
+    UserWarning
+        When the model's feature map, dictionary or kernel is a custom Python callable: the
+        file does not store it (loading never executes code), so loading needs it back,
+        ``load(path, features=...)``; the warning says so at save time.
     """
+    write_model(model, path)
+
+
+def write_model(model: Any, path: str | os.PathLike) -> None:
+    """:func:`save`, for the models' ``save`` methods (its warning names their caller)."""
     matches = [(k, v[1]) for k, v in _KINDS.items() if type(model) is v[0]]
     if not matches:
         raise TypeError(f"cannot save objects of type {type(model).__name__}")
     kind, dump = matches[0]
     tensors: dict[str, torch.Tensor] = {}
-    cfg = dump(model, tensors)
+    token = _NOT_STORED.set([])
+    try:
+        cfg = dump(model, tensors)
+        missing = _NOT_STORED.get() or []
+    finally:
+        _NOT_STORED.reset(token)
     config = json.dumps(cfg)
     tensors = {k: v.detach().cpu().contiguous() for k, v in tensors.items()}
     payload = {
@@ -220,6 +253,14 @@ def save(model: Any, path: str | os.PathLike) -> None:
     if not is_main_process():
         return
     atomic_write(path, lambda fh: torch.save(payload, fh))
+    for what, keyword in missing:
+        warnings.warn(
+            f"{os.fspath(path)}: saved without the model's custom {what} (a Python callable, "
+            f"which a file does not store: loading never executes code); load it with "
+            f"dpnets.load(path, {keyword})",
+            UserWarning,
+            stacklevel=3,
+        )
 
 
 def _umask() -> int:

@@ -68,6 +68,8 @@ _NO_TIMES = {
 _NUMBERED_FROM_ONE = (".prmtop", ".parm7", ".prm7")
 # One AKMA time unit (DCD's DELTA) in ps, as MDAnalysis converts it
 _AKMA_PS = 4.888821e-2
+#: its relative precision (half its last digit)
+_AKMA_REL = 0.5e-8 / _AKMA_PS
 
 
 class MDReading:
@@ -452,12 +454,17 @@ def _timestep(time: np.ndarray | None) -> tuple[float | None, str | None]:
         )
     # the step with the fewest significant digits the stored times cannot tell from the
     # mean (0.2, not 0.20004 or 0.19983: chunks of one run then agree on it)
-    resolution = spacing / (len(time) - 1)
+    return _fewest_digits(dt, spacing / (len(time) - 1)), None
+
+
+def _fewest_digits(value: float, resolution: float) -> float:
+    """``value`` with the fewest significant digits that stay within ``resolution`` of it
+    (what the stored numbers cannot tell apart): 1.0 for 0.99999991 read from float32."""
     for digits in range(1, 17):
-        nice = float(f"{dt:.{digits}g}")
-        if abs(nice - dt) <= resolution:
-            return nice, None
-    return dt, None
+        nice = float(f"{value:.{digits}g}")
+        if abs(nice - value) <= resolution:
+            return nice
+    return value
 
 
 def _warn_split(path: str, traj: Any, atoms: np.ndarray, what: str) -> None:
@@ -589,10 +596,11 @@ def _charmm_box(path: str, traj: Any, stride: int) -> None:
         traj.unitcell_vectors = vectors.astype(np.float32)
 
 
-def _dcd_header(path: str) -> tuple[int, int, float] | None:
-    """``(NSET, NSAVC, DELTA)`` of a DCD file's header (None when it is not a DCD header):
-    the frames announced, the steps between saved frames and the time step in AKMA units
-    (a float for CHARMM/NAMD files, a double for X-PLOR ones, as MDAnalysis reads it)."""
+def _dcd_header(path: str) -> tuple[int, int, float, bool] | None:
+    """``(NSET, NSAVC, DELTA, CHARMM)`` of a DCD file's header (None when it is not a DCD
+    header): the frames announced, the steps between saved frames and the time step in AKMA
+    units (a float for CHARMM/NAMD files, ``CHARMM`` True, a double for X-PLOR ones, as
+    MDAnalysis reads it)."""
     with open(path, "rb") as fh:
         head = fh.read(92)
     if len(head) < 92:
@@ -609,7 +617,7 @@ def _dcd_header(path: str) -> tuple[int, int, float] | None:
         delta = struct.unpack(order + "f", head[8 + 36 : 8 + 40])[0]
     else:
         delta = struct.unpack(order + "d", head[8 + 36 : 8 + 44])[0]
-    return icntrl[0], icntrl[2], float(delta)
+    return icntrl[0], icntrl[2], float(delta), charmm
 
 
 def _check_dcd(path: str, md: Any, n_read: int, stride: int) -> float | None:
@@ -628,7 +636,7 @@ def _check_dcd(path: str, md: Any, n_read: int, stride: int) -> float | None:
         raise
     except Exception as exc:
         raise DataFileError(path, f"cannot read: {reason(exc)}") from exc
-    n_set, nsavc, delta = header
+    n_set, nsavc, delta, charmm = header
     if n_set > n_frames:
         warnings.warn(
             f"{path}: the DCD header announces {n_set} frames but the file holds {n_frames} "
@@ -639,7 +647,13 @@ def _check_dcd(path: str, md: Any, n_read: int, stride: int) -> float | None:
     if delta == 1.0:  # the placeholder of VMD's dcdplugin writers (mdtraj's save_dcd too):
         return None  # no time step stored (1 AKMA = 48.9 fs is no MD integration step)
     dt = delta * _AKMA_PS * max(nsavc, 1) * stride
-    return dt if math.isfinite(dt) and dt > 0 else None
+    if not (math.isfinite(dt) and dt > 0):
+        return None
+    # DELTA is a float32 (CHARMM, NAMD) and the AKMA unit has 7 digits: 1 ps is read as
+    # 0.99999991 ps; the step with the fewest digits within what they can tell apart
+    ulp = float(np.spacing(np.float32(delta) if charmm else np.float64(delta)))
+    resolution = ulp * _AKMA_PS * max(nsavc, 1) * stride + dt * _AKMA_REL
+    return _fewest_digits(dt, resolution)
 
 
 def _mdtraj_reads_topology(path: str) -> bool:

@@ -592,9 +592,15 @@ class TransferOperator(DiscreteTimeModel):
         fmap, fitted = as_feature_map(features), None if fresh else self
         new, shape, span = _read_pairs(data, pair_lag, fmap, stats, log_weights, span, fitted)
         sources = new if fresh else [*self._train_inputs, *new]
-        self.fit_from_moments(stats, sources, features, lag_, shape)
-        # the training range, for predict's out-of-range warning (not from streamed data)
+        # the training range, for predict's out-of-range warning (not from streamed data) and
+        # the fit's own finding of data that never change; restored if the fit fails
+        before = (self.state_min_, self.state_max_)
         self.state_min_, self.state_max_ = span if known and span else (None, None)
+        try:
+            self.fit_from_moments(stats, sources, features, lag_, shape)
+        except BaseException:
+            self.state_min_, self.state_max_ = before
+            raise
 
     def fit_from_moments(
         self, stats: Moments, sources: list, features: Any, lag_: Any, shape: tuple
@@ -629,8 +635,12 @@ class TransferOperator(DiscreteTimeModel):
     ) -> list[Diagnostic]:
         """The spectrum's findings with the noise level of ``n_samples_`` pairs (no
         process resolved at the lag), too few pairs per basis function, and a basis of
-        lower numerical rank than its size."""
+        lower numerical rank than its size; training states that are all the same state
+        (``state_min_ == state_max_``) are that finding alone."""
         n = self.n_samples_
+        still = diagnostics.no_change_diagnostics(self.state_min_, self.state_max_)
+        if still:  # the findings of the spectrum (unresolved, rank) follow from it
+            return still
         return (
             super()._diagnostics(n, units)
             + diagnostics.sample_diagnostics(

@@ -24,7 +24,14 @@ from dpnets.generator_learning import (
     generator_samples,
 )
 from dpnets.heldout import heldout_pairs, heldout_score
-from dpnets.io import InvalidModelFile, meta_device, register, restore_module, save, sub_state
+from dpnets.io import (
+    InvalidModelFile,
+    meta_device,
+    register,
+    restore_module,
+    sub_state,
+    write_model,
+)
 from dpnets.ito import SDE
 from dpnets.nn.mlp import default_mlp
 from dpnets.nn.registry import describe
@@ -508,7 +515,7 @@ class DPNet(TransformerMixin, BaseEstimator):
     # ------------------------------------------------------------------ persistence
     def save(self, path: str) -> None:
         """Save to ``path`` atomically (JSON config + tensors; see :func:`dpnets.load`)."""
-        save(self, path)
+        write_model(self, path)
 
 
 # ---------------------------------------------------------------------------- persistence

@@ -37,8 +37,8 @@ from dpnets.io import (
     InvalidModelFile,
     dump_features,
     restore_features,
-    save,
     tensors_to_arrays,
+    write_model,
 )
 from dpnets.linalg import eig_biorthogonal, sym_matrix_function
 from dpnets.moments import FIT_CHUNK
@@ -694,8 +694,9 @@ class SpectralModel(TransformerMixin, BaseEstimator):
         )
 
     def save(self, path: str) -> None:
-        """Save to ``path`` atomically (see :func:`dpnets.load`)."""
-        save(self, path)
+        """Save to ``path`` atomically (see :func:`dpnets.load`; :func:`dpnets.io.save` says
+        when loading needs a custom feature map back)."""
+        write_model(self, path)
 
 
 class DiscreteTimeModel(SpectralModel):

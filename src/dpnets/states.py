@@ -276,22 +276,39 @@ def check_states(
         raise ValueError(f"{name} has {arr.shape[0]} samples; at least {min_samples} needed")
     check_state_size(arr.shape[1:], name, arr.shape[0])
     if np.issubdtype(arr.dtype, np.floating):
-        bad, first, value = _count_nonfinite(arr)
-        if bad:
-            where = f"first at sample {first[0]}" + (
-                f", coordinate {first[1:] if len(first) > 2 else first[1]}"
-                if len(first) > 1 and arr.shape[1:] != (1,)
-                else ""
-            )
-            remedy = (
-                "missing values: a trajectory must be complete and evenly sampled; fill or "
-                "interpolate the gaps (pandas' .interpolate()), or pass the pieces between "
-                "them as a list of trajectories"
-                if np.isnan(value)
-                else "an infinite value (an overflow upstream?)"
-            )
-            raise ValueError(f"{name} contains {bad} NaN or inf value(s) ({where}): {remedy}")
+        problem = nonfinite_problem(arr)
+        if problem:
+            raise ValueError(f"{name} contains {problem}")
     return arr
+
+
+def nonfinite_problem(
+    arr: np.ndarray | OutOfCoreStates,
+    sample: str = "sample",
+    pieces: str = "a list of trajectories",
+    stride: int = 1,
+) -> str | None:
+    """What is wrong with the NaN/inf values of a float trajectory ``arr`` ``(T, ...)``, None
+    if it has none: ``"3 NaN or inf value(s) (first at sample 57, coordinate 1): missing
+    values: ..., or pass the pieces between them as <pieces>"`` (an inf: an overflow
+    upstream). ``sample`` names a row (``"frame"`` for files), ``stride`` the rows of the
+    source per row of ``arr`` (the first is reported as the source's row)."""
+    bad, first, value = _count_nonfinite(arr)
+    if not bad:
+        return None
+    where = f"first at {sample} {first[0] * stride}" + (
+        f", coordinate {first[1:] if len(first) > 2 else first[1]}"
+        if len(first) > 1 and arr.shape[1:] != (1,)
+        else ""
+    )
+    remedy = (
+        "missing values: a trajectory must be complete and evenly sampled; fill or "
+        "interpolate the gaps (pandas' .interpolate()), or pass the pieces between "
+        f"them as {pieces}"
+        if np.isnan(value)
+        else "an infinite value (an overflow upstream?)"
+    )
+    return f"{bad} NaN or inf value(s) ({where}): {remedy}"
 
 
 #: elements per chunk of the finiteness check (4 MiB of booleans)

@@ -107,7 +107,7 @@ def implied_timescales(
     data: Any,
     lags: Sequence[int],
     *,
-    k: int = 3,
+    k: int | None = None,
     dt: float | None = None,
     refit_features: bool = False,
     n_bootstrap: int = 0,
@@ -132,8 +132,12 @@ def implied_timescales(
         One trajectory ``(T, ...)`` or several.
     lags : sequence of int
         Lags in frames.
-    k : int, default 3
-        Number of timescales (the stationary one excluded).
+    k : int, optional
+        Number of timescales (the stationary one excluded); default 3, or all the model has
+        if fewer. A ``ValueError`` when ``k`` is given and the model has fewer (its
+        eigenvalues less the stationary ones, at the lag where it has most), as
+        :func:`bootstrap_spectrum` does; NaN is left only where a lag's fit has fewer finite
+        timescales than another's (e.g. a negative eigenvalue).
     dt : float, optional
         Time between frames: timescales and lag times are in its units. Default: the
         estimator's ``dt`` (e.g. ``TransferOperator(..., dt=0.1)``), else 1 (frames).
@@ -174,7 +178,7 @@ def implied_timescales(
         nearly constant along each trajectory, whose eigenvalue does not decay with the lag:
         its timescale then grows in proportion to the lag).
     """
-    k = check_int("k", k, 1)
+    k = None if k is None else check_int("k", k, 1)
     dt = time_step(estimator, dt)
     n_bootstrap, confidence, n_blocks, rng = bootstrap_settings(
         n_bootstrap, confidence, n_blocks, seed
@@ -184,6 +188,7 @@ def implied_timescales(
     stationary: list[tuple[float, int]] = []
     boot = n_blocks if n_bootstrap else None
     scan = _LagScan(estimator, refit_features, trajs, lags, boot, progress)
+    k = _check_k(k, [(est, int(lag)) for est, lag in zip(scan.fits, lags, strict=True)], dt)
     ts = np.full((lags.size, k), np.nan)
     for j, est in enumerate(scan.fits):
         ts[j] = _slowest(est, k, dt, int(lags[j]), stationary)
@@ -409,6 +414,35 @@ def _warn_unresolvable(ts: np.ndarray, lags: np.ndarray, dt: float, longest: int
         "features (e.g. fewer of them, or another seed) or use longer trajectories.",
         RuntimeWarning,
         stacklevel=3,
+    )
+
+
+def _check_k(k: int | None, fits: list[tuple[Any, int]], dt: float) -> int:
+    """``k``, refused when larger than the number of timescales the fits have (at the lag
+    where they have most): their eigenvalues less the stationary ones (infinite timescales);
+    the table would otherwise be padded with NaN columns, as if those timescales were
+    unresolved. ``k=None``: 3, or all they have if fewer (at least 1)."""
+    most, n_eig, n_inf = -1, 0, 0
+    for est, lag in fits:
+        if est is None:
+            continue
+        ts = (
+            est.implied_timescales(lag * dt)
+            if isinstance(est, OperatorFit)
+            else np.asarray(est.implied_timescales(dt), dtype=np.float64)
+        )
+        inf = int(np.sum(np.isposinf(ts)))
+        if ts.size - inf > most:
+            most, n_eig, n_inf = ts.size - inf, ts.size, inf
+    if k is None:
+        return max(1, min(3, most))
+    if most < 0 or k <= most:
+        return k
+    stationary = f", {n_inf} of them stationary" if n_inf else ""
+    remedy = f"use k <= {most}" if most else "the model needs more basis functions"
+    raise ValueError(
+        f"k={k} exceeds the {most} timescales the model has ({n_eig} eigenvalues{stationary}); "
+        f"{remedy}"
     )
 
 

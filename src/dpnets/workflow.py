@@ -470,7 +470,8 @@ def _fit(config: dict[str, dict[str, Any]], out: Path, progress: bool) -> str:
             raise WorkflowError(f"--bias: {err}") from None
     units = _units(data, trajs)
     found += op.diagnostics(units)  # the DPNet's training findings first
-    skill = None if log_weights is not None else _forecast_check(op, usable, lag)
+    still = any(d.kind == "no_change" for d in found)  # no forecast to compare either
+    skill = None if log_weights is not None or still else _forecast_check(op, usable, lag)
     if skill is not None:
         on = "one lag ahead on the training frames"
         found += persistence_diagnostics([skill[0]], [skill[1]], [f"{lag} frame(s)"], on)
@@ -1057,7 +1058,7 @@ def _analyze(
     }
     step("implied timescales against lag (bootstrap)")
     try:
-        its = implied_timescales(op, data, lags, k=3, dt=dt, n_bootstrap=n_boot, **bars)
+        its = implied_timescales(op, data, lags, dt=dt, n_bootstrap=n_boot, **bars)  # k <= 3
         its.plot(units=units).savefig(out / "timescales.png", dpi=100)
         results.update(
             its_lags=its.lags.tolist(),

@@ -57,6 +57,7 @@ def _dump_dictionary(d: Any, tensors: Tensors) -> dict:
         return {"kind": "projection", "config": None}
     if isinstance(d, (ChebyshevFeatures, MonomialFeatures)):
         return {"kind": d.kind, "config": d.get_config()}
+    io.not_stored("dictionary", "features=...")
     return {"kind": "custom", "config": None}
 
 
@@ -145,6 +146,8 @@ def _dump_kernel_model(model: Any, tensors: Tensors) -> dict:
     if isinstance(model, NystromKernelDMD):
         params.update(n_centers=model.n_centers, seed=model.seed)
     named = isinstance(model.kernel_, Kernel)
+    if not named:
+        io.not_stored("kernel", "features=kernel")
     params["kernel"] = model.kernel if isinstance(model.kernel, str) else None
     return {
         "params": io.jsonable(params),

@@ -92,6 +92,14 @@ class MLP(nn.Module):
         self.out_dim = int(out_dim)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() == 3 and x.shape[2] == self.in_dim and x.shape[1] != 1:
+            # states (T, d) whose last axis is the input: trajectories stacked in one 3-D
+            # array (n_traj, T, d), read as n_traj frames of shape (T, d) (TorchScript-safe)
+            t, d = x.shape[1], x.shape[2]
+            raise ValueError(
+                f"MLP expects {self.in_dim} input features, got {t * d} (states of shape "
+                f"({t}, {d}): a stack of trajectories (n_traj, T, d)? pass list(X))"
+            )
         x = x.reshape(x.shape[0], -1)
         if x.shape[1] != self.in_dim:
             raise ValueError(f"MLP expects {self.in_dim} input features, got {x.shape[1]}")
