@@ -116,9 +116,14 @@ def _time(data: dict, trajs: Any) -> tuple[float, str]:
 
 def _read_bias(data: dict[str, Any], trajs: Any) -> list[np.ndarray] | None:
     """The log-weights ``beta V`` of every trajectory of a biased run (``--bias``, one file
-    per trajectory, read with ``--stride``), or None for an unbiased run; a bias file whose
-    frames are not the trajectory's is refused, naming both."""
-    from dpnets.datasets import BOLTZMANN, DataFileError, read_log_weights
+    per trajectory, read with ``--stride``), or None for an unbiased run.
+
+    A ``COLVAR``'s rows are matched to the frames by time where both are known (its
+    ``time`` column, in ps, and the frames' time from MD files or ``--dt`` in a unit of
+    time): rows printed ``r`` times as often as the frames are thinned to every ``r``-th,
+    other steps refused; a bias file whose rows are not the trajectory's frames is refused,
+    naming both and the remedy."""
+    from dpnets.datasets import BOLTZMANN, DataFileError, read_bias_rows
 
     specs = list(data.get("bias") or [])
     if not specs:
@@ -139,20 +144,96 @@ def _read_bias(data: dict[str, Any], trajs: Any) -> list[np.ndarray] | None:
             f"{data['bias_units']} into beta V, or --bias-units kT for energies in kT"
         )
     stride = int(data["stride"])
+    frame_ps = _frame_ps(data, trajs)
     out = []
     for spec, source, t in zip(specs, trajs.sources, trajs.data, strict=True):
         path, column = bias_spec(spec)
         try:
-            lw = read_log_weights(path, column, temperature, data["bias_units"])[::stride]
+            lw, times = read_bias_rows(path, column, temperature, data["bias_units"])
         except DataFileError as err:
             raise WorkflowError(str(err)) from None
+        every = _rows_per_frame(path, times, frame_ps, source)
+        lw = lw[:: every * stride]
         if lw.shape[0] != t.shape[0]:
             raise WorkflowError(
-                f"{path}: {lw.shape[0]} bias values (every {stride}. row) for the "
-                f"{t.shape[0]} frames of {source}: the bias file must hold one row per frame"
+                _bias_count_error(path, lw, times, every * stride, t, source, frame_ps)
             )
         out.append(lw)
     return out
+
+
+def _frame_ps(data: dict[str, Any], trajs: Any) -> float | None:
+    """The time between the files' frames (before ``--stride``) in ps, or None when it is
+    not known in a unit of time (``--dt`` in "time units", ``.npy`` files without it)."""
+    dt, unit = _time(data, trajs)
+    if not (data.get("dt") or trajs.dt) or unit not in _SECONDS:
+        return None
+    return dt * _SECONDS[unit] / _SECONDS["ps"] / int(data["stride"])
+
+
+def _rows_per_frame(
+    path: str, times: np.ndarray | None, frame_ps: float | None, source: str
+) -> int:
+    """How many rows of a ``COLVAR`` are printed per frame of ``source``: 1 where its
+    ``time`` column or the frames' time is unknown; ``r`` where the frames are ``r`` of its
+    rows apart (PLUMED printing more often than the trajectory); other ratios refused."""
+    if times is None or frame_ps is None or times.shape[0] < 2:
+        return 1
+    step = float(times[1] - times[0])
+    ratio = frame_ps / step
+    every = int(round(ratio))
+    if every >= 1 and abs(ratio - every) <= 1e-3 * ratio:
+        if every > 1:
+            import warnings
+
+            warnings.warn(
+                f"{path}: a row every {step:g} ps and a frame of {source} every "
+                f"{frame_ps:g} ps: one row in {every} is read, those at the frames' times",
+                UserWarning,
+                stacklevel=2,
+            )
+        return every
+    raise WorkflowError(
+        f"{path}: a row every {step:g} ps (its time column) but a frame of {source} every "
+        f"{frame_ps:g} ps: the bias does not line up with the frames; print the COLVAR "
+        "at the trajectory's stride or a divisor of it (PLUMED's PRINT STRIDE), or give the "
+        "right --dt and --time-unit"
+    )
+
+
+def _bias_count_error(
+    path: str,
+    lw: np.ndarray,
+    times: np.ndarray | None,
+    read: int,
+    t: Any,
+    source: str,
+    frame_ps: float | None,
+) -> str:
+    """The one line refusing a bias file whose rows (one in ``read``) are not the frames
+    of ``source``, with what the counts and times suggest."""
+    n_bias, n_frames = int(lw.shape[0]), int(t.shape[0])
+    which = f" (one row in {read})" if read > 1 else ""
+    msg = (
+        f"{path}: {n_bias} bias rows{which} for the {n_frames} frames of {source}: the "
+        "bias file must hold one row per frame, from the first frame to the last"
+    )
+    if n_frames > 1 and n_bias > n_frames and (n_bias - 1) % (n_frames - 1) == 0:
+        r = (n_bias - 1) // (n_frames - 1)
+        msg += (
+            f"; it holds {r} times as many rows as frames (printed {r} times as often?): "
+            "give the time per frame (--dt with --time-unit ps, for its time column) so "
+            "that its rows are matched to the frames by time"
+            if times is not None and frame_ps is None
+            else f"; it holds {r} times as many rows as frames: keep one row in {r}"
+        )
+    elif times is not None and n_bias > 1:
+        span = "" if frame_ps is None else f", the frames {frame_ps * (n_frames - 1) * read:g} ps"
+        msg += (
+            f" (its time column spans {times[0]:g} to {times[-1]:g} ps{span}): check that "
+            "it is this trajectory's and covers all of it"
+        )
+    return msg
 
 
 def _encoder(spec: str, state_shape: tuple[int, ...], dim: int, atomic_numbers: Any):
