@@ -52,6 +52,22 @@ def test_fit_analyze_transform_forecast_on_npy_files(tmp_path, trajs, capsys):
         "(95% bootstrap intervals over the 4 trajectories)"
         in (out / "analysis" / "report.md").read_text()
     )
+    # 3 resamples give no 95% interval: the report says so (once), not only the console
+    assert [d["message"] for d in res["diagnostics"] if d["kind"] == "few_resamples"] == [
+        "the 95% intervals come from 3 bootstrap resamples, fewer than the 40 a percentile "
+        "interval needs for each tail to hold one: their bounds are just the extreme "
+        "resamples; --bootstrap 40 or more"
+    ]
+    # a lag that leaves 10 pairs per trajectory: the refit's warning is in the report
+    far = tmp_path / "far"
+    args = ["analyze", str(out), "--lags", "2", "1490", "--bootstrap", "3", "--quiet"]
+    with pytest.warns(UserWarning, match="at lag.s. 149 are longer than the longest"):
+        assert main([*args, "--out", str(far)]) == 0
+    steps = json.loads((far / "results.json").read_text())["diagnostics"]
+    assert [d["message"][:72] for d in steps if d["kind"] == "step_warning"] == [
+        "timescales against lag: implied timescales up to 272.5 at lag(s) 149 are"
+    ]
+    assert "- **step_warning**: timescales against lag:" in (far / "report.md").read_text()
     # the fit's configuration repeats it exactly
     again = tmp_path / "again"
     assert main(["fit", "--config", str(out / "config.toml"), "--out", str(again), "--quiet"]) == 0

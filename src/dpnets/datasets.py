@@ -773,8 +773,9 @@ def read_log_weights(
         ``#! FIELDS time cv ... metad.bias`` names the columns; ``#! SET`` lines are skipped;
         a restarted run's repeated ``#! FIELDS`` header must name the same columns, and where
         its ``time`` goes back the rows it repeats are the continued run's; a ``time``
-        column with rows missing is refused), or a ``.npy`` array of bias energies (1-D, one per frame; ``.npz``: its one array, or the
-        array named by ``column``), or a ``.txt``/``.csv`` table read like a trajectory.
+        column with rows missing is refused), or a ``.npy`` array of bias energies (1-D,
+        one per frame; ``.npz``: its one array, or the array named by ``column``), or a
+        ``.txt``/``.csv`` table read like a trajectory.
     column : str or int, optional
         The bias column, by name (``"metad.bias"``, ``"opes.bias"``) or 0-based index.
         Default: the one column whose name ends in ``.bias`` (refused when there are none

@@ -674,6 +674,71 @@ def _few_units(n_trajectories: int, n_blocks: int) -> list[Diagnostic]:
     ]
 
 
+def _few_resamples(n_bootstrap: int) -> list[Diagnostic]:
+    """Too few bootstrap resamples for the report's 95% intervals (their bounds are then
+    the extreme resamples)."""
+    from dpnets.resampling import resamples_needed
+
+    needed = resamples_needed(0.95)
+    if not 0 < n_bootstrap < needed:
+        return []
+    return [
+        Diagnostic(
+            "few_resamples",
+            f"the 95% intervals come from {n_bootstrap} bootstrap resamples, fewer than the "
+            f"{needed} a percentile interval needs for each tail to hold one: their bounds "
+            "are just the extreme resamples",
+            f"n_bootstrap={needed} or more",
+            f"--bootstrap {needed} or more",
+            warn=False,
+        )
+    ]
+
+
+class _StepWarnings:
+    """The warnings of the analysis' validation steps, each kept once for the report's
+    Diagnostics (``step_warning``: a result of that step not to trust as it stands) and
+    printed once when the analysis is done, instead of once per step on the console only.
+    The too-few-resamples warning is left out: :func:`_few_resamples` states it."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, list[str]] = {}
+
+    def record(self, step: str) -> Any:
+        import contextlib
+
+        @contextlib.contextmanager
+        def recording() -> Any:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                try:
+                    yield
+                finally:
+                    for w in caught:
+                        text = " ".join(str(w.message).split())
+                        if "is too few for 95% intervals" in text:
+                            continue
+                        steps = self.seen.setdefault(text, [])
+                        if step not in steps:
+                            steps.append(step)
+
+        return recording()
+
+    def diagnostics(self) -> list[Diagnostic]:
+        found = []
+        for text, steps in self.seen.items():
+            problem, _, remedy = text.rpartition("; ")
+            if not problem:
+                problem, remedy = text, "judge that step's result with care"
+            where = ", ".join(steps)
+            found.append(Diagnostic("step_warning", f"{where}: {problem}", remedy, remedy))
+        return found
+
+    def emit(self) -> None:
+        for text in self.seen:
+            warnings.warn(text, DiagnosticWarning, stacklevel=4)
+
+
 def _dropped(trajs: Any, lag: int) -> list[Diagnostic]:
     """The trajectories too short for one pair at ``lag``, named (they are left out)."""
     pairs = zip(trajs.sources, trajs.data, strict=True)
@@ -1117,7 +1182,8 @@ def _analyze(
         lags = check_lags(list(settings.lags), "--lags", longest).tolist()
     n_boot = settings.n_bootstrap
     blocks = settings.n_blocks if settings.n_blocks is not None else _auto_blocks(data, lags)
-    found += _few_units(len(data), blocks)
+    found += _few_units(len(data), blocks) + _few_resamples(n_boot)
+    steps = _StepWarnings()
     plt = plot.pyplot()
     step = _steps(settings.progress, 5)
     bars = {"seed": 0, "progress": settings.progress, "n_blocks": blocks}
@@ -1138,7 +1204,8 @@ def _analyze(
     }
     step("implied timescales against lag (bootstrap)")
     try:
-        its = implied_timescales(op, data, lags, k=3, dt=dt, n_bootstrap=n_boot, **bars)
+        with steps.record("timescales against lag"):
+            its = implied_timescales(op, data, lags, k=3, dt=dt, n_bootstrap=n_boot, **bars)
         its.plot(units=units).savefig(out / "timescales.png", dpi=100)
         results.update(
             its_lags=its.lags.tolist(),
@@ -1152,7 +1219,8 @@ def _analyze(
     spec = None
     try:
         k_eig = min(4, int(np.asarray(op.eig()).size))  # the model's eigenvalues, no more
-        spec = bootstrap_spectrum(op, data, k=k_eig, n_bootstrap=max(n_boot, 2), **bars)
+        with steps.record("eigenvalue intervals"):
+            spec = bootstrap_spectrum(op, data, k=k_eig, n_bootstrap=max(n_boot, 2), **bars)
         plot.eigenvalues(op, k=k_eig, dt=dt, units=units).savefig(out / "eigenvalues.png", dpi=100)
         results["timescales_interval"] = [spec.lower.tolist(), spec.upper.tolist()]
     except _STEP_ERRORS as err:
@@ -1174,7 +1242,10 @@ def _analyze(
     if sets is not None:
         ck_steps = [k for k in (1, 2, 4) if k * lag < longest]  # the multiples the data hold
         try:
-            ck = ck_test(op, data, ck_steps, sets.memberships_of, dt=dt, n_bootstrap=n_boot, **bars)
+            with steps.record("Chapman–Kolmogorov test"):
+                ck = ck_test(
+                    op, data, ck_steps, sets.memberships_of, dt=dt, n_bootstrap=n_boot, **bars
+                )
             ck.plot(units=units).savefig(out / "ck_test.png", dpi=100)
             results["ck_max_abs_diff"] = float(np.abs(ck.predictions - ck.estimates).max())
             results["ck_min"] = float(min(ck.predictions.min(), ck.estimates.min()))
@@ -1204,7 +1275,10 @@ def _analyze(
     except _STEP_ERRORS as err:
         skipped["free energy along the slow eigenfunctions"] = str(err)
     plt.close("all")
+    found += steps.diagnostics()
+    results["diagnostics"] = [{"kind": d.kind, "message": d.message(cli=True)} for d in found]
     results["skipped"] = skipped
+    steps.emit()
     (out / "results.json").write_text(json.dumps(results, indent=1, allow_nan=True))
     report = _analysis_report(op, results, spec, sets, why, found, skipped)
     (out / "report.md").write_text(report)
@@ -1243,7 +1317,10 @@ def _analysis_report(
 ) -> str:
     lag, dt, units = results["lag"], results["dt"], results["time_unit"]
     lam, ts = op.eig(), results["timescales"]
-    lines = [f"# dpnets analyze\n\nModel lag {lag} frames ({lag * dt:g} {units}).\n"]
+    lines = [
+        f"# dpnets analyze\n\nModel lag {lag} frames ({lag * dt:g} {units}); transfer "
+        f"operator re-estimated on the fit's features: {_ESTIMATOR[results['reversible']]}.\n"
+    ]
     cells = []
     for i in range(1, min(4, len(ts))):
         if not np.isfinite(ts[i]) or abs(lam[i]) > 1.0 + ABOVE_ONE_TOL:
