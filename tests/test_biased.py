@@ -352,6 +352,34 @@ def test_cli_matches_colvar_rows_to_frames_by_time(tmp_path, capsys):
     assert "a row every 0.1 ps (its time column) but a frame of" in capsys.readouterr().err
 
 
+def test_cli_refuses_a_bias_whose_frames_outlast_the_lag(tmp_path, capsys):
+    """A bias of 1.5 to 3 kT at lag 2: frames last 4.5 to 20 frames of rescaled time, so
+    most pairs are a frame with itself (what a bias in kJ/mol read as kcal/mol, or a wrong
+    temperature, gives): refused before training, naming the share and the options; the
+    same bias read at 1/4 of the strength (0.375 to 0.75 kT) fits."""
+    from dpnets.cli import main
+    from dpnets.systems import OrnsteinUhlenbeck
+
+    x = OrnsteinUhlenbeck(theta=1.0, sigma=np.sqrt(2.0), dt=0.1).sample(300, seed=0)
+    np.save(tmp_path / "traj.npy", x.astype(np.float64))
+    bias = 1.5 + 1.5 * (np.arange(300) % 2)  # alternating 1.5 and 3 (kT)
+    rows = [(0.1 * k, x[k, 0], bias[k] * 2.494) for k in range(300)]  # kJ/mol at 300 K
+    path = str(_colvar(tmp_path / "COLVAR", rows))
+    fit = [str(tmp_path / "traj.npy"), "--lag", "2", "--epochs", "1", "--dim", "2", "--quiet"]
+    bad = ["--bias", path, "--temperature", "300", "--bias-units", "kcal/mol"]
+    assert main(["fit", *fit, *bad, "--out", str(tmp_path / "a")]) == 2
+    err = capsys.readouterr().err
+    assert (
+        "--bias: at --lag 2, " in err
+        and "of the pairs in rescaled time pair a frame with itself" in err
+    )
+    assert "check --temperature and --bias-units" in err
+    share = int(err.split("--lag 2, ")[1].split("%")[0])
+    assert 50 < share <= 100
+    good = ["--bias", path, "--temperature", "1200"]
+    assert main(["fit", *fit, *good, "--out", str(tmp_path / "b")]) == 0
+
+
 def test_transition_state_shift_by_hand():
     """``exp(beta c)`` is the mean of ``exp(beta V)`` over the frames outside both phi cores
     (here phi = 0 and 110 degrees), the minimum without such a frame."""

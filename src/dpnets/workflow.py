@@ -162,6 +162,34 @@ def _read_bias(data: dict[str, Any], trajs: Any) -> list[np.ndarray] | None:
     return out
 
 
+def _check_rescaled_lag(log_weights: list[np.ndarray], lag: int, data: dict[str, Any]) -> None:
+    """Refuse a bias under which most pairs in rescaled time pair a frame with itself: the
+    frames then last longer than the lag (``exp(beta V)`` frames each), so the pairs see no
+    motion and the fit is degenerate, most often because of a wrong ``--temperature`` or
+    ``--bias-units`` (an energy in kJ/mol read as kcal/mol is 4.2 times too large in kT)."""
+    from dpnets.biased import rescaled_pair_indices
+
+    same = total = 0.0
+    for lw in log_weights:
+        try:
+            i, j, w, _ = rescaled_pair_indices(lw, lag)
+        except ValueError:
+            continue  # the fit names the trajectory too short in rescaled time
+        same += float(w[i == j].sum())
+        total += float(w.sum())
+    if total and same > 0.5 * total:
+        top = max(float(lw.max()) for lw in log_weights)
+        units = data["bias_units"]
+        given = "energies in kT" if units == "kT" else f"{units} at {data['temperature']:g} K"
+        raise WorkflowError(
+            f"--bias: at --lag {lag}, {100 * same / total:.0f}% of the pairs in rescaled "
+            f"time pair a frame with itself: with beta V up to {top:.3g} ({given}) frames "
+            f"last up to {math.exp(min(top, 700.0)):.3g} frames of unbiased time, longer than "
+            "the lag, and the pairs see no motion; check --temperature and --bias-units (a "
+            "bias in kJ/mol read as kcal/mol is 4.2 times too strong), or use a longer --lag"
+        )
+
+
 def _frame_ps(data: dict[str, Any], trajs: Any) -> float | None:
     """The time between the files' frames (before ``--stride``) in ps, or None when it is
     not known in a unit of time (``--dt`` in "time units", ``.npy`` files without it)."""
@@ -527,6 +555,7 @@ def _fit(config: dict[str, dict[str, Any]], out: Path, progress: bool) -> str:
         )
     if log_weights is not None:
         log_weights = [w for w, t in zip(log_weights, trajs.data, strict=True) if t.shape[0] > lag]
+        _check_rescaled_lag(log_weights, lag, data)
     found = _dropped(trajs, lag)
     state_shape = tuple(usable[0].shape[1:])
     # the DPNet re-draws the encoder's initial weights from its seed inside fit
