@@ -227,8 +227,14 @@ def test_bad_colvar_files_are_refused_naming_the_file(tmp_path):
     with pytest.raises(DataFileError, match=r"COLVAR: no column 'opes.bias'; columns: time, x"):
         read_log_weights(path, "opes.bias", units="kT")
     two = _colvar(tmp_path / "TWO", [(0, 1, 2, 3)], "time x metad.bias opes.bias")
-    with pytest.raises(DataFileError, match="several ends in '.bias'"):
+    with pytest.raises(
+        DataFileError,
+        match="several ends in '.bias'.*the total bias of several actions is their sum: "
+        "metad.bias[+]opes.bias",
+    ):
         read_log_weights(two, units="kT")
+    np.testing.assert_array_equal(read_log_weights(two, "metad.bias+opes.bias", units="kT"), [5])
+    np.testing.assert_array_equal(read_log_weights(two, "2+3", units="kT"), [5])
     with pytest.raises(ValueError, match="temperature is needed"):
         read_log_weights(path)
     with pytest.raises(DataFileError, match="SHORT: line 4 has 2 values for 3 columns"):

@@ -777,7 +777,9 @@ def read_log_weights(
         one per frame; ``.npz``: its one array, or the array named by ``column``), or a
         ``.txt``/``.csv`` table read like a trajectory.
     column : str or int, optional
-        The bias column, by name (``"metad.bias"``, ``"opes.bias"``) or 0-based index.
+        The bias column, by name (``"metad.bias"``, ``"opes.bias"``) or 0-based index;
+        ``"metad.bias+uwall.bias"``: the sum of these columns (the total bias of a run with
+        several biasing actions, such as walls).
         Default: the one column whose name ends in ``.bias`` (refused when there are none
         or several), or the array itself.
     temperature : float, optional
@@ -910,11 +912,15 @@ def _colvar_column(path: str, column: str | int | None) -> tuple[np.ndarray, np.
             fields = None
         else:
             rows = rows[1:]
-    index = _bias_index(path, fields, column)
-    if fields is not None and fields[index] == "time":
-        raise DataFileError(
-            path, f"column {index} is the time, not a bias; columns: {', '.join(fields)}"
-        )
+    parts: list[str | int | None] = [column]
+    if isinstance(column, str) and "+" in column:  # a sum of columns, by name or index
+        parts = [int(c) if c.strip().isdigit() else c.strip() for c in column.split("+")]
+    indices = [_bias_index(path, fields, part) for part in parts]
+    for index in indices:
+        if fields is not None and fields[index] == "time":
+            raise DataFileError(
+                path, f"column {index} is the time, not a bias; columns: {', '.join(fields)}"
+            )
     t_index = fields.index("time") if fields is not None and "time" in fields else None
     values = np.empty(len(rows))
     times = np.empty(len(rows)) if t_index is not None else None
@@ -925,12 +931,12 @@ def _colvar_column(path: str, column: str | int | None) -> tuple[np.ndarray, np.
                 path, f"line {number} has {len(cells)} values for {len(fields)} columns"
             )
         try:
-            values[k] = float(cells[index])
+            values[k] = sum(float(cells[index]) for index in indices)
             if times is not None:
                 times[k] = float(cells[t_index])
         except (IndexError, ValueError):
             raise DataFileError(
-                path, f"line {number}: no number in column {index} ({row.strip()[:60]!r})"
+                path, f"line {number}: no number in the bias or time column ({row.strip()[:60]!r})"
             ) from None
     if times is None:
         return values, None
@@ -1008,7 +1014,13 @@ def _bias_index(path: str, fields: list[str] | None, column: str | int | None) -
             raise DataFileError(
                 path,
                 f"name the bias column ({'none' if not biases else 'several'} ends in "
-                f"'.bias'); columns: {', '.join(fields)}",
+                f"'.bias'); columns: {', '.join(fields)}"
+                + (
+                    f"; the total bias of several actions is their sum: "
+                    f"{'+'.join(fields[k] for k in biases)}"
+                    if biases
+                    else ""
+                ),
             )
         return biases[0]
     if str(column) not in fields:
