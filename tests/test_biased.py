@@ -384,6 +384,10 @@ def test_cli_refuses_a_bias_whose_frames_outlast_the_lag(tmp_path, capsys):
     assert 50 < share <= 100
     good = ["--bias", path, "--temperature", "1200"]
     assert main(["fit", *fit, *good, "--out", str(tmp_path / "b")]) == 0
+    rbias = str(_colvar(tmp_path / "R", rows, "time x metad.rbias"))
+    with pytest.warns(UserWarning, match="metad.rbias: a reweighting bias .* time rescaling"):
+        rb = ["--bias", f"{rbias}:metad.rbias", "--temperature", "1200"]
+        assert main(["fit", *fit, *rb, "--out", str(tmp_path / "c")]) == 0
 
 
 def test_transition_state_shift_by_hand():

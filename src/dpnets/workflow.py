@@ -148,6 +148,15 @@ def _read_bias(data: dict[str, Any], trajs: Any) -> list[np.ndarray] | None:
     out = []
     for spec, source, t in zip(specs, trajs.sources, trajs.data, strict=True):
         path, column = bias_spec(spec)
+        if isinstance(column, str) and "rbias" in column:
+            import warnings
+
+            warnings.warn(
+                f"--bias {spec}: a reweighting bias (rbias = V - c(t)) weighs samples, but "
+                "time rescaling needs the bias energy V itself: give the .bias column",
+                UserWarning,
+                stacklevel=2,
+            )
         try:
             lw, times = read_bias_rows(path, column, temperature, data["bias_units"])
         except DataFileError as err:
