@@ -58,6 +58,20 @@ def test_fit_analyze_transform_forecast_on_npy_files(tmp_path, trajs, capsys):
         "interval needs for each tail to hold one: their bounds are just the extreme "
         "resamples; --bootstrap 40 or more"
     ]
+    # config.toml's dt edited by hand to 0.2: the estimates and their intervals both double
+    import shutil
+
+    edited = tmp_path / "edited"
+    shutil.copytree(out, edited, ignore=shutil.ignore_patterns("analysis"))
+    toml = (edited / "config.toml").read_text()
+    (edited / "config.toml").write_text(toml.replace("dt = 0.1\n", "dt = 0.2\n"))
+    assert main(["analyze", str(edited), "--bootstrap", "3", "--quiet"]) == 0
+    twice = json.loads((edited / "analysis" / "results.json").read_text())
+    np.testing.assert_allclose(twice["timescales"][1:], 2 * np.array(res["timescales"][1:]))
+    np.testing.assert_allclose(
+        np.array(twice["timescales_interval"])[:, 1:],
+        2 * np.array(res["timescales_interval"])[:, 1:],
+    )
     # a lag that leaves 10 pairs per trajectory: the refit's warning is in the report
     far = tmp_path / "far"
     args = ["analyze", str(out), "--lags", "2", "1490", "--bootstrap", "3", "--quiet"]

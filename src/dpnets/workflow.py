@@ -1258,7 +1258,7 @@ def _analyze(
     try:
         k_eig = min(4, int(np.asarray(op.eig()).size))  # the model's eigenvalues, no more
         with steps.record("eigenvalue intervals"):
-            spec = bootstrap_spectrum(op, data, k=k_eig, n_bootstrap=max(n_boot, 2), **bars)
+            spec = bootstrap_spectrum(op, data, k=k_eig, dt=dt, n_bootstrap=max(n_boot, 2), **bars)
         plot.eigenvalues(op, k=k_eig, dt=dt, units=units).savefig(out / "eigenvalues.png", dpi=100)
         results["timescales_interval"] = [spec.lower.tolist(), spec.upper.tolist()]
     except _STEP_ERRORS as err:
