@@ -355,7 +355,7 @@ def test_cli_matches_colvar_rows_to_frames_by_time(tmp_path, capsys):
     assert "2 times as many rows as frames" in err and "--time-unit ps" in err
     other = [*frames, "--dt", "0.25", "--time-unit", "ps"]
     assert main(["fit", *other, "--bias", str(per_frame), "--out", str(tmp_path / "d")]) == 2
-    assert "a row every 0.1 ps (its time column) but a frame of" in capsys.readouterr().err
+    assert "a row every 0.1 ps (its time column, PLUMED's ps" in capsys.readouterr().err
 
 
 def test_cli_refuses_a_bias_whose_frames_outlast_the_lag(tmp_path, capsys):

@@ -149,8 +149,6 @@ def _read_bias(data: dict[str, Any], trajs: Any) -> list[np.ndarray] | None:
     for spec, source, t in zip(specs, trajs.sources, trajs.data, strict=True):
         path, column = bias_spec(spec)
         if isinstance(column, str) and "rbias" in column:
-            import warnings
-
             warnings.warn(
                 f"--bias {spec}: a reweighting bias (rbias = V - c(t)) weighs samples, but "
                 "time rescaling needs the bias energy V itself: give the .bias column",
@@ -221,8 +219,6 @@ def _rows_per_frame(
     every = int(round(ratio))
     if every >= 1 and abs(ratio - every) <= 1e-3 * ratio:
         if every > 1:
-            import warnings
-
             warnings.warn(
                 f"{path}: a row every {step:g} ps and a frame of {source} every "
                 f"{frame_ps:g} ps: one row in {every} is read, those at the frames' times",
@@ -231,7 +227,8 @@ def _rows_per_frame(
             )
         return every
     raise WorkflowError(
-        f"{path}: a row every {step:g} ps (its time column) but a frame of {source} every "
+        f"{path}: a row every {step:g} ps (its time column, PLUMED's ps unless UNITS TIME= "
+        f"says otherwise) but a frame of {source} every "
         f"{frame_ps:g} ps: the bias does not line up with the frames; print the COLVAR "
         "at the trajectory's stride or a divisor of it (PLUMED's PRINT STRIDE), or give the "
         "right --dt and --time-unit"
