@@ -324,3 +324,21 @@ def test_fit_and_forecast_say_when_persistence_forecasts_better(tmp_path):
     assert reported == pytest.approx(np.sqrt(np.mean(np.diff(ar) ** 2)), rel=1e-3)
     assert model < reported and abs(model - 1.0) < 0.1
     assert "worse_than_persistence" not in (tmp_path / "ar" / "report.md").read_text()
+
+
+def test_single_trajectory_blocks_shorter_than_the_slowest_timescale_are_flagged():
+    """1000 frames of 0.1 in 10 blocks: blocks of 10 time units, shorter than a slowest
+    timescale of 12 (flagged, with --blocks) and longer than one of 8 (not flagged); whole
+    trajectories are independent units (not flagged)."""
+    from dpnets.workflow import _short_blocks
+
+    one = [np.zeros((1000, 1))]
+    (d,) = _short_blocks(one, 10, [np.inf, 12.0, 3.0], 0.1, "ns")
+    assert d.kind == "short_blocks" and d.message(cli=True) == (
+        "the 10 bootstrap blocks of the single trajectory last 10 ns each, shorter than the "
+        "slowest timescale (12 ns): neighbouring blocks are correlated, which the block "
+        "bootstrap assumes they are not: its intervals are unreliable; use fewer --blocks "
+        "(longer blocks), or several independent trajectories"
+    )
+    assert _short_blocks(one, 10, [np.inf, 8.0], 0.1, "ns") == []
+    assert _short_blocks(one * 2, 10, [np.inf, 12.0], 0.1, "ns") == []

@@ -709,6 +709,33 @@ def _few_units(n_trajectories: int, n_blocks: int) -> list[Diagnostic]:
     ]
 
 
+def _short_blocks(
+    data: list, n_blocks: int, timescales: Any, dt: float, units: str
+) -> list[Diagnostic]:
+    """A single trajectory's bootstrap blocks shorter than the model's slowest timescale:
+    neighbouring blocks are then correlated, which the block bootstrap assumes they are
+    not (its resamples then understate the variance of the estimate)."""
+    if len(data) != 1:
+        return []
+    ts = np.asarray(timescales, dtype=np.float64)[1:]
+    ts = ts[np.isfinite(ts)]
+    block = data[0].shape[0] // n_blocks * dt
+    if not ts.size or block >= ts.max():
+        return []
+    return [
+        Diagnostic(
+            "short_blocks",
+            f"the {n_blocks} bootstrap blocks of the single trajectory last {block:.4g} "
+            f"{units} each, shorter than the slowest timescale ({ts.max():.4g} {units}): "
+            "neighbouring blocks are correlated, which the block bootstrap assumes they are "
+            "not: its intervals are unreliable",
+            "use fewer n_blocks (longer blocks), or several independent trajectories",
+            "use fewer --blocks (longer blocks), or several independent trajectories",
+            warn=False,
+        )
+    ]
+
+
 def _few_resamples(n_bootstrap: int) -> list[Diagnostic]:
     """Too few bootstrap resamples for the report's 95% intervals (their bounds are then
     the extreme resamples)."""
@@ -1218,6 +1245,7 @@ def _analyze(
     n_boot = settings.n_bootstrap
     blocks = settings.n_blocks if settings.n_blocks is not None else _auto_blocks(data, lags)
     found += _few_units(len(data), blocks) + _few_resamples(n_boot)
+    found += _short_blocks(data, blocks, op.implied_timescales(dt), dt, units)
     steps = _StepWarnings()
     plt = plot.pyplot()
     step = _steps(settings.progress, 5)
