@@ -12,7 +12,7 @@ import pytest
 
 from dpnets import DPNet, Generator, TransferOperator
 from dpnets.biased import rescaled_pair_indices, rescaled_pairs
-from dpnets.datasets import BOLTZMANN, DataFileError, read_log_weights
+from dpnets.datasets import BOLTZMANN, DataFileError, read_bias_rows, read_log_weights
 from dpnets.experiments import biased_double_well as bdw
 
 EXACT = bdw.exact_timescale()  # 18.01 time units
@@ -227,18 +227,56 @@ def test_bad_colvar_files_are_refused_naming_the_file(tmp_path):
     with pytest.raises(DataFileError, match=r"COLVAR: no column 'opes.bias'; columns: time, x"):
         read_log_weights(path, "opes.bias", units="kT")
     two = _colvar(tmp_path / "TWO", [(0, 1, 2, 3)], "time x metad.bias opes.bias")
-    with pytest.raises(DataFileError, match="several ends in '.bias'"):
+    with pytest.raises(
+        DataFileError,
+        match="several ends in '.bias'.*the total bias of several actions is their sum: "
+        "metad.bias[+]opes.bias",
+    ):
         read_log_weights(two, units="kT")
+    np.testing.assert_array_equal(read_log_weights(two, "metad.bias+opes.bias", units="kT"), [5])
+    np.testing.assert_array_equal(read_log_weights(two, "2+3", units="kT"), [5])
     with pytest.raises(ValueError, match="temperature is needed"):
         read_log_weights(path)
-    with pytest.raises(DataFileError, match="row 2 has 2 values for 3 columns"):
+    with pytest.raises(DataFileError, match="SHORT: line 4 has 2 values for 3 columns"):
         read_log_weights(_colvar(tmp_path / "SHORT", [(0, 1, 2), (0, 1)]), units="kT")
     restarted = tmp_path / "RESTART"
     restarted.write_text("#! FIELDS time a.bias\n0 1\n#! FIELDS time b.bias\n1 2\n")
     with pytest.raises(DataFileError, match="later '#! FIELDS' header names other columns"):
         read_log_weights(restarted, units="kT")
-    with pytest.raises(DataFileError, match="bias holds 1 NaN"):
-        read_log_weights(_colvar(tmp_path / "NAN", [(0, 1, np.nan)]), units="kT")
+    with pytest.raises(
+        DataFileError, match=r"bias holds 1 NaN or inf value\(s\) \(first in data row 2"
+    ):
+        read_log_weights(_colvar(tmp_path / "NAN", [(0, 1, 2), (1, 1, np.nan)]), units="kT")
+    with pytest.raises(DataFileError, match="column 0 is the time, not a bias"):
+        read_log_weights(path, 0, units="kT")
+
+
+def test_restarted_colvar_keeps_the_continued_run(tmp_path):
+    """PLUMED appends a restarted run from its checkpoint (time 3) after rows up to time 5:
+    the repeated rows are the continued run's (bias 10 + t), the first run's from time 3 on
+    are dropped with a warning naming the line, and the time runs 0..7 once."""
+    first = [(t, 0.0, float(t)) for t in range(6)]
+    again = [(t, 0.0, 10.0 + t) for t in range(3, 8)]
+    path = _colvar(tmp_path / "COLVAR", first)
+    with open(path, "a") as fh:
+        fh.write("#! FIELDS time x metad.bias\n#! SET min_x -pi\n")
+        fh.write("".join(f"{t} {x} {v}\n" for t, x, v in again))
+    with pytest.warns(
+        UserWarning, match=r"COLVAR: line 11: the time goes back from 5 to 3 .* the 3 earlier row"
+    ):
+        lw, times = read_bias_rows(path, units="kT")
+    np.testing.assert_array_equal(times, np.arange(8.0))
+    np.testing.assert_array_equal(lw, [0, 1, 2, 13, 14, 15, 16, 17])
+
+
+def test_colvar_with_rows_missing_is_refused_naming_the_line(tmp_path):
+    rows = [(0.5 * k, 0.0, 1.0) for k in range(10) if k != 6]
+    path = _colvar(tmp_path / "COLVAR", rows)
+    with pytest.raises(
+        DataFileError,
+        match=r"COLVAR: line 9: the time steps from 2.5 to 3.5, where the rows are 0.5 apart",
+    ):
+        read_log_weights(path, units="kT")
 
 
 # ---------------------------------------------------------------------- command line
@@ -281,7 +319,75 @@ def test_cli_fit_with_plumed_bias_files(tmp_path, capsys):
     np.save(tmp_path / "traj_0.npy", np.load(paths[0])[:1000])
     short = ["fit", paths[0], *one, "--stride", "2", *fit, "--out", str(tmp_path / "c")]
     assert main(short) == 2
-    assert "COLVAR.0: 750 bias values" in capsys.readouterr().err
+    assert "COLVAR.0: 750 bias rows (one row in 2)" in capsys.readouterr().err
+
+
+def test_cli_matches_colvar_rows_to_frames_by_time(tmp_path, capsys):
+    """A COLVAR printed twice as often as the trajectory (PLUMED's classic stride mismatch):
+    with the frames' time in ps, one row in 2 is read, and the fit equals the one on a
+    COLVAR of one row per frame; without it, or with another time step, it is refused."""
+    from dpnets.cli import main
+    from dpnets.systems import OrnsteinUhlenbeck
+
+    x = OrnsteinUhlenbeck(theta=1.0, sigma=np.sqrt(2.0), dt=0.1).sample(400, seed=0)
+    np.save(tmp_path / "traj.npy", x.astype(np.float64))
+    bias = np.log(1.0 + x[:, 0] ** 2)  # in kT, one per frame
+    per_frame = _colvar(tmp_path / "COLVAR", [(0.1 * k, x[k, 0], bias[k]) for k in range(400)])
+    fine = [(0.05 * k, 0.0, bias[k // 2] if k % 2 == 0 else 99.0) for k in range(799)]
+    twice = _colvar(tmp_path / "COLVAR.fine", fine)
+    fit = [str(tmp_path / "traj.npy"), "--lag", "3", "--epochs", "1", "--dim", "2", "--quiet"]
+    fit += ["--bias-units", "kT", "--dt", "0.1", "--time-unit", "ps"]
+    assert main(["fit", *fit, "--bias", str(per_frame), "--out", str(tmp_path / "a")]) == 0
+    with pytest.warns(
+        UserWarning,
+        match=r"a row every 0.05 ps and a frame of .* every 0.1 ps: one row in 2 is read",
+    ):
+        assert main(["fit", *fit, "--bias", str(twice), "--out", str(tmp_path / "b")]) == 0
+    eig = [
+        [r for r in (tmp_path / f / "report.md").read_text().splitlines() if r.startswith("| 1 |")]
+        for f in "ab"
+    ]
+    assert eig[0] == eig[1] and eig[0]
+    capsys.readouterr()
+    frames = fit[:-4]
+    assert main(["fit", *frames, "--bias", str(twice), "--out", str(tmp_path / "c")]) == 2
+    assert "799 bias rows for the 400 frames" in (err := capsys.readouterr().err)
+    assert "2 times as many rows as frames" in err and "--time-unit ps" in err
+    other = [*frames, "--dt", "0.25", "--time-unit", "ps"]
+    assert main(["fit", *other, "--bias", str(per_frame), "--out", str(tmp_path / "d")]) == 2
+    assert "a row every 0.1 ps (its time column, PLUMED's ps" in capsys.readouterr().err
+
+
+def test_cli_refuses_a_bias_whose_frames_outlast_the_lag(tmp_path, capsys):
+    """A bias of 1.5 to 3 kT at lag 2: frames last 4.5 to 20 frames of rescaled time, so
+    most pairs are a frame with itself (what a bias in kJ/mol read as kcal/mol, or a wrong
+    temperature, gives): refused before training, naming the share and the options; the
+    same bias read at 1/4 of the strength (0.375 to 0.75 kT) fits."""
+    from dpnets.cli import main
+    from dpnets.systems import OrnsteinUhlenbeck
+
+    x = OrnsteinUhlenbeck(theta=1.0, sigma=np.sqrt(2.0), dt=0.1).sample(300, seed=0)
+    np.save(tmp_path / "traj.npy", x.astype(np.float64))
+    bias = 1.5 + 1.5 * (np.arange(300) % 2)  # alternating 1.5 and 3 (kT)
+    rows = [(0.1 * k, x[k, 0], bias[k] * 2.494) for k in range(300)]  # kJ/mol at 300 K
+    path = str(_colvar(tmp_path / "COLVAR", rows))
+    fit = [str(tmp_path / "traj.npy"), "--lag", "2", "--epochs", "1", "--dim", "2", "--quiet"]
+    bad = ["--bias", path, "--temperature", "300", "--bias-units", "kcal/mol"]
+    assert main(["fit", *fit, *bad, "--out", str(tmp_path / "a")]) == 2
+    err = capsys.readouterr().err
+    assert (
+        "--bias: at --lag 2, " in err
+        and "of the pairs in rescaled time pair a frame with itself" in err
+    )
+    assert "check --temperature and --bias-units" in err
+    share = int(err.split("--lag 2, ")[1].split("%")[0])
+    assert 50 < share <= 100
+    good = ["--bias", path, "--temperature", "1200"]
+    assert main(["fit", *fit, *good, "--out", str(tmp_path / "b")]) == 0
+    rbias = str(_colvar(tmp_path / "R", rows, "time x metad.rbias"))
+    with pytest.warns(UserWarning, match="metad.rbias: a reweighting bias .* time rescaling"):
+        rb = ["--bias", f"{rbias}:metad.rbias", "--temperature", "1200"]
+        assert main(["fit", *fit, *rb, "--out", str(tmp_path / "c")]) == 0
 
 
 def test_transition_state_shift_by_hand():

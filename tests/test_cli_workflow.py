@@ -52,6 +52,36 @@ def test_fit_analyze_transform_forecast_on_npy_files(tmp_path, trajs, capsys):
         "(95% bootstrap intervals over the 4 trajectories)"
         in (out / "analysis" / "report.md").read_text()
     )
+    # 3 resamples give no 95% interval: the report says so (once), not only the console
+    assert [d["message"] for d in res["diagnostics"] if d["kind"] == "few_resamples"] == [
+        "the 95% intervals come from 3 bootstrap resamples, fewer than the 40 a percentile "
+        "interval needs for each tail to hold one: their bounds are just the extreme "
+        "resamples; --bootstrap 40 or more"
+    ]
+    # config.toml's dt edited by hand to 0.2: the estimates and their intervals both double
+    import shutil
+
+    edited = tmp_path / "edited"
+    shutil.copytree(out, edited, ignore=shutil.ignore_patterns("analysis"))
+    toml = (edited / "config.toml").read_text()
+    (edited / "config.toml").write_text(toml.replace("dt = 0.1\n", "dt = 0.2\n"))
+    assert main(["analyze", str(edited), "--bootstrap", "3", "--quiet"]) == 0
+    twice = json.loads((edited / "analysis" / "results.json").read_text())
+    np.testing.assert_allclose(twice["timescales"][1:], 2 * np.array(res["timescales"][1:]))
+    np.testing.assert_allclose(
+        np.array(twice["timescales_interval"])[:, 1:],
+        2 * np.array(res["timescales_interval"])[:, 1:],
+    )
+    # a lag that leaves 10 pairs per trajectory: the refit's warning is in the report
+    far = tmp_path / "far"
+    args = ["analyze", str(out), "--lags", "2", "1490", "--bootstrap", "3", "--quiet"]
+    with pytest.warns(UserWarning, match="at lag.s. 149 are longer than the longest"):
+        assert main([*args, "--out", str(far)]) == 0
+    steps = json.loads((far / "results.json").read_text())["diagnostics"]
+    assert [d["message"][:72] for d in steps if d["kind"] == "step_warning"] == [
+        "timescales against lag: implied timescales up to 272.5 at lag(s) 149 are"
+    ]
+    assert "- **step_warning**: timescales against lag:" in (far / "report.md").read_text()
     # the fit's configuration repeats it exactly
     again = tmp_path / "again"
     assert main(["fit", "--config", str(out / "config.toml"), "--out", str(again), "--quiet"]) == 0
@@ -294,3 +324,21 @@ def test_fit_and_forecast_say_when_persistence_forecasts_better(tmp_path):
     assert reported == pytest.approx(np.sqrt(np.mean(np.diff(ar) ** 2)), rel=1e-3)
     assert model < reported and abs(model - 1.0) < 0.1
     assert "worse_than_persistence" not in (tmp_path / "ar" / "report.md").read_text()
+
+
+def test_single_trajectory_blocks_shorter_than_the_slowest_timescale_are_flagged():
+    """1000 frames of 0.1 in 10 blocks: blocks of 10 time units, shorter than a slowest
+    timescale of 12 (flagged, with --blocks) and longer than one of 8 (not flagged); whole
+    trajectories are independent units (not flagged)."""
+    from dpnets.workflow import _short_blocks
+
+    one = [np.zeros((1000, 1))]
+    (d,) = _short_blocks(one, 10, [np.inf, 12.0, 3.0], 0.1, "ns")
+    assert d.kind == "short_blocks" and d.message(cli=True) == (
+        "the 10 bootstrap blocks of the single trajectory last 10 ns each, shorter than the "
+        "slowest timescale (12 ns): neighbouring blocks are correlated, which the block "
+        "bootstrap assumes they are not: its intervals are unreliable; use fewer --blocks "
+        "(longer blocks), or several independent trajectories"
+    )
+    assert _short_blocks(one, 10, [np.inf, 8.0], 0.1, "ns") == []
+    assert _short_blocks(one * 2, 10, [np.inf, 12.0], 0.1, "ns") == []

@@ -352,6 +352,8 @@ def test_cli_fit_and_analyze_reversible(tmp_path):
     res = json.loads((out / "analysis" / "results.json").read_text())
     assert res["reversible"] == "reweight"
     assert all(v[1] == 0 for v in res["eigenvalues"])
+    report = (out / "analysis" / "report.md").read_text()
+    assert "re-estimated on the fit's features: reversible after Koopman reweighting" in report
     assert main([*args, "--reversible", "false"]) == 0
     assert json.loads((out / "analysis" / "results.json").read_text())["reversible"] is False
     # the fit's config repeats it; a bad value in it is one clear line

@@ -77,6 +77,7 @@ __all__ = [
     "read_trajectories",
     "select_atoms",
     "read_log_weights",
+    "read_bias_rows",
     "BOLTZMANN",
     "FEATURES",
     "EXTENSIONS",
@@ -766,11 +767,15 @@ def read_log_weights(
     path : path
         A PLUMED ``COLVAR`` file (any other extension, or none: a header line
         ``#! FIELDS time cv ... metad.bias`` names the columns; ``#! SET`` lines are skipped;
-        a restarted run's repeated ``#! FIELDS`` header must name the same columns), or a
-        ``.npy`` array of bias energies (1-D, one per frame; ``.npz``: its one array, or the
-        array named by ``column``), or a ``.txt``/``.csv`` table read like a trajectory.
+        a restarted run's repeated ``#! FIELDS`` header must name the same columns, and where
+        its ``time`` goes back the rows it repeats are the continued run's; a ``time``
+        column with rows missing is refused), or a ``.npy`` array of bias energies (1-D,
+        one per frame; ``.npz``: its one array, or the array named by ``column``), or a
+        ``.txt``/``.csv`` table read like a trajectory.
     column : str or int, optional
-        The bias column, by name (``"metad.bias"``, ``"opes.bias"``) or 0-based index.
+        The bias column, by name (``"metad.bias"``, ``"opes.bias"``) or 0-based index;
+        ``"metad.bias+uwall.bias"``: the sum of these columns (the total bias of a run with
+        several biasing actions, such as walls).
         Default: the one column whose name ends in ``.bias`` (refused when there are none
         or several), or the array itself.
     temperature : float, optional
@@ -791,10 +796,30 @@ def read_log_weights(
     ------
     DataFileError
         One line naming the file: missing or special file, no such column (the columns
-        are listed), a row of the wrong width, non-numeric or non-finite values.
-    ValueError
-        For a bad ``temperature`` or ``units``.
+        are listed), the ``time`` column named as the bias, a row of the wrong width,
+        non-numeric or non-finite values, rows missing (a gap in the ``time`` column).
+
+    Warns
+    -----
+    UserWarning
+        For a restarted run whose ``time`` goes back (PLUMED appends the continued run from
+        its checkpoint): the earlier rows from that time on are dropped, the continued run's
+        kept, as the engine's appended trajectory holds them, naming the line.
     """
+    return read_bias_rows(path, column, temperature, units)[0]
+
+
+def read_bias_rows(
+    path: str | os.PathLike,
+    column: str | int | None = None,
+    temperature: float | None = None,
+    units: str = "kJ/mol",
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """``(log_weights, times)``: :func:`read_log_weights` and the file's ``time`` column
+    (PLUMED's, in ps unless ``UNITS TIME=``) after a restart's overlap is dropped, or None
+    when the file has none (``.npy``, a table without a ``time`` header). The times let a
+    caller match the rows to the frames of a trajectory (:func:`dpnets.workflow`'s
+    ``--bias``)."""
     from dpnets.params import check_choice, check_real
 
     check_choice("units", units, tuple(BOLTZMANN))
@@ -810,16 +835,20 @@ def read_log_weights(
     path = os.fspath(path)
     check_regular(path, "bias file")
     ext = extension(path)
+    times = None
     if ext in _ARRAY_EXTS:
         energy = _bias_array(path, column)
     else:
-        energy = _colvar_column(path, column)
+        energy, times = _colvar_column(path, column)
     if energy.size == 0:
         raise DataFileError(path, "holds no bias values")
     bad = int(np.count_nonzero(~np.isfinite(energy)))
     if bad:
-        raise DataFileError(path, f"the bias holds {bad} NaN or inf value(s)")
-    return beta * energy
+        first = int(np.argmax(~np.isfinite(energy)))
+        raise DataFileError(
+            path, f"the bias holds {bad} NaN or inf value(s) (first in data row {first + 1})"
+        )
+    return beta * energy, times
 
 
 def _bias_array(path: str, column: str | int | None) -> np.ndarray:
@@ -851,47 +880,117 @@ def _bias_array(path: str, column: str | int | None) -> np.ndarray:
     return data.astype(np.float64)
 
 
-def _colvar_column(path: str, column: str | int | None) -> np.ndarray:
-    """One column of a PLUMED ``COLVAR`` file (``#! FIELDS`` header), or of a plain table."""
+def _colvar_column(path: str, column: str | int | None) -> tuple[np.ndarray, np.ndarray | None]:
+    """One column of a PLUMED ``COLVAR`` file (``#! FIELDS`` header), or of a plain table,
+    and its ``time`` column (None when it has none), a restart's overlap dropped
+    (:func:`_drop_restart_overlap`)."""
     fields: list[str] | None = None
-    rows: list[str] = []
+    rows: list[tuple[int, str]] = []  # (line number in the file, text)
     try:
         with open(path, encoding="utf-8", errors="replace") as fh:
-            for line in fh:
+            for number, line in enumerate(fh, 1):
                 if line.startswith("#! FIELDS"):
                     names = line.split()[2:]
                     if fields is not None and names != fields:
                         raise DataFileError(
                             path,
-                            f"a later '#! FIELDS' header names other columns ({' '.join(names)}) "
-                            f"than the first ({' '.join(fields)})",
+                            f"line {number}: a later '#! FIELDS' header names other columns "
+                            f"({' '.join(names)}) than the first ({' '.join(fields)})",
                         )
                     fields = names
                 elif line.strip() and not line.lstrip().startswith("#"):
-                    rows.append(line)
+                    rows.append((number, line))
     except OSError as exc:
         raise DataFileError(path, f"cannot read: {reason(exc)}") from exc
-    if fields is None and rows and "," in rows[0]:
-        fields = [c.strip() for c in rows[0].split(",")]
+    if fields is None and rows and "," in rows[0][1]:
+        fields = [c.strip() for c in rows[0][1].split(",")]
         if all(_is_number(c) for c in fields):
             fields = None
         else:
             rows = rows[1:]
-    index = _bias_index(path, fields, column)
+    parts: list[str | int | None] = [column]
+    if isinstance(column, str) and "+" in column:  # a sum of columns, by name or index
+        parts = [int(c) if c.strip().isdigit() else c.strip() for c in column.split("+")]
+    indices = [_bias_index(path, fields, part) for part in parts]
+    for index in indices:
+        if fields is not None and fields[index] == "time":
+            raise DataFileError(
+                path, f"column {index} is the time, not a bias; columns: {', '.join(fields)}"
+            )
+    t_index = fields.index("time") if fields is not None and "time" in fields else None
     values = np.empty(len(rows))
-    for k, row in enumerate(rows):
+    times = np.empty(len(rows)) if t_index is not None else None
+    for k, (number, row) in enumerate(rows):
         cells = row.replace(",", " ").split()
         if fields is not None and len(cells) != len(fields):
             raise DataFileError(
-                path, f"row {k + 1} has {len(cells)} values for {len(fields)} columns"
+                path, f"line {number} has {len(cells)} values for {len(fields)} columns"
             )
         try:
-            values[k] = float(cells[index])
+            values[k] = sum(float(cells[index]) for index in indices)
+            if times is not None:
+                times[k] = float(cells[t_index])
         except (IndexError, ValueError):
             raise DataFileError(
-                path, f"row {k + 1}: no number in column {index} ({row.strip()[:60]!r})"
+                path, f"line {number}: no number in the bias or time column ({row.strip()[:60]!r})"
             ) from None
-    return values
+    if times is None:
+        return values, None
+    lines = np.array([number for number, _ in rows], dtype=np.int64)
+    keep = _drop_restart_overlap(path, times, lines)
+    values, times, lines = values[keep], times[keep], lines[keep]
+    _check_no_gap(path, times, lines)
+    return values, times
+
+
+def _drop_restart_overlap(path: str, times: np.ndarray, lines: np.ndarray) -> np.ndarray:
+    """The rows to keep of a ``COLVAR`` whose ``time`` goes back: a restarted run appends
+    from its checkpoint, and the rows it repeats are replaced by its own (those the engine's
+    appended trajectory holds), with a warning naming the line. A NaN time is refused."""
+    if not np.all(np.isfinite(times)):
+        first = int(np.argmax(~np.isfinite(times)))
+        raise DataFileError(path, f"line {lines[first]}: the time is not a number")
+    back = np.flatnonzero(np.diff(times) <= 0.0) + 1
+    if back.size == 0:
+        return np.arange(times.shape[0])
+    keep = np.ones(times.shape[0], dtype=bool)
+    dropped = 0
+    for k in back:
+        # rows before k from the restart time on: superseded by the continued run
+        earlier = np.flatnonzero(keep[:k] & (times[:k] >= times[k]))
+        dropped += earlier.size
+        keep[earlier] = False
+    first = int(back[0])
+    times_back = "" if back.size == 1 else f", {back.size} times"
+    warnings.warn(
+        f"{path}: line {lines[first]}: the time goes back from {times[first - 1]:g} to "
+        f"{times[first]:g} (a restarted run appended{times_back}): "
+        f"the {dropped} earlier row(s) it repeats are dropped and the continued run's kept, as "
+        "in an appended trajectory; check that the trajectory holds the same frames",
+        UserWarning,
+        stacklevel=4,
+    )
+    return np.flatnonzero(keep)
+
+
+def _check_no_gap(path: str, times: np.ndarray, lines: np.ndarray) -> None:
+    """Refuse a ``COLVAR`` with rows missing: a step of its ``time`` column longer than 1.5
+    of its usual (median) step, which would shift every later bias value against the
+    trajectory's frames."""
+    if times.shape[0] < 3:
+        return
+    steps = np.diff(times)
+    usual = float(np.median(steps))
+    bad = np.flatnonzero(np.abs(steps - usual) > 0.01 * usual)
+    if bad.size:
+        k = int(bad[0])
+        raise DataFileError(
+            path,
+            f"line {lines[k + 1]}: the time steps from {times[k]:g} to {times[k + 1]:g}, "
+            f"where the rows are {usual:g} apart elsewhere: rows are missing or the printing "
+            "stride changed, and the bias would no longer line up with the frames; give "
+            "the bias of every frame, one row each, equally spaced",
+        )
 
 
 def _bias_index(path: str, fields: list[str] | None, column: str | int | None) -> int:
@@ -911,7 +1010,13 @@ def _bias_index(path: str, fields: list[str] | None, column: str | int | None) -
             raise DataFileError(
                 path,
                 f"name the bias column ({'none' if not biases else 'several'} ends in "
-                f"'.bias'); columns: {', '.join(fields)}",
+                f"'.bias'); columns: {', '.join(fields)}"
+                + (
+                    f"; the total bias of several actions is their sum: "
+                    f"{'+'.join(fields[k] for k in biases)}"
+                    if biases
+                    else ""
+                ),
             )
         return biases[0]
     if str(column) not in fields:

@@ -130,8 +130,12 @@ class Diagnostic:
         ``"worse_than_persistence"``, ``"time_column"`` (a pandas table's time axis read as
         data, :mod:`dpnets.states`), ``"irregular"`` (a pandas index unevenly spaced in
         time), ``"dropped"``, ``"rank_deficient"``, or, from ``dpnets analyze``,
-        ``"few_units"`` (a bootstrap over fewer than 5 trajectories or blocks) and
-        ``"other_time_step"`` (files saved at another time step than the fit's).
+        ``"few_units"`` (a bootstrap over fewer than 5 trajectories or blocks),
+        ``"few_resamples"`` (fewer bootstrap resamples than a 95% interval needs),
+        ``"short_blocks"`` (a single trajectory's bootstrap blocks shorter than the slowest
+        timescale), ``"step_warning"`` (a warning of one of its validation steps, such as
+        timescales beyond the data at a longer lag) and ``"other_time_step"`` (files saved
+        at another time step than the fit's).
     problem : str
         What was found, with its numbers.
     python : str

@@ -160,7 +160,8 @@ FIT_OPTIONS: tuple[FitOption, ...] = (
         [],
         "the bias energy of every frame of a biased run (metadynamics, OPES, umbrella): "
         "FILE[:COLUMN] per trajectory, in order; PLUMED COLVAR files (the column by name, "
-        "default the one ending in .bias) or .npy arrays, read with --stride; pairs are then "
+        "default the one ending in .bias; metad.bias+uwall.bias: their sum) or .npy arrays, "
+        "read with --stride, rows matched to frames by time when both are known; pairs are then "
         "formed at --lag frames of rescaled (unbiased) time, valid for a bias that changes "
         "slowly against the lag and barely acts at the transition states (default: none, an "
         "unbiased run)",

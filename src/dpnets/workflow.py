@@ -116,9 +116,14 @@ def _time(data: dict, trajs: Any) -> tuple[float, str]:
 
 def _read_bias(data: dict[str, Any], trajs: Any) -> list[np.ndarray] | None:
     """The log-weights ``beta V`` of every trajectory of a biased run (``--bias``, one file
-    per trajectory, read with ``--stride``), or None for an unbiased run; a bias file whose
-    frames are not the trajectory's is refused, naming both."""
-    from dpnets.datasets import BOLTZMANN, DataFileError, read_log_weights
+    per trajectory, read with ``--stride``), or None for an unbiased run.
+
+    A ``COLVAR``'s rows are matched to the frames by time where both are known (its
+    ``time`` column, in ps, and the frames' time from MD files or ``--dt`` in a unit of
+    time): rows printed ``r`` times as often as the frames are thinned to every ``r``-th,
+    other steps refused; a bias file whose rows are not the trajectory's frames is refused,
+    naming both and the remedy."""
+    from dpnets.datasets import BOLTZMANN, DataFileError, read_bias_rows
 
     specs = list(data.get("bias") or [])
     if not specs:
@@ -139,20 +144,130 @@ def _read_bias(data: dict[str, Any], trajs: Any) -> list[np.ndarray] | None:
             f"{data['bias_units']} into beta V, or --bias-units kT for energies in kT"
         )
     stride = int(data["stride"])
+    frame_ps = _frame_ps(data, trajs)
     out = []
     for spec, source, t in zip(specs, trajs.sources, trajs.data, strict=True):
         path, column = bias_spec(spec)
+        if isinstance(column, str) and "rbias" in column:
+            warnings.warn(
+                f"--bias {spec}: a reweighting bias (rbias = V - c(t)) weighs samples, but "
+                "time rescaling needs the bias energy V itself: give the .bias column",
+                UserWarning,
+                stacklevel=2,
+            )
         try:
-            lw = read_log_weights(path, column, temperature, data["bias_units"])[::stride]
+            lw, times = read_bias_rows(path, column, temperature, data["bias_units"])
         except DataFileError as err:
             raise WorkflowError(str(err)) from None
+        every = _rows_per_frame(path, times, frame_ps, source)
+        lw = lw[:: every * stride]
         if lw.shape[0] != t.shape[0]:
             raise WorkflowError(
-                f"{path}: {lw.shape[0]} bias values (every {stride}. row) for the "
-                f"{t.shape[0]} frames of {source}: the bias file must hold one row per frame"
+                _bias_count_error(path, lw, times, every * stride, t, source, frame_ps)
             )
         out.append(lw)
     return out
+
+
+def _check_rescaled_lag(log_weights: list[np.ndarray], lag: int, data: dict[str, Any]) -> None:
+    """Refuse a bias under which most pairs in rescaled time pair a frame with itself: the
+    frames then last longer than the lag (``exp(beta V)`` frames each), so the pairs see no
+    motion and the fit is degenerate, most often because of a wrong ``--temperature`` or
+    ``--bias-units`` (an energy in kJ/mol read as kcal/mol is 4.2 times too large in kT)."""
+    from dpnets.biased import rescaled_pair_indices
+
+    same = total = 0.0
+    for lw in log_weights:
+        try:
+            i, j, w, _ = rescaled_pair_indices(lw, lag)
+        except ValueError:
+            continue  # the fit names the trajectory too short in rescaled time
+        same += float(w[i == j].sum())
+        total += float(w.sum())
+    if total and same > 0.5 * total:
+        top = max(float(lw.max()) for lw in log_weights)
+        units = data["bias_units"]
+        given = "energies in kT" if units == "kT" else f"{units} at {data['temperature']:g} K"
+        raise WorkflowError(
+            f"--bias: at --lag {lag}, {100 * same / total:.0f}% of the pairs in rescaled "
+            f"time pair a frame with itself: with beta V up to {top:.3g} ({given}) frames "
+            f"last up to {math.exp(min(top, 700.0)):.3g} frames of unbiased time, longer than "
+            "the lag, and the pairs see no motion; check --temperature and --bias-units (a "
+            "bias in kJ/mol read as kcal/mol is 4.2 times too strong), or use a longer --lag"
+        )
+
+
+def _frame_ps(data: dict[str, Any], trajs: Any) -> float | None:
+    """The time between the files' frames (before ``--stride``) in ps, or None when it is
+    not known in a unit of time (``--dt`` in "time units", ``.npy`` files without it)."""
+    dt, unit = _time(data, trajs)
+    if not (data.get("dt") or trajs.dt) or unit not in _SECONDS:
+        return None
+    return dt * _SECONDS[unit] / _SECONDS["ps"] / int(data["stride"])
+
+
+def _rows_per_frame(
+    path: str, times: np.ndarray | None, frame_ps: float | None, source: str
+) -> int:
+    """How many rows of a ``COLVAR`` are printed per frame of ``source``: 1 where its
+    ``time`` column or the frames' time is unknown; ``r`` where the frames are ``r`` of its
+    rows apart (PLUMED printing more often than the trajectory); other ratios refused."""
+    if times is None or frame_ps is None or times.shape[0] < 2:
+        return 1
+    step = float(times[1] - times[0])
+    ratio = frame_ps / step
+    every = int(round(ratio))
+    if every >= 1 and abs(ratio - every) <= 1e-3 * ratio:
+        if every > 1:
+            warnings.warn(
+                f"{path}: a row every {step:g} ps and a frame of {source} every "
+                f"{frame_ps:g} ps: one row in {every} is read, those at the frames' times",
+                UserWarning,
+                stacklevel=2,
+            )
+        return every
+    raise WorkflowError(
+        f"{path}: a row every {step:g} ps (its time column, PLUMED's ps unless UNITS TIME= "
+        f"says otherwise) but a frame of {source} every "
+        f"{frame_ps:g} ps: the bias does not line up with the frames; print the COLVAR "
+        "at the trajectory's stride or a divisor of it (PLUMED's PRINT STRIDE), or give the "
+        "right --dt and --time-unit"
+    )
+
+
+def _bias_count_error(
+    path: str,
+    lw: np.ndarray,
+    times: np.ndarray | None,
+    read: int,
+    t: Any,
+    source: str,
+    frame_ps: float | None,
+) -> str:
+    """The one line refusing a bias file whose rows (one in ``read``) are not the frames
+    of ``source``, with what the counts and times suggest."""
+    n_bias, n_frames = int(lw.shape[0]), int(t.shape[0])
+    which = f" (one row in {read})" if read > 1 else ""
+    msg = (
+        f"{path}: {n_bias} bias rows{which} for the {n_frames} frames of {source}: the "
+        "bias file must hold one row per frame, from the first frame to the last"
+    )
+    if n_frames > 1 and n_bias > n_frames and (n_bias - 1) % (n_frames - 1) == 0:
+        r = (n_bias - 1) // (n_frames - 1)
+        msg += (
+            f"; it holds {r} times as many rows as frames (printed {r} times as often?): "
+            "give the time per frame (--dt with --time-unit ps, for its time column) so "
+            "that its rows are matched to the frames by time"
+            if times is not None and frame_ps is None
+            else f"; it holds {r} times as many rows as frames: keep one row in {r}"
+        )
+    elif times is not None and n_bias > 1:
+        span = "" if frame_ps is None else f", the frames {frame_ps * (n_frames - 1) * read:g} ps"
+        msg += (
+            f" (its time column spans {times[0]:g} to {times[-1]:g} ps{span}): check that "
+            "it is this trajectory's and covers all of it"
+        )
+    return msg
 
 
 def _encoder(spec: str, state_shape: tuple[int, ...], dim: int, atomic_numbers: Any):
@@ -446,6 +561,7 @@ def _fit(config: dict[str, dict[str, Any]], out: Path, progress: bool) -> str:
         )
     if log_weights is not None:
         log_weights = [w for w, t in zip(log_weights, trajs.data, strict=True) if t.shape[0] > lag]
+        _check_rescaled_lag(log_weights, lag, data)
     found = _dropped(trajs, lag)
     state_shape = tuple(usable[0].shape[1:])
     # the DPNet re-draws the encoder's initial weights from its seed inside fit
@@ -592,6 +708,98 @@ def _few_units(n_trajectories: int, n_blocks: int) -> list[Diagnostic]:
             warn=False,
         )
     ]
+
+
+def _short_blocks(
+    data: list, n_blocks: int, timescales: Any, dt: float, units: str
+) -> list[Diagnostic]:
+    """A single trajectory's bootstrap blocks shorter than the model's slowest timescale:
+    neighbouring blocks are then correlated, which the block bootstrap assumes they are
+    not (its resamples then understate the variance of the estimate)."""
+    if len(data) != 1:
+        return []
+    ts = np.asarray(timescales, dtype=np.float64)[1:]
+    ts = ts[np.isfinite(ts)]
+    block = data[0].shape[0] // n_blocks * dt
+    if not ts.size or block >= ts.max():
+        return []
+    return [
+        Diagnostic(
+            "short_blocks",
+            f"the {n_blocks} bootstrap blocks of the single trajectory last {block:.4g} "
+            f"{units} each, shorter than the slowest timescale ({ts.max():.4g} {units}): "
+            "neighbouring blocks are correlated, which the block bootstrap assumes they are "
+            "not: its intervals are unreliable",
+            "use fewer n_blocks (longer blocks), or several independent trajectories",
+            "use fewer --blocks (longer blocks), or several independent trajectories",
+            warn=False,
+        )
+    ]
+
+
+def _few_resamples(n_bootstrap: int) -> list[Diagnostic]:
+    """Too few bootstrap resamples for the report's 95% intervals (their bounds are then
+    the extreme resamples)."""
+    from dpnets.resampling import resamples_needed
+
+    needed = resamples_needed(0.95)
+    if not 0 < n_bootstrap < needed:
+        return []
+    return [
+        Diagnostic(
+            "few_resamples",
+            f"the 95% intervals come from {n_bootstrap} bootstrap resamples, fewer than the "
+            f"{needed} a percentile interval needs for each tail to hold one: their bounds "
+            "are just the extreme resamples",
+            f"n_bootstrap={needed} or more",
+            f"--bootstrap {needed} or more",
+            warn=False,
+        )
+    ]
+
+
+class _StepWarnings:
+    """The warnings of the analysis' validation steps, each kept once for the report's
+    Diagnostics (``step_warning``: a result of that step not to trust as it stands) and
+    printed once when the analysis is done, instead of once per step on the console only.
+    The too-few-resamples warning is left out: :func:`_few_resamples` states it."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, list[str]] = {}
+
+    def record(self, step: str) -> Any:
+        import contextlib
+
+        @contextlib.contextmanager
+        def recording() -> Any:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                try:
+                    yield
+                finally:
+                    for w in caught:
+                        text = " ".join(str(w.message).split())
+                        if "is too few for 95% intervals" in text:
+                            continue
+                        steps = self.seen.setdefault(text, [])
+                        if step not in steps:
+                            steps.append(step)
+
+        return recording()
+
+    def diagnostics(self) -> list[Diagnostic]:
+        found = []
+        for text, steps in self.seen.items():
+            problem, _, remedy = text.rpartition("; ")
+            if not problem:
+                problem, remedy = text, "judge that step's result with care"
+            where = ", ".join(steps)
+            found.append(Diagnostic("step_warning", f"{where}: {problem}", remedy, remedy))
+        return found
+
+    def emit(self) -> None:
+        for text in self.seen:
+            warnings.warn(text, DiagnosticWarning, stacklevel=4)
 
 
 def _dropped(trajs: Any, lag: int) -> list[Diagnostic]:
@@ -1037,7 +1245,9 @@ def _analyze(
         lags = check_lags(list(settings.lags), "--lags", longest).tolist()
     n_boot = settings.n_bootstrap
     blocks = settings.n_blocks if settings.n_blocks is not None else _auto_blocks(data, lags)
-    found += _few_units(len(data), blocks)
+    found += _few_units(len(data), blocks) + _few_resamples(n_boot)
+    found += _short_blocks(data, blocks, op.implied_timescales(dt), dt, units)
+    steps = _StepWarnings()
     plt = plot.pyplot()
     step = _steps(settings.progress, 5)
     bars = {"seed": 0, "progress": settings.progress, "n_blocks": blocks}
@@ -1058,7 +1268,8 @@ def _analyze(
     }
     step("implied timescales against lag (bootstrap)")
     try:
-        its = implied_timescales(op, data, lags, dt=dt, n_bootstrap=n_boot, **bars)  # k <= 3
+        with steps.record("timescales against lag"):
+            its = implied_timescales(op, data, lags, dt=dt, n_bootstrap=n_boot, **bars)
         its.plot(units=units).savefig(out / "timescales.png", dpi=100)
         results.update(
             its_lags=its.lags.tolist(),
@@ -1072,7 +1283,8 @@ def _analyze(
     spec = None
     try:
         k_eig = min(4, int(np.asarray(op.eig()).size))  # the model's eigenvalues, no more
-        spec = bootstrap_spectrum(op, data, k=k_eig, n_bootstrap=max(n_boot, 2), **bars)
+        with steps.record("eigenvalue intervals"):
+            spec = bootstrap_spectrum(op, data, k=k_eig, dt=dt, n_bootstrap=max(n_boot, 2), **bars)
         plot.eigenvalues(op, k=k_eig, dt=dt, units=units).savefig(out / "eigenvalues.png", dpi=100)
         results["timescales_interval"] = [spec.lower.tolist(), spec.upper.tolist()]
     except _STEP_ERRORS as err:
@@ -1094,7 +1306,10 @@ def _analyze(
     if sets is not None:
         ck_steps = [k for k in (1, 2, 4) if k * lag < longest]  # the multiples the data hold
         try:
-            ck = ck_test(op, data, ck_steps, sets.memberships_of, dt=dt, n_bootstrap=n_boot, **bars)
+            with steps.record("Chapman–Kolmogorov test"):
+                ck = ck_test(
+                    op, data, ck_steps, sets.memberships_of, dt=dt, n_bootstrap=n_boot, **bars
+                )
             ck.plot(units=units).savefig(out / "ck_test.png", dpi=100)
             results["ck_max_abs_diff"] = float(np.abs(ck.predictions - ck.estimates).max())
             results["ck_min"] = float(min(ck.predictions.min(), ck.estimates.min()))
@@ -1124,7 +1339,10 @@ def _analyze(
     except _STEP_ERRORS as err:
         skipped["free energy along the slow eigenfunctions"] = str(err)
     plt.close("all")
+    found += steps.diagnostics()
+    results["diagnostics"] = [{"kind": d.kind, "message": d.message(cli=True)} for d in found]
     results["skipped"] = skipped
+    steps.emit()
     (out / "results.json").write_text(json.dumps(results, indent=1, allow_nan=True))
     report = _analysis_report(op, results, spec, sets, why, found, skipped)
     (out / "report.md").write_text(report)
@@ -1163,7 +1381,10 @@ def _analysis_report(
 ) -> str:
     lag, dt, units = results["lag"], results["dt"], results["time_unit"]
     lam, ts = op.eig(), results["timescales"]
-    lines = [f"# dpnets analyze\n\nModel lag {lag} frames ({lag * dt:g} {units}).\n"]
+    lines = [
+        f"# dpnets analyze\n\nModel lag {lag} frames ({lag * dt:g} {units}); transfer "
+        f"operator re-estimated on the fit's features: {_ESTIMATOR[results['reversible']]}.\n"
+    ]
     cells = []
     for i in range(1, min(4, len(ts))):
         if not np.isfinite(ts[i]) or abs(lam[i]) > 1.0 + ABOVE_ONE_TOL:
