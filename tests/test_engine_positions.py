@@ -94,6 +94,28 @@ def test_an_engine_lacking_an_atom_is_refused_by_name(heavy_fit, tmp_path, capsy
     assert not (tmp_path / "cv.pt").exists()
 
 
+def test_corrupted_features_json_is_refused(heavy_fit, tmp_path, capsys):
+    """A hand-edited features.json: a negative atom index (numpy would take the last atom
+    of the topology, a silently wrong torsion), one past the end, or three atoms for a
+    torsion is refused in one line naming the file, with either input."""
+    import json
+    import shutil
+
+    for k, bad in enumerate(([-1, 1, 3, 4], [0, 1, 3, 10], [0, 1, 3])):
+        fit = tmp_path / f"fit{k}"
+        shutil.copytree(heavy_fit / "fit", fit)
+        spec = json.loads((fit / "features.json").read_text())
+        spec["atoms"][0] = bad
+        (fit / "features.json").write_text(json.dumps(spec))
+        for inputs in ("features", "positions"):
+            out = tmp_path / f"{k}{inputs}" / "cv.pt"
+            assert main(["export", str(fit), "--input", inputs, "--out", str(out)]) == 2
+            err = capsys.readouterr().err
+            assert err.count("\n") == 1 and not out.exists()
+            assert f"{fit / 'features.json'}: its atoms are not quadruplets of 0-based atom " in err
+            assert "topology (10 atoms): the file is corrupted or belongs to another fit" in err
+
+
 def test_positions_in_for_the_all_atom_engine(heavy_fit, tmp_path):
     """The heavy-atom dihedral fit exported with the engine's 22-atom positions in equals
     ``dpnets transform --eigenfunctions`` (run from another folder) on the same frames, its

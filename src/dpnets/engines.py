@@ -399,7 +399,7 @@ def export_fit(
 
     if kind == "dihedrals":
         if spec is not None:
-            quads = np.asarray(spec["atoms"], dtype=np.int64).reshape(-1, 4)
+            quads = _spec_atoms(spec, fit, 4, fit_top.n_atoms)
             blocks = [(str(k), int(c)) for k, c in spec["blocks"]]
             spec_names = list(spec["names"])
         else:  # a fit folder from before features.json: backbone phi and psi
@@ -450,7 +450,7 @@ def export_fit(
 
     if kind == "cartesian":
         assert spec is not None
-        atoms = np.asarray(spec["atoms"], dtype=np.int64).reshape(-1)
+        atoms = _spec_atoms(spec, fit, 1, fit_top.n_atoms).reshape(-1)
         check_shape(3 * len(atoms), f"the {len(atoms)} atoms' coordinates")
         eng_atoms = match_atoms(fit_top, eng_top, atoms, **names_)
         return positions_file(
@@ -461,7 +461,7 @@ def export_fit(
         )
     if kind == "distances":
         if spec is not None:
-            fit_pairs = np.asarray(spec["atoms"], dtype=np.int64).reshape(-1, 2)
+            fit_pairs = _spec_atoms(spec, fit, 2, fit_top.n_atoms)
         else:  # a fit folder from before features.json: every pair of the selection
             try:
                 sel = select_atoms(fit_top, str(data.get("selection") or "heavy"), source=fit_path)
@@ -528,6 +528,27 @@ def _features_json(folder: Path) -> dict[str, Any] | None:
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise ExportError(f"{path}: cannot read the fit's features ({err})") from None
     return spec
+
+
+def _spec_atoms(spec: dict[str, Any], folder: Path, width: int, n_atoms: int) -> np.ndarray:
+    """The atoms of ``features.json`` as ``(k, width)`` 0-based indices of the fit's
+    topology (``width`` 4 for torsions, 2 for pairs, 1 for atoms); ExportError (one line)
+    for anything else: a negative index would silently take an atom from the end."""
+    raw = spec["atoms"]
+    rows = [r if isinstance(r, list) else [r] for r in raw] if isinstance(raw, list) else None
+    ok = rows is not None and all(
+        len(r) == width
+        and all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < n_atoms for i in r)
+        for r in rows
+    )
+    if not ok:
+        what = {4: "quadruplets", 2: "pairs"}.get(width, "indices")
+        raise ExportError(
+            f"{folder / 'features.json'}: its atoms are not {what} of 0-based atom indices "
+            f"of the fit's topology ({n_atoms} atoms): the file is corrupted or belongs to "
+            "another fit; refit with dpnets fit --config on the fit's config.toml"
+        )
+    return np.asarray(rows, dtype=np.int64).reshape(-1, width)
 
 
 def _torsion_labels(

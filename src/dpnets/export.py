@@ -1371,7 +1371,9 @@ def _first_linear(enc: nn.Module) -> nn.Linear | None:
 def _folded(module: nn.Module) -> nn.Module:
     """``module`` with a DPNet's input standardisation folded into the encoder's first
     ``Linear`` layer (``W (x - m) / s + b = (W / s) x + (b - (W / s) m)``, computed in
-    float64): one affine map less per call. A copy; the module itself when nothing folds."""
+    float64 and kept in float64, the encoder's copy cast to it: the file's float64 build
+    computes the model's own map, its float32 build rounds it once). A copy; the module
+    itself when nothing folds."""
     from dpnets.standardize import InputScaler
 
     if not (
@@ -1385,7 +1387,7 @@ def _folded(module: nn.Module) -> nn.Module:
     shift, scale = scaler.shift.detach().double(), scaler.scale.detach().double()
     if first is None or shift.dim() != 1 or shift.numel() != first.in_features:
         return module
-    enc = copy.deepcopy(enc)
+    enc = copy.deepcopy(enc).double()
     first = _first_linear(enc)
     assert first is not None
     with torch.no_grad():
@@ -1395,8 +1397,8 @@ def _folded(module: nn.Module) -> nn.Module:
             b = b + first.bias.detach().double()
         else:
             first.bias = nn.Parameter(torch.zeros_like(first.weight[:, 0]))
-        first.weight.copy_(w.to(first.weight.dtype))
-        first.bias.copy_(b.to(first.bias.dtype))
+        first.weight.copy_(w)
+        first.bias.copy_(b)
     return enc
 
 
