@@ -116,6 +116,51 @@ def test_corrupted_features_json_is_refused(heavy_fit, tmp_path, capsys):
             assert "topology (10 atoms): the file is corrupted or belongs to another fit" in err
 
 
+def test_engine_topology_with_the_solvent_first(tmp_path):
+    """A fit topology without chain IDs (.gro) against an engine PDB whose first chain is
+    the solvent: chains cannot be matched by position, so the atoms are matched by residue
+    and atom name, each the only one: the engine's indices, shifted by the waters (it was
+    refused as 'has no atom C of residue ACE1 (chain 0)'); a peptide held twice is
+    refused."""
+    from dpnets.datasets import load_topology
+    from dpnets.engines import match_atoms
+
+    pep = md.load(str(PDB))
+    pep.save_gro(str(tmp_path / "fit.gro"))
+    fit = load_topology(str(tmp_path / "fit.gro"))
+
+    def engine(copies: int) -> object:
+        top = md.Topology()
+        water = top.add_chain()
+        for k in range(3):
+            res = top.add_residue("HOH", water, k + 1)
+            for name, el in (("O", "O"), ("H1", "H"), ("H2", "H")):
+                top.add_atom(name, md.element.get_by_symbol(el), res)
+        for _ in range(copies):
+            chain = top.add_chain()
+            for r in pep.topology.residues:
+                res = top.add_residue(r.name, chain, r.resSeq)
+                for a in r.atoms:
+                    top.add_atom(a.name, a.element, res)
+        xyz = np.zeros((1, top.n_atoms, 3))
+        path = tmp_path / f"engine{copies}.pdb"
+        md.Trajectory(xyz, top).save_pdb(str(path))
+        return load_topology(str(path))
+
+    phi, psi = md.compute_phi(pep)[0][0], md.compute_psi(pep)[0][0]
+    assert not any(str(c.chain_id or "").strip() for c in fit.chains)
+    got = match_atoms(fit, engine(1), np.concatenate([phi, psi]))
+    assert got.tolist() == (np.concatenate([phi, psi]) + 9).tolist()
+    from dpnets.export import ExportError
+
+    with pytest.raises(
+        ExportError,
+        match=r"has no atom C of residue ACE1 \(chain 0\) .*"
+        r"matched by chain \(by position: a topology without chain IDs\)",
+    ):
+        match_atoms(fit, engine(2), phi)
+
+
 def test_positions_in_for_the_all_atom_engine(heavy_fit, tmp_path):
     """The heavy-atom dihedral fit exported with the engine's 22-atom positions in equals
     ``dpnets transform --eigenfunctions`` (run from another folder) on the same frames, its

@@ -109,32 +109,69 @@ def match_atoms(
     """0-based indices in mdtraj topology ``target`` of the ``atoms`` of ``source``.
 
     Atoms are matched by chain (its identifier where every chain of both topologies has
-    one, else its position), residue name and number, and atom name, never by index. An atom
-    of ``source`` that ``target`` lacks, or holds twice, raises :class:`ExportError` naming
-    it.
+    one, else its position), residue name and number, and atom name, never by index. Where
+    chains are matched by position and an atom is not found (``target`` written with its
+    solvent or a ligand first), all the atoms are matched by residue name and number and
+    atom name alone, each the only such atom in either topology, else the first refusal
+    stands. An atom of ``source`` that ``target`` lacks, or holds twice, raises
+    :class:`ExportError` naming it.
     """
     by_id = _chain_keys(source, target)
+    try:
+        return _matched(source, target, atoms, by_id, source_name, target_name, loose=False)
+    except ExportError as strict:
+        if by_id:
+            raise
+        refusal = strict
+    try:  # every atom by residue and atom name alone, each the only one
+        return _matched(source, target, atoms, by_id, source_name, target_name, loose=True)
+    except ExportError:
+        raise refusal from None
+
+
+def _matched(
+    source: Any,
+    target: Any,
+    atoms: Sequence[int],
+    by_id: bool,
+    source_name: str,
+    target_name: str,
+    *,
+    loose: bool,
+) -> np.ndarray:
+    """:func:`match_atoms` by chain, residue and atom name, or ``loose``: by residue and
+    atom name alone, each atom the only one of its name in either topology."""
+
+    def key(a: Any) -> tuple:
+        k = _key(a, by_id)
+        return k[1:] if loose else k
+
     index: dict[tuple, int] = {}
     twice: set[tuple] = set()
     for a in target.atoms:
-        k = _key(a, by_id)
+        k = key(a)
         if k in index:
             twice.add(k)
         index[k] = a.index
+    in_source: dict[tuple, int] = {}
+    if loose:
+        for a in source.atoms:
+            in_source[key(a)] = in_source.get(key(a), 0) + 1
     out = []
     for i in atoms:
         a = source.atom(int(i))
-        k = _key(a, by_id)
+        k = key(a)
         where = (
             f"atom {a.name} of residue {a.residue.name}{a.residue.resSeq} "
-            f"(chain {k[0]!r}) of {source_name}"
+            f"(chain {_key(a, by_id)[0]!r}) of {source_name}"
         )
         if k not in index:
+            how = "chain" if by_id else "chain (by position: a topology without chain IDs)"
             raise ExportError(
-                f"{target_name} has no {where}; atoms are matched by chain, residue name and "
+                f"{target_name} has no {where}; atoms are matched by {how}, residue name and "
                 "number, and atom name"
             )
-        if k in twice:
+        if k in twice or in_source.get(k, 1) > 1:
             raise ExportError(f"{target_name} holds the {where} more than once")
         out.append(index[k])
     return np.asarray(out, dtype=np.int64)
