@@ -116,6 +116,30 @@ def test_corrupted_features_json_is_refused(heavy_fit, tmp_path, capsys):
             assert "topology (10 atoms): the file is corrupted or belongs to another fit" in err
 
 
+def test_out_that_the_export_reads_is_refused(heavy_fit, capsys):
+    """--out the fit's own model.pt (a slip when exporting 'next to the fit') overwrote it
+    with the TorchScript file, and the fit could not be read again; the topology or the
+    data likewise: refused in one line, nothing written."""
+    fit = heavy_fit / "fit"
+    before = (fit / "model.pt").read_bytes()
+    cases = [
+        (fit, fit / "model.pt", "the fit's model"),
+        (fit / "model.pt", fit / "." / "model.pt", "the fit's model"),
+        (fit, fit / "features.json", "the fit's features.json"),
+        (fit, heavy_fit / "heavy.pdb", "the fit's topology"),
+        (fit, heavy_fit / "heavy.dcd", "a data file of the fit"),
+    ]
+    for source, out, what in cases:
+        assert main(["export", str(source), "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert err == (
+            f"dpnets: error: --out {out} is {what}, which the export reads; give a new file, "
+            "e.g. cv.pt\n"
+        )
+    assert (fit / "model.pt").read_bytes() == before
+    assert not (fit / "plumed.dat").exists()
+
+
 def test_engine_topology_with_the_solvent_first(tmp_path):
     """A fit topology without chain IDs (.gro) against an engine PDB whose first chain is
     the solvent: chains cannot be matched by position, so the atoms are matched by residue

@@ -353,6 +353,7 @@ def export_fit(
         model_path, data = fit, {}
     else:
         raise ExportError(f"{fit}: no such fit folder or model file")
+    _check_out(out, fit, Path(model_path), data, topology)
     model = load(model_path)
     # the unit of the fit's timescales (a folder's config stores it unless it is frames)
     unit = str(data.get("time_unit") or "frames") if fit.is_dir() else None
@@ -545,6 +546,28 @@ def export_fit(
             f"shape {shape}"
         )
     return positions_file(AtomSelection(eng_sel), sel, eng_sel, selection=[int(a) for a in eng_sel])
+
+
+def _check_out(out: Path, fit: Path, model_path: Path, data: dict[str, Any], topology: Any) -> None:
+    """ExportError (one line) when ``out`` is a file the export reads: the model, the fit
+    folder's ``config.toml`` or ``features.json``, a topology or a data file of the fit
+    (writing there would destroy the fit or its data)."""
+    mine = [(model_path, "the fit's model")]
+    if fit.is_dir():
+        mine += [(fit / "config.toml", "the fit's config.toml")]
+        mine += [(fit / "features.json", "the fit's features.json")]
+    mine += [(p, "the fit's topology") for p in [data.get("topology")] if p]
+    mine += [(p, "the engine topology") for p in [topology] if p]
+    mine += [(p, "a data file of the fit") for p in data.get("paths") or [] if p]
+    try:
+        target = out.expanduser().resolve()
+        hit = next((w for p, w in mine if Path(str(p)).expanduser().resolve() == target), None)
+    except (OSError, RuntimeError):
+        return  # an unresolvable path: the write reports it
+    if hit is not None:
+        raise ExportError(
+            f"--out {out} is {hit}, which the export reads; give a new file, e.g. cv.pt"
+        )
 
 
 #: the fit kinds with atoms (``dpnets fit --features``; raw MD files read as positions)
