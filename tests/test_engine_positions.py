@@ -234,6 +234,20 @@ def test_positions_in_for_the_all_atom_engine(heavy_fit, tmp_path):
     moved = torch.tensor(base + shifts)
     assert abs(float(cv(moved, torch.tensor(box))[0]) - got[7, 0]) < 1e-9 * span[0] + 1e-12
     assert abs(float(cv(moved)[0]) - got[7, 0]) > 1e-3  # without the box it is wrong
+    # an engine system with one more particle (a water's virtual site) is refused: the
+    # file took it and computed on the first 22 atoms
+    more = torch.cat([torch.tensor(base), torch.zeros(1, 3, dtype=torch.float64)])
+    told = (
+        r"this file takes inputs of shape \[22, 3\] \(one state\) or \[B, \.\.\.\] \(a batch\): "
+        rf"the positions of the 22 atoms of {PDB}, in its order; [\s\S]*got inputs of "
+        r"shape \[23, 3\]"
+    )
+    with pytest.raises(torch.jit.Error, match=told):
+        cv(more)
+    with pytest.raises(torch.jit.Error, match=r"forces take one state, got \[2, 22, 3\]"):
+        cv.forces(torch.tensor(full.xyz[:2], dtype=torch.float64), None, 0)
+    with pytest.raises(torch.jit.Error, match=r"got inputs of shape \[66\]"):
+        cv(torch.tensor(base).reshape(-1))
 
 
 def test_float64_file_under_float32_inputs(heavy_fit, tmp_path):
