@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -629,7 +630,8 @@ def test_cli_refusals_are_one_line(models, tmp_path, capsys):
 
 
 def test_fit_folder_on_arrays_is_checked_on_its_data(tmp_path):
-    """``dpnets export`` of a fit on a ``.npy`` file checks the file on 64 of its states."""
+    """``dpnets export`` of a fit on a ``.npy`` file checks the file on 64 of its states;
+    with the data moved away it says the file was not checked (it was silent)."""
     from dpnets import load
 
     np.save(tmp_path / "x.npy", _data()[:800])
@@ -637,10 +639,22 @@ def test_fit_folder_on_arrays_is_checked_on_its_data(tmp_path):
     args = ["fit", str(tmp_path / "x.npy"), "--epochs", "2", "--out", str(fit), "--quiet"]
     assert main(args) == 0
     out = tmp_path / "cv.pt"
-    assert main(["export", str(fit), "--modes", "1,2", "--out", str(out)]) == 0
+    with warnings.catch_warnings(record=True) as seen:  # none of its own: it was checked
+        warnings.simplefilter("always")
+        assert main(["export", str(fit), "--modes", "1,2", "--out", str(out)]) == 0
+    assert not [w for w in seen if "not checked" in str(w.message)]
     prec = read_metadata(out)["precision"]
     assert prec["checked_on"] == 64 and prec["dtype"] == "float32" and prec["error"] < 1e-4
     x = _data()[:800]
     got = torch.jit.load(str(out))(torch.tensor(x)).numpy()
     ref = load(fit / "model.pt").eigenfunctions(x).real[:, [1, 2]]
     assert np.all(np.abs(got - ref).max(0) / np.ptp(ref, 0) < 1e-5)
+    (tmp_path / "x.npy").rename(tmp_path / "moved.npy")
+    with pytest.warns(UserWarning) as caught:
+        assert main(["export", str(fit), "--out", str(out)]) == 0
+    assert read_metadata(out)["precision"]["checked_on"] == 0
+    assert [str(w.message) for w in caught if "not checked" in str(w.message)] == [
+        f"{out} was not checked against the model on any state: the fit's data "
+        f"({tmp_path / 'x.npy'}) could not be read (moved or deleted?): its float32 "
+        "precision was not measured; put the data back to check it"
+    ]

@@ -362,9 +362,19 @@ def export_fit(
         """:func:`dpnets.export.export` of the fit's model, refusals naming CLI options."""
         if unit is not None:
             kw["metadata"] = {"time_unit": unit, **(kw.get("metadata") or {})}
-        return export(
+        meta = export(
             model, out, modes, dtype, complex_parts=complex_parts, remedies=CLI_REMEDIES, **kw
         )
+        if fit.is_dir() and not meta["precision"]["checked_on"]:
+            paths = ", ".join(str(p) for p in data.get("paths") or []) or "none recorded"
+            warnings.warn(
+                f"{out} was not checked against the model on any state: the fit's data "
+                f"({paths}) could not be read (moved or deleted?): its {meta['dtype']} "
+                "precision was not measured; put the data back to check it",
+                UserWarning,
+                stacklevel=3,
+            )
+        return meta
 
     kind = str(data.get("features") or "raw")
     shape = tuple(getattr(model, "state_shape_", ()))
