@@ -94,6 +94,97 @@ def test_an_engine_lacking_an_atom_is_refused_by_name(heavy_fit, tmp_path, capsy
     assert not (tmp_path / "cv.pt").exists()
 
 
+def test_corrupted_features_json_is_refused(heavy_fit, tmp_path, capsys):
+    """A hand-edited features.json: a negative atom index (numpy would take the last atom
+    of the topology, a silently wrong torsion), one past the end, or three atoms for a
+    torsion is refused in one line naming the file, with either input."""
+    import json
+    import shutil
+
+    for k, bad in enumerate(([-1, 1, 3, 4], [0, 1, 3, 10], [0, 1, 3])):
+        fit = tmp_path / f"fit{k}"
+        shutil.copytree(heavy_fit / "fit", fit)
+        spec = json.loads((fit / "features.json").read_text())
+        spec["atoms"][0] = bad
+        (fit / "features.json").write_text(json.dumps(spec))
+        for inputs in ("features", "positions"):
+            out = tmp_path / f"{k}{inputs}" / "cv.pt"
+            assert main(["export", str(fit), "--input", inputs, "--out", str(out)]) == 2
+            err = capsys.readouterr().err
+            assert err.count("\n") == 1 and not out.exists()
+            assert f"{fit / 'features.json'}: its atoms are not quadruplets of 0-based atom " in err
+            assert "topology (10 atoms): the file is corrupted or belongs to another fit" in err
+
+
+def test_out_that_the_export_reads_is_refused(heavy_fit, capsys):
+    """--out the fit's own model.pt (a slip when exporting 'next to the fit') overwrote it
+    with the TorchScript file, and the fit could not be read again; the topology or the
+    data likewise: refused in one line, nothing written."""
+    fit = heavy_fit / "fit"
+    before = (fit / "model.pt").read_bytes()
+    cases = [
+        (fit, fit / "model.pt", "the fit's model"),
+        (fit / "model.pt", fit / "." / "model.pt", "the fit's model"),
+        (fit, fit / "features.json", "the fit's features.json"),
+        (fit, heavy_fit / "heavy.pdb", "the fit's topology"),
+        (fit, heavy_fit / "heavy.dcd", "a data file of the fit"),
+    ]
+    for source, out, what in cases:
+        assert main(["export", str(source), "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert err == (
+            f"dpnets: error: --out {out} is {what}, which the export reads; give a new file, "
+            "e.g. cv.pt\n"
+        )
+    assert (fit / "model.pt").read_bytes() == before
+    assert not (fit / "plumed.dat").exists()
+
+
+def test_engine_topology_with_the_solvent_first(tmp_path):
+    """A fit topology without chain IDs (.gro) against an engine PDB whose first chain is
+    the solvent: chains cannot be matched by position, so the atoms are matched by residue
+    and atom name, each the only one: the engine's indices, shifted by the waters (it was
+    refused as 'has no atom C of residue ACE1 (chain 0)'); a peptide held twice is
+    refused."""
+    from dpnets.datasets import load_topology
+    from dpnets.engines import match_atoms
+
+    pep = md.load(str(PDB))
+    pep.save_gro(str(tmp_path / "fit.gro"))
+    fit = load_topology(str(tmp_path / "fit.gro"))
+
+    def engine(copies: int) -> object:
+        top = md.Topology()
+        water = top.add_chain()
+        for k in range(3):
+            res = top.add_residue("HOH", water, k + 1)
+            for name, el in (("O", "O"), ("H1", "H"), ("H2", "H")):
+                top.add_atom(name, md.element.get_by_symbol(el), res)
+        for _ in range(copies):
+            chain = top.add_chain()
+            for r in pep.topology.residues:
+                res = top.add_residue(r.name, chain, r.resSeq)
+                for a in r.atoms:
+                    top.add_atom(a.name, a.element, res)
+        xyz = np.zeros((1, top.n_atoms, 3))
+        path = tmp_path / f"engine{copies}.pdb"
+        md.Trajectory(xyz, top).save_pdb(str(path))
+        return load_topology(str(path))
+
+    phi, psi = md.compute_phi(pep)[0][0], md.compute_psi(pep)[0][0]
+    assert not any(str(c.chain_id or "").strip() for c in fit.chains)
+    got = match_atoms(fit, engine(1), np.concatenate([phi, psi]))
+    assert got.tolist() == (np.concatenate([phi, psi]) + 9).tolist()
+    from dpnets.export import ExportError
+
+    with pytest.raises(
+        ExportError,
+        match=r"has no atom C of residue ACE1 \(chain 0\) .*"
+        r"matched by chain \(by position: a topology without chain IDs\)",
+    ):
+        match_atoms(fit, engine(2), phi)
+
+
 def test_positions_in_for_the_all_atom_engine(heavy_fit, tmp_path):
     """The heavy-atom dihedral fit exported with the engine's 22-atom positions in equals
     ``dpnets transform --eigenfunctions`` (run from another folder) on the same frames, its
@@ -143,6 +234,20 @@ def test_positions_in_for_the_all_atom_engine(heavy_fit, tmp_path):
     moved = torch.tensor(base + shifts)
     assert abs(float(cv(moved, torch.tensor(box))[0]) - got[7, 0]) < 1e-9 * span[0] + 1e-12
     assert abs(float(cv(moved)[0]) - got[7, 0]) > 1e-3  # without the box it is wrong
+    # an engine system with one more particle (a water's virtual site) is refused: the
+    # file took it and computed on the first 22 atoms
+    more = torch.cat([torch.tensor(base), torch.zeros(1, 3, dtype=torch.float64)])
+    told = (
+        r"this file takes inputs of shape \[22, 3\] \(one state\) or \[B, \.\.\.\] \(a batch\): "
+        rf"the positions of the 22 atoms of {PDB}, in its order; [\s\S]*got inputs of "
+        r"shape \[23, 3\]"
+    )
+    with pytest.raises(torch.jit.Error, match=told):
+        cv(more)
+    with pytest.raises(torch.jit.Error, match=r"forces take one state, got \[2, 22, 3\]"):
+        cv.forces(torch.tensor(full.xyz[:2], dtype=torch.float64), None, 0)
+    with pytest.raises(torch.jit.Error, match=r"got inputs of shape \[66\]"):
+        cv(torch.tensor(base).reshape(-1))
 
 
 def test_float64_file_under_float32_inputs(heavy_fit, tmp_path):

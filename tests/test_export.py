@@ -6,12 +6,14 @@ export."""
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import os
 import shutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -265,6 +267,25 @@ def test_precision_is_judged_on_the_cv_range(models, tmp_path):
     assert prec["dtype"] == "float64" and prec["checked_on"] == 0
     assert prec["float32_error"] > 1e-3 and "estimated from the final affine map" in prec["note"]
     assert export(op32, tmp_path / "ok.pt", modes=[1])["precision"]["float32_error"] is None
+
+
+def test_float64_file_of_a_float32_dpnet_is_the_models_own_map(tmp_path):
+    """A float32 DPNet's input standardisation is folded into its first layer in float64
+    and kept there: the float64 file computes the model's map (it was rounded to float32
+    when folded, so that inputs with a small spread about a large mean, such as the sin/cos
+    of a stiff torsion, had the float64 file refused as 'non-deterministic')."""
+    x = 100.0 + 0.01 * _data()[:600]
+    net = DPNet(MLP(2, (8,), 3), epochs=1, batch_size=200, progress=False, seed=0).fit(x)
+    op = TransferOperator(net, dt=0.2).fit(x)
+    meta = export(op, tmp_path / "cv.pt", modes=[1, 2], dtype=torch.float64, example=x[::20])
+    assert meta["dtype"] == "float64" and meta["precision"]["error"] < 1e-10
+    # the model's map in float64: standardised in float64, the float32 weights exact in it
+    z = torch.tensor((x[:100] - net.input_shift_) / net.input_scale_)
+    psi = copy.deepcopy(net.feature_module()[1]).double()(z).detach().numpy()
+    ref = (op._basis(psi) @ op.right_eigvecs_[:, 1:3]).real
+    got = torch.jit.load(str(tmp_path / "cv.pt"))(torch.tensor(x[:100])).numpy()
+    assert np.abs(got - ref).max() / np.ptp(ref, axis=0).min() < 1e-10
+    assert np.abs(got - op.eigenfunctions(x[:100]).real[:, 1:3]).max() < 1e-5  # float32's
 
 
 # ---------------------------------------------------------------------- C++ (libtorch)
@@ -609,7 +630,8 @@ def test_cli_refusals_are_one_line(models, tmp_path, capsys):
 
 
 def test_fit_folder_on_arrays_is_checked_on_its_data(tmp_path):
-    """``dpnets export`` of a fit on a ``.npy`` file checks the file on 64 of its states."""
+    """``dpnets export`` of a fit on a ``.npy`` file checks the file on 64 of its states;
+    with the data moved away it says the file was not checked (it was silent)."""
     from dpnets import load
 
     np.save(tmp_path / "x.npy", _data()[:800])
@@ -617,10 +639,22 @@ def test_fit_folder_on_arrays_is_checked_on_its_data(tmp_path):
     args = ["fit", str(tmp_path / "x.npy"), "--epochs", "2", "--out", str(fit), "--quiet"]
     assert main(args) == 0
     out = tmp_path / "cv.pt"
-    assert main(["export", str(fit), "--modes", "1,2", "--out", str(out)]) == 0
+    with warnings.catch_warnings(record=True) as seen:  # none of its own: it was checked
+        warnings.simplefilter("always")
+        assert main(["export", str(fit), "--modes", "1,2", "--out", str(out)]) == 0
+    assert not [w for w in seen if "not checked" in str(w.message)]
     prec = read_metadata(out)["precision"]
     assert prec["checked_on"] == 64 and prec["dtype"] == "float32" and prec["error"] < 1e-4
     x = _data()[:800]
     got = torch.jit.load(str(out))(torch.tensor(x)).numpy()
     ref = load(fit / "model.pt").eigenfunctions(x).real[:, [1, 2]]
     assert np.all(np.abs(got - ref).max(0) / np.ptp(ref, 0) < 1e-5)
+    (tmp_path / "x.npy").rename(tmp_path / "moved.npy")
+    with pytest.warns(UserWarning) as caught:
+        assert main(["export", str(fit), "--out", str(out)]) == 0
+    assert read_metadata(out)["precision"]["checked_on"] == 0
+    assert [str(w.message) for w in caught if "not checked" in str(w.message)] == [
+        f"{out} was not checked against the model on any state: the fit's data "
+        f"({tmp_path / 'x.npy'}) could not be read (moved or deleted?): its float32 "
+        "precision was not measured; put the data back to check it"
+    ]

@@ -109,32 +109,69 @@ def match_atoms(
     """0-based indices in mdtraj topology ``target`` of the ``atoms`` of ``source``.
 
     Atoms are matched by chain (its identifier where every chain of both topologies has
-    one, else its position), residue name and number, and atom name, never by index. An atom
-    of ``source`` that ``target`` lacks, or holds twice, raises :class:`ExportError` naming
-    it.
+    one, else its position), residue name and number, and atom name, never by index. Where
+    chains are matched by position and an atom is not found (``target`` written with its
+    solvent or a ligand first), all the atoms are matched by residue name and number and
+    atom name alone, each the only such atom in either topology, else the first refusal
+    stands. An atom of ``source`` that ``target`` lacks, or holds twice, raises
+    :class:`ExportError` naming it.
     """
     by_id = _chain_keys(source, target)
+    try:
+        return _matched(source, target, atoms, by_id, source_name, target_name, loose=False)
+    except ExportError as strict:
+        if by_id:
+            raise
+        refusal = strict
+    try:  # every atom by residue and atom name alone, each the only one
+        return _matched(source, target, atoms, by_id, source_name, target_name, loose=True)
+    except ExportError:
+        raise refusal from None
+
+
+def _matched(
+    source: Any,
+    target: Any,
+    atoms: Sequence[int],
+    by_id: bool,
+    source_name: str,
+    target_name: str,
+    *,
+    loose: bool,
+) -> np.ndarray:
+    """:func:`match_atoms` by chain, residue and atom name, or ``loose``: by residue and
+    atom name alone, each atom the only one of its name in either topology."""
+
+    def key(a: Any) -> tuple:
+        k = _key(a, by_id)
+        return k[1:] if loose else k
+
     index: dict[tuple, int] = {}
     twice: set[tuple] = set()
     for a in target.atoms:
-        k = _key(a, by_id)
+        k = key(a)
         if k in index:
             twice.add(k)
         index[k] = a.index
+    in_source: dict[tuple, int] = {}
+    if loose:
+        for a in source.atoms:
+            in_source[key(a)] = in_source.get(key(a), 0) + 1
     out = []
     for i in atoms:
         a = source.atom(int(i))
-        k = _key(a, by_id)
+        k = key(a)
         where = (
             f"atom {a.name} of residue {a.residue.name}{a.residue.resSeq} "
-            f"(chain {k[0]!r}) of {source_name}"
+            f"(chain {_key(a, by_id)[0]!r}) of {source_name}"
         )
         if k not in index:
+            how = "chain" if by_id else "chain (by position: a topology without chain IDs)"
             raise ExportError(
-                f"{target_name} has no {where}; atoms are matched by chain, residue name and "
+                f"{target_name} has no {where}; atoms are matched by {how}, residue name and "
                 "number, and atom name"
             )
-        if k in twice:
+        if k in twice or in_source.get(k, 1) > 1:
             raise ExportError(f"{target_name} holds the {where} more than once")
         out.append(index[k])
     return np.asarray(out, dtype=np.int64)
@@ -316,6 +353,7 @@ def export_fit(
         model_path, data = fit, {}
     else:
         raise ExportError(f"{fit}: no such fit folder or model file")
+    _check_out(out, fit, Path(model_path), data, topology)
     model = load(model_path)
     # the unit of the fit's timescales (a folder's config stores it unless it is frames)
     unit = str(data.get("time_unit") or "frames") if fit.is_dir() else None
@@ -324,9 +362,19 @@ def export_fit(
         """:func:`dpnets.export.export` of the fit's model, refusals naming CLI options."""
         if unit is not None:
             kw["metadata"] = {"time_unit": unit, **(kw.get("metadata") or {})}
-        return export(
+        meta = export(
             model, out, modes, dtype, complex_parts=complex_parts, remedies=CLI_REMEDIES, **kw
         )
+        if fit.is_dir() and not meta["precision"]["checked_on"]:
+            paths = ", ".join(str(p) for p in data.get("paths") or []) or "none recorded"
+            warnings.warn(
+                f"{out} was not checked against the model on any state: the fit's data "
+                f"({paths}) could not be read (moved or deleted?): its {meta['dtype']} "
+                "precision was not measured; put the data back to check it",
+                UserWarning,
+                stacklevel=3,
+            )
+        return meta
 
     kind = str(data.get("features") or "raw")
     shape = tuple(getattr(model, "state_shape_", ()))
@@ -399,7 +447,7 @@ def export_fit(
 
     if kind == "dihedrals":
         if spec is not None:
-            quads = np.asarray(spec["atoms"], dtype=np.int64).reshape(-1, 4)
+            quads = _spec_atoms(spec, fit, 4, fit_top.n_atoms)
             blocks = [(str(k), int(c)) for k, c in spec["blocks"]]
             spec_names = list(spec["names"])
         else:  # a fit folder from before features.json: backbone phi and psi
@@ -450,7 +498,7 @@ def export_fit(
 
     if kind == "cartesian":
         assert spec is not None
-        atoms = np.asarray(spec["atoms"], dtype=np.int64).reshape(-1)
+        atoms = _spec_atoms(spec, fit, 1, fit_top.n_atoms).reshape(-1)
         check_shape(3 * len(atoms), f"the {len(atoms)} atoms' coordinates")
         eng_atoms = match_atoms(fit_top, eng_top, atoms, **names_)
         return positions_file(
@@ -461,7 +509,7 @@ def export_fit(
         )
     if kind == "distances":
         if spec is not None:
-            fit_pairs = np.asarray(spec["atoms"], dtype=np.int64).reshape(-1, 2)
+            fit_pairs = _spec_atoms(spec, fit, 2, fit_top.n_atoms)
         else:  # a fit folder from before features.json: every pair of the selection
             try:
                 sel = select_atoms(fit_top, str(data.get("selection") or "heavy"), source=fit_path)
@@ -510,6 +558,28 @@ def export_fit(
     return positions_file(AtomSelection(eng_sel), sel, eng_sel, selection=[int(a) for a in eng_sel])
 
 
+def _check_out(out: Path, fit: Path, model_path: Path, data: dict[str, Any], topology: Any) -> None:
+    """ExportError (one line) when ``out`` is a file the export reads: the model, the fit
+    folder's ``config.toml`` or ``features.json``, a topology or a data file of the fit
+    (writing there would destroy the fit or its data)."""
+    mine = [(model_path, "the fit's model")]
+    if fit.is_dir():
+        mine += [(fit / "config.toml", "the fit's config.toml")]
+        mine += [(fit / "features.json", "the fit's features.json")]
+    mine += [(p, "the fit's topology") for p in [data.get("topology")] if p]
+    mine += [(p, "the engine topology") for p in [topology] if p]
+    mine += [(p, "a data file of the fit") for p in data.get("paths") or [] if p]
+    try:
+        target = out.expanduser().resolve()
+        hit = next((w for p, w in mine if Path(str(p)).expanduser().resolve() == target), None)
+    except (OSError, RuntimeError):
+        return  # an unresolvable path: the write reports it
+    if hit is not None:
+        raise ExportError(
+            f"--out {out} is {hit}, which the export reads; give a new file, e.g. cv.pt"
+        )
+
+
 #: the fit kinds with atoms (``dpnets fit --features``; raw MD files read as positions)
 _MD_KINDS = ("dihedrals", "distances", "cartesian", "positions")
 
@@ -528,6 +598,27 @@ def _features_json(folder: Path) -> dict[str, Any] | None:
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise ExportError(f"{path}: cannot read the fit's features ({err})") from None
     return spec
+
+
+def _spec_atoms(spec: dict[str, Any], folder: Path, width: int, n_atoms: int) -> np.ndarray:
+    """The atoms of ``features.json`` as ``(k, width)`` 0-based indices of the fit's
+    topology (``width`` 4 for torsions, 2 for pairs, 1 for atoms); ExportError (one line)
+    for anything else: a negative index would silently take an atom from the end."""
+    raw = spec["atoms"]
+    rows = [r if isinstance(r, list) else [r] for r in raw] if isinstance(raw, list) else None
+    ok = rows is not None and all(
+        len(r) == width
+        and all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < n_atoms for i in r)
+        for r in rows
+    )
+    if not ok:
+        what = {4: "quadruplets", 2: "pairs"}.get(width, "indices")
+        raise ExportError(
+            f"{folder / 'features.json'}: its atoms are not {what} of 0-based atom indices "
+            f"of the fit's topology ({n_atoms} atoms): the file is corrupted or belongs to "
+            "another fit; refit with dpnets fit --config on the fit's config.toml"
+        )
+    return np.asarray(rows, dtype=np.int64).reshape(-1, width)
 
 
 def _torsion_labels(

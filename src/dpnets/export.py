@@ -14,7 +14,9 @@ over them, and computes in float64 where float32 does not agree. Loading it need
 only (``torch.jit.load`` in Python, ``torch::jit::load`` in C++: PLUMED's ``PYTORCH_MODEL``
 and OpenMM-Torch), and it is differentiable with respect to its inputs, so an engine gets
 the biasing forces by backpropagation. Every check that does not depend on the values
-happens here, at export time: the file's ``forward`` is the bare computation.
+happens here, at export time: the file's ``forward`` is the computation after one check of
+its input's shape (an engine passing more atoms than the topology it was exported for is
+told so, not given the CV of shifted atoms).
 
 Input maps put the engine's quantities in front of the model: :class:`TorsionInputs`
 (torsions in radians, PLUMED's ``TORSION``), :class:`PositionTorsions`,
@@ -912,6 +914,20 @@ _INPUT_MAPS = (
 )
 
 
+def _shape_error(shape: Sequence[int], meta: dict[str, Any]) -> str:
+    """What a file refuses per call: the inputs it takes, and for an engine's positions, the
+    topology they must follow."""
+    what = f"this file takes inputs of shape {list(shape)} (one state) or [B, ...] (a batch)"
+    top = meta.get("topology")
+    if meta.get("engine_inputs", "").startswith("positions") and top:
+        what += (
+            f": the positions of the {shape[0]} atoms of {top}, in its order; an engine "
+            "system with other particles (virtual sites, other solvent) needs the file "
+            "exported for its own topology (dpnets export --topology)"
+        )
+    return what
+
+
 class _SlowModes(nn.Module):
     """The exported function: engine inputs -> chosen eigenfunctions (real modes, or the
     real and imaginary parts of a complex one as two outputs).
@@ -921,8 +937,9 @@ class _SlowModes(nn.Module):
     vectors (nm) as OpenMM-Torch passes them. The computation runs in the module's dtype and
     the result comes back in the input's (PLUMED feeds float32 to a float64 file). The
     operator's feature basis (the constant, the centring and scaling) and the eigenvectors
-    are folded into one affine map at export time; nothing is checked per call (the shapes
-    are checked at export).
+    are folded into one affine map at export time; per call, only the input's trailing
+    shape is checked (an engine with more atoms than the topology exported for, e.g. water
+    virtual sites, shifted every atom index silently).
     """
 
     def __init__(
@@ -950,8 +967,16 @@ class _SlowModes(nn.Module):
         self.outputs = [str(o) for o in meta["outputs"]]
         self.eigenvalues = [float(v[0]) for v in meta["eigenvalues"]]
         self.lag_time = float(meta["lag_time"]) if meta["lag_time"] is not None else -1.0
+        self.shape_error = _shape_error(self.input_shape, meta)
+
+    def check(self, x: torch.Tensor) -> None:
+        """RuntimeError (naming the inputs the file takes) unless ``x`` is one input or a
+        batch of them."""
+        if x.shape[x.dim() - self.n_dims :] != self.input_shape or x.dim() > self.n_dims + 1:
+            raise RuntimeError(self.shape_error + f"; got inputs of shape {x.shape}")
 
     def forward(self, x: torch.Tensor, box: torch.Tensor | None = None) -> torch.Tensor:
+        self.check(x)
         dtype = x.dtype if x.is_floating_point() else self.weight.dtype
         x = x.to(self.weight.dtype)
         single = x.dim() == self.n_dims
@@ -991,6 +1016,9 @@ class _FusedSlowModes(_SlowModes):
         layers by hand): OpenMM-Torch's ``setOutputsForces(True)`` form."""
         if not self.hand.available:
             raise RuntimeError(self.reason)
+        if x.dim() != self.n_dims:
+            raise RuntimeError(self.shape_error + f"; forces take one state, got {x.shape}")
+        self.check(x)
         dtype = x.dtype if x.is_floating_point() else self.weight.dtype
         with torch.no_grad():
             x = x.to(self.weight.dtype)
@@ -1004,6 +1032,7 @@ class _FusedSlowModes(_SlowModes):
         return cv.to(dtype), (-grad).view(x.shape).to(dtype)
 
     def forward(self, x: torch.Tensor, box: torch.Tensor | None = None) -> torch.Tensor:
+        self.check(x)
         dtype = x.dtype if x.is_floating_point() else self.weight.dtype
         x = x.to(self.weight.dtype)
         if box is not None:
@@ -1040,6 +1069,9 @@ class _LocalSlowModes(_SlowModes):
         :meth:`_FusedSlowModes.forces`, without autograd."""
         if not self.hand.available:
             raise RuntimeError(self.reason)
+        if x.dim() != self.n_dims:
+            raise RuntimeError(self.shape_error + f"; forces take one state, got {x.shape}")
+        self.check(x)
         dtype = x.dtype if x.is_floating_point() else self.weight.dtype
         with torch.no_grad():
             x = x.to(self.weight.dtype)
@@ -1067,6 +1099,9 @@ class _CartesianSlowModes(_FusedSlowModes):
         :meth:`_FusedSlowModes.forces`, without autograd."""
         if not self.hand.available:
             raise RuntimeError(self.reason)
+        if x.dim() != self.n_dims:
+            raise RuntimeError(self.shape_error + f"; forces take one state, got {x.shape}")
+        self.check(x)
         dtype = x.dtype if x.is_floating_point() else self.weight.dtype
         with torch.no_grad():
             x = x.to(self.weight.dtype)
@@ -1371,7 +1406,9 @@ def _first_linear(enc: nn.Module) -> nn.Linear | None:
 def _folded(module: nn.Module) -> nn.Module:
     """``module`` with a DPNet's input standardisation folded into the encoder's first
     ``Linear`` layer (``W (x - m) / s + b = (W / s) x + (b - (W / s) m)``, computed in
-    float64): one affine map less per call. A copy; the module itself when nothing folds."""
+    float64 and kept in float64, the encoder's copy cast to it: the file's float64 build
+    computes the model's own map, its float32 build rounds it once). A copy; the module
+    itself when nothing folds."""
     from dpnets.standardize import InputScaler
 
     if not (
@@ -1385,7 +1422,7 @@ def _folded(module: nn.Module) -> nn.Module:
     shift, scale = scaler.shift.detach().double(), scaler.scale.detach().double()
     if first is None or shift.dim() != 1 or shift.numel() != first.in_features:
         return module
-    enc = copy.deepcopy(enc)
+    enc = copy.deepcopy(enc).double()
     first = _first_linear(enc)
     assert first is not None
     with torch.no_grad():
@@ -1395,8 +1432,8 @@ def _folded(module: nn.Module) -> nn.Module:
             b = b + first.bias.detach().double()
         else:
             first.bias = nn.Parameter(torch.zeros_like(first.weight[:, 0]))
-        first.weight.copy_(w.to(first.weight.dtype))
-        first.bias.copy_(b.to(first.bias.dtype))
+        first.weight.copy_(w)
+        first.bias.copy_(b)
     return enc
 
 
@@ -1706,7 +1743,9 @@ def export(
     ``(B, n_outputs)`` (one state ``input_shape`` to ``(n_outputs,)``), in ``x``'s dtype
     (computed in the file's), and is differentiable with respect to ``x``; ``cv(x, box)``
     passes the periodic box vectors ``(3, 3)`` to the input map (OpenMM-Torch's
-    ``boxvectors``). Nothing is checked per call: a wrong shape fails inside torch. Its
+    ``boxvectors``). Per call only the input's shape is checked: any other (an engine system
+    with more particles than the topology exported for, which torch's gather took silently)
+    raises a ``RuntimeError`` naming the shape (and topology) the file takes. Its
     metadata (modes, outputs, eigenvalues, timescales, lag, ``dt``, inputs, precision) are
     the JSON file :data:`METADATA_FILE` inside it (:func:`read_metadata`) and the attributes
     ``cv.modes``, ``cv.outputs``, ``cv.eigenvalues`` (real parts) and ``cv.lag_time``.
