@@ -345,13 +345,19 @@ def evaluate_features(
         TransferOperator(None, constant=False, dt=dt),
         feats,
         fit_lags,
-        k=3,
-        dt=dt,
+        dt=dt,  # the 3 slowest, or all a basis of fewer functions has (NaN columns after)
         n_bootstrap=int(cfg.get("bootstrap", 0)),
         seed=0,
     )
     pad = [[float("nan")] * 3] * (len(cfg["_its_lags"]) - len(fit_lags))
-    its_curve = scan.timescales.tolist() + pad
+
+    def curve(values: np.ndarray | None) -> list | None:  # 3 columns, a row per lag
+        if values is None:
+            return None
+        columns = np.full((len(fit_lags), 3), np.nan)
+        columns[:, : values.shape[1]] = values
+        return columns.tolist() + pad
+
     op = TransferOperator(None, constant=False, dt=dt, lag=lag).fit(feats)
     model = op if model is None else model
     its = model.implied_timescales(dt)
@@ -368,9 +374,9 @@ def evaluate_features(
         "slowest_ps": float(its[1]),
         "its_ps": [float(v) for v in its[1:6]],
         "eigvals": [float(v) for v in np.abs(model.eig()[:6])],
-        "its_curve_ps": its_curve,
-        "its_lower_ps": None if scan.lower is None else scan.lower.tolist() + pad,
-        "its_upper_ps": None if scan.upper is None else scan.upper.tolist() + pad,
+        "its_curve_ps": curve(scan.timescales),
+        "its_lower_ps": curve(scan.lower),
+        "its_upper_ps": curve(scan.upper),
         "delta_g": dg,
         "split_threshold": thr,
         "negative_weight_fraction": float(np.mean(weights < 0)),
